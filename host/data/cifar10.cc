@@ -1,0 +1,82 @@
+#include "cifar10.h"
+
+#include <fstream>
+
+namespace trainbench::data {
+namespace fs = std::filesystem;
+
+namespace {
+int64_t CheckedRecordCount(const fs::path& file) {
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  if (ec) throw DataError(file.string() + ": cannot read: " + ec.message());
+  if (size == 0 || size % kRecordBytes != 0) {
+    throw DataError(file.string() + ": " + std::to_string(size) +
+                    " bytes is not a whole number of 3073-byte CIFAR-10 records "
+                    "(truncated or not a CIFAR-10 binary file)");
+  }
+  return static_cast<int64_t>(size / kRecordBytes);
+}
+}  // namespace
+
+std::vector<fs::path> SplitFiles(const fs::path& dir, Split split) {
+  std::vector<fs::path> files;
+  if (split == Split::kTest) {
+    files.push_back(dir / "test_batch.bin");
+  } else {
+    for (int i = 1; i <= kTrainFiles; ++i) {
+      fs::path f = dir / ("data_batch_" + std::to_string(i) + ".bin");
+      if (i > 1 && !fs::exists(f)) break;
+      files.push_back(f);
+    }
+  }
+  if (!fs::exists(files.front())) {
+    throw DataError(files.front().string() +
+                    ": not found; point dataset.path (or TRAINBENCH_DATA) at the folder holding "
+                    "the CIFAR-10 binary files (cifar-10-batches-bin)");
+  }
+  return files;
+}
+
+int64_t CountRecords(const fs::path& dir, Split split) {
+  int64_t n = 0;
+  for (const auto& f : SplitFiles(dir, split)) n += CheckedRecordCount(f);
+  return n;
+}
+
+void AppendFile(const fs::path& file, int64_t limit, ImageSet* out) {
+  const int64_t records = std::min(CheckedRecordCount(file), limit);
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw DataError(file.string() + ": cannot open");
+  std::vector<uint8_t> buffer(static_cast<size_t>(records * kRecordBytes));
+  in.read(reinterpret_cast<char*>(buffer.data()), static_cast<std::streamsize>(buffer.size()));
+  if (in.gcount() != static_cast<std::streamsize>(buffer.size()))
+    throw DataError(file.string() + ": short read (file changed or truncated while reading)");
+  const size_t base = out->pixels.size();
+  out->pixels.resize(base + static_cast<size_t>(records * kImageBytes));
+  out->labels.reserve(out->labels.size() + static_cast<size_t>(records));
+  for (int64_t r = 0; r < records; ++r) {
+    const uint8_t* rec = buffer.data() + r * kRecordBytes;
+    if (rec[0] >= kNumClasses) {
+      throw DataError(file.string() + ": record " + std::to_string(r) + " has label " +
+                      std::to_string(rec[0]) + ", outside 0-9 (corrupt file?)");
+    }
+    out->labels.push_back(rec[0]);
+    std::copy(rec + 1, rec + kRecordBytes, out->pixels.begin() + base + r * kImageBytes);
+  }
+  out->count += records;
+}
+
+ImageSet LoadSplit(const fs::path& dir, Split split, std::optional<int64_t> limit) {
+  ImageSet set;
+  int64_t remaining = limit.value_or(INT64_MAX);
+  for (const auto& f : SplitFiles(dir, split)) {
+    if (remaining <= 0) break;
+    const int64_t before = set.count;
+    AppendFile(f, remaining, &set);
+    remaining -= set.count - before;
+  }
+  return set;
+}
+
+}  // namespace trainbench::data

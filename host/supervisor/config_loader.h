@@ -1,0 +1,42 @@
+#pragma once
+// Reading and strictly validating an experiment YAML file. Every error is one
+// line: "FILE:LINE:COLUMN: KEY.PATH: what is wrong and what to do".
+
+#include <stdexcept>
+#include <string>
+
+#include "experiment.h"
+
+namespace trainbench {
+
+class PluginCatalog;
+
+/// A user's mistake in a config file; what() is the one-line message.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Largest config file accepted; real experiments are a few KiB.
+inline constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
+
+/// Parses and validates `file` (structure, types, ranges, unknown keys with a
+/// did-you-mean). Relative dataset paths are resolved against the file's
+/// folder; an empty dataset path takes TRAINBENCH_DATA. Throws ConfigError.
+Experiment LoadExperiment(const std::string& file);
+
+/// Same, from YAML text (for tests); `file` names it in messages.
+Experiment ParseExperiment(const std::string& text, const std::string& file,
+                           const std::string& base_dir);
+
+/// Finds each model and device plugin in `catalog`, checks its options
+/// against the plugin's schema (filling in defaults), checks the kinds, the
+/// baseline and the dataset files. A device plugin that is known but not
+/// built here (cuda without a CUDA LibTorch) is not an error: its cells are
+/// skipped with the reason. Throws ConfigError.
+void ResolvePlugins(Experiment& experiment, const PluginCatalog& catalog);
+
+/// The closest of `candidates` to `word` within a small edit distance, or "".
+std::string DidYouMean(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace trainbench

@@ -1,0 +1,83 @@
+#pragma once
+// An experiment as described in YAML: models x devices, training settings and
+// measurement rules. Plain data, no LibTorch.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+namespace trainbench {
+
+/// One `models:` or `devices:` entry.
+struct PluginUse {
+  std::string plugin;        ///< plugin name
+  std::string label;         ///< name of this entry in results (default: plugin)
+  YAML::Node options_node;   ///< as written, for error positions
+  nlohmann::json options;    ///< validated, defaults filled (after ResolvePlugins)
+  std::string path;          ///< plugin file (after ResolvePlugins); empty: missing
+  std::string missing_reason;  ///< why a known optional plugin is absent
+  // Device entries only: per-cell budget overriding `measurement`.
+  std::optional<int64_t> max_steps;
+  std::optional<double> time_budget_seconds;
+};
+
+struct DatasetSpec {
+  std::string kind = "cifar10";  ///< "cifar10" or "synthetic"
+  std::string path;              ///< folder with the binary files (cifar10)
+  std::optional<int64_t> train_size, test_size;
+};
+
+struct OptimizerSpec {
+  std::string name = "sgd";
+  double lr = 0.01, momentum = 0.9, weight_decay = 5e-4;
+  bool nesterov = false;
+};
+
+struct ScheduleSpec {
+  std::string name = "none";  ///< "none", "step", "cosine"
+  int64_t step_size = 1;
+  double gamma = 0.1;
+};
+
+struct TrainingSpec {
+  int64_t epochs = 1;
+  int64_t batch_size = 128;
+  bool augment = true;
+  OptimizerSpec optimizer;
+  ScheduleSpec schedule;
+};
+
+struct MeasurementSpec {
+  int64_t warmup_steps = 5;
+  int64_t repeats = 1;
+  std::optional<int64_t> max_steps;
+  std::optional<double> time_budget_seconds;
+  double progress_interval_seconds = 1.0;
+  int64_t eval_batch_size = 500;
+  std::string baseline = "cpu";  ///< device label that speedups are against
+};
+
+struct MetricsSpec {
+  std::string address;        ///< HOST:PORT to serve /metrics on; empty: off
+  double linger_seconds = 0;  ///< keep serving this long after the run
+};
+
+struct Experiment {
+  std::string file;  ///< the YAML file it came from
+  std::string name;
+  uint64_t seed = 42;
+  DatasetSpec dataset;
+  std::vector<PluginUse> models, devices;
+  TrainingSpec training;
+  MeasurementSpec measurement;
+  MetricsSpec metrics;
+
+  /// The resolved experiment as JSON (recorded in results.json).
+  nlohmann::json ToJson() const;
+};
+
+}  // namespace trainbench

@@ -1,0 +1,140 @@
+// trainbench: the supervising host. Reads experiments, finds plugins, runs
+// each cell in a fresh trainbench-worker process, writes results and serves
+// live metrics. It never loads LibTorch itself.
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "config_loader.h"
+#include "plugin_catalog.h"
+#include "runner.h"
+#include "system_info.h"
+#include "worker_client.h"
+
+namespace fs = std::filesystem;
+using namespace trainbench;
+
+namespace {
+
+void PrintPlugins(const PluginCatalog& catalog) {
+  std::printf("search path:\n");
+  for (const auto& d : catalog.search_path()) std::printf("  %s%s\n", d.c_str(), fs::is_directory(d) ? "" : "  (missing)");
+  std::printf("\n");
+  for (const auto& p : catalog.plugins()) {
+    if (p.loaded) {
+      const auto& d = p.descriptor;
+      std::string availability;
+      if (p.available.has_value()) {
+        availability = *p.available ? "  [available]" : "  [unavailable: " + p.unavailable_reason + "]";
+      }
+      std::printf("%-7s %-12s %-8s %s%s\n        %s  (ABI %s, %s)\n", d.value("kind", "").c_str(),
+                  d.value("name", "").c_str(), d.value("version", "").c_str(),
+                  d.value("description", "").c_str(), availability.c_str(), p.path.c_str(),
+                  d.value("abi", "").c_str(), d.value("fingerprint", "").c_str());
+      for (const auto& param : d["params"]) {
+        std::string extra;
+        if (param.contains("choices")) extra = " {" + fmt::format("{}", fmt::join(param["choices"].get<std::vector<std::string>>(), ",")) + "}";
+        if (param.contains("min")) extra += fmt::format(" [{}, {}]", param["min"].get<double>(), param["max"].get<double>());
+        std::printf("          %-16s %-6s default %-10s %s%s\n", param.value("name", "").c_str(),
+                    param.value("type", "").c_str(), param["default"].dump().c_str(),
+                    param.value("doc", "").c_str(), extra.c_str());
+      }
+    } else {
+      std::printf("REJECTED %s\n", p.reason.empty() ? p.path.c_str() : p.reason.c_str());
+    }
+  }
+  for (const char* optional : {"cuda"}) {
+    if (catalog.Find(optional) == nullptr) std::printf("\nnote: %s\n", KnownOptionalPluginReason(optional).c_str());
+  }
+}
+
+std::string DefaultOutDir(const std::string& name) {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  return "results/" + name + "-" + stamp;
+}
+
+// Loads, resolves and validates; on a user error prints one line and exits.
+Experiment LoadAndResolve(const std::string& config, const PluginCatalog& catalog) {
+  Experiment e = LoadExperiment(config);
+  ResolvePlugins(e, catalog);
+  return e;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"trainbench: how fast does deep-learning training run on this hardware, and why"};
+  app.set_version_flag("--version", fmt::format("trainbench {} (git {})", TrainbenchVersion(), TrainbenchGitCommit()));
+  app.require_subcommand(1);
+
+  std::vector<std::string> plugin_dirs;
+  std::string config, out_dir;
+  auto add_plugin_dir = [&](CLI::App* cmd) {
+    cmd->add_option("--plugin-dir", plugin_dirs, "folder to search for plugins first (repeatable)");
+  };
+  auto* run = app.add_subcommand("run", "run an experiment");
+  run->add_option("config", config, "experiment YAML file")->required();
+  run->add_option("--out", out_dir, "output folder for results.json, results.csv and logs");
+  add_plugin_dir(run);
+  auto* validate = app.add_subcommand("validate", "check an experiment file without running it");
+  validate->add_option("config", config, "experiment YAML file")->required();
+  add_plugin_dir(validate);
+  auto* plugins = app.add_subcommand("plugins", "list plugins found, loaded or rejected with the reason");
+  add_plugin_dir(plugins);
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_pattern(isatty(fileno(stderr)) ? "%H:%M:%S %^%l%$ %v" : "%Y-%m-%dT%H:%M:%S.%e %l %v");
+  try {
+    const PluginCatalog catalog = PluginCatalog::Discover(PluginSearchPath(plugin_dirs));
+    if (plugins->parsed()) {
+      PrintPlugins(catalog);
+      return kExitOk;
+    }
+    Experiment experiment;
+    try {
+      experiment = LoadAndResolve(config, catalog);
+    } catch (const ConfigError& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return kExitConfig;
+    }
+    if (validate->parsed()) {
+      std::printf("%s: ok: %zu model(s) x %zu device(s) = %zu cell(s)\n", config.c_str(),
+                  experiment.models.size(), experiment.devices.size(),
+                  experiment.models.size() * experiment.devices.size());
+      for (const auto& d : experiment.devices) {
+        if (d.path.empty()) std::printf("  note: cells on '%s' will be skipped: %s\n", d.label.c_str(), d.missing_reason.c_str());
+      }
+      return kExitOk;
+    }
+    if (out_dir.empty()) out_dir = DefaultOutDir(experiment.name);
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec || ::access(out_dir.c_str(), W_OK) != 0) {
+      std::fprintf(stderr, "error: %s: output folder cannot be created or written%s%s\n", out_dir.c_str(),
+                   ec ? ": " : "", ec ? ec.message().c_str() : "");
+      return kExitError;
+    }
+    nlohmann::json system = CollectSystemInfo();
+    RunWorker({"info"}, "", "", [&](const nlohmann::json& event) {
+      system["torch_version"] = event.value("torch_version", "");
+      system["torch_cuda_version"] = event.value("cuda_version", "");
+    });
+    InstallSignalHandlers();
+    spdlog::info("experiment '{}': {} cell(s), results in {}", experiment.name,
+                 experiment.models.size() * experiment.devices.size(), out_dir);
+    return RunExperiment(experiment, out_dir, system, {});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitError;
+  }
+}

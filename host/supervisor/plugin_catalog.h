@@ -1,0 +1,57 @@
+#pragma once
+// Finding plugin files and learning what they are. Plugins are loaded only in
+// worker processes (they bring LibTorch); a plugin that crashes or hangs
+// while being described takes down one worker, not the host.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace trainbench {
+
+/// What is known of one plugin file.
+struct PluginInfo {
+  std::string path;
+  bool loaded = false;   ///< accepted by the loader
+  std::string reason;    ///< why rejected (or shadowed)
+  nlohmann::json descriptor;  ///< name, kind, version, abi, fingerprint, params
+  std::optional<bool> available;  ///< device plugins: usable on this machine
+  std::string unavailable_reason;
+
+  std::string name() const { return descriptor.value("name", ""); }
+  std::string kind() const { return descriptor.value("kind", ""); }
+};
+
+/// Device plugins that a build may lack on purpose, and why.
+std::string KnownOptionalPluginReason(const std::string& name);
+
+/// The folders searched, in order: `extra` (--plugin-dir), then
+/// TRAINBENCH_PLUGIN_PATH (colon-separated), then the install's (or build
+/// tree's) lib/trainbench/plugins beside the executable.
+std::vector<std::filesystem::path> PluginSearchPath(const std::vector<std::string>& extra);
+
+/// All plugins found, described by worker processes.
+class PluginCatalog {
+ public:
+  /// Scans `dirs` for *.so files and describes them in worker processes. A
+  /// plugin whose name was already found earlier in the search path is
+  /// listed as shadowed (not loaded).
+  static PluginCatalog Discover(const std::vector<std::filesystem::path>& dirs);
+
+  const std::vector<PluginInfo>& plugins() const { return plugins_; }
+  const std::vector<std::filesystem::path>& search_path() const { return dirs_; }
+
+  /// The loaded plugin called `name`, or nullptr.
+  const PluginInfo* Find(const std::string& name) const;
+  /// Names of loaded plugins of `kind` ("model"/"device").
+  std::vector<std::string> Names(const std::string& kind) const;
+
+ private:
+  std::vector<std::filesystem::path> dirs_;
+  std::vector<PluginInfo> plugins_;
+};
+
+}  // namespace trainbench

@@ -1,0 +1,47 @@
+#pragma once
+// results.json / results.csv: what a run leaves behind. Rewritten atomically
+// (write to a temporary file, then rename) after every cell, so an
+// interruption leaves the last good file.
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace trainbench {
+
+/// Writes `content` to `path` through a temporary file and a rename. Throws
+/// std::runtime_error naming the file on failure (disk full, no permission).
+void WriteFileAtomically(const std::filesystem::path& path, const std::string& content);
+
+/// The results document of one run. Not thread-safe.
+class Results {
+ public:
+  Results(std::filesystem::path out_dir, nlohmann::json experiment, nlohmann::json system,
+          std::string baseline);
+
+  /// The cells, in run order (model-major). Callers fill them as cells run.
+  nlohmann::json& cells() { return doc_["cells"]; }
+  nlohmann::json& system() { return doc_["system"]; }
+  const nlohmann::json& doc() const { return doc_; }
+
+  /// Sets each ok cell's `speedup`: the baseline device's steady-state
+  /// samples/s for the same model divided into this cell's, i.e. the baseline's
+  /// time for the same work over this cell's. null for the baseline itself and
+  /// when the baseline has no result.
+  void ComputeSpeedups();
+
+  /// Writes results.json and results.csv into the output folder.
+  void Write();
+
+  /// The closing table: model, params, device, samples/s, epoch time,
+  /// test accuracy, speedup, status.
+  std::string Table() const;
+
+ private:
+  std::filesystem::path out_dir_;
+  std::string baseline_;
+  nlohmann::json doc_;
+};
+
+}  // namespace trainbench

@@ -1,0 +1,222 @@
+#include "runner.h"
+
+#include <algorithm>
+#include <csignal>
+
+#include <spdlog/spdlog.h>
+
+#include "worker_client.h"
+
+namespace trainbench {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::atomic<int> g_stop_signal{0};
+
+namespace {
+
+extern "C" void OnSignal(int sig) {
+  g_stop_signal.store(sig);
+  // The worker is in our process group when run from a terminal and got the
+  // SIGINT already; a SIGTERM from a service manager reaches only us.
+  const int pid = g_worker_pid.load();
+  if (pid > 0) ::kill(pid, sig);
+}
+
+json CellSpecJson(const Experiment& e, const PluginUse& model, const PluginUse& device, size_t index) {
+  auto opt = [](const auto& o) { return o ? json(*o) : json(nullptr); };
+  const auto max_steps = device.max_steps ? device.max_steps : e.measurement.max_steps;
+  const auto budget = device.time_budget_seconds ? device.time_budget_seconds : e.measurement.time_budget_seconds;
+  return {{"experiment", e.name},
+          {"cell_index", index},
+          {"seed", e.seed},
+          {"model", {{"name", model.plugin}, {"path", model.path}, {"options", model.options}}},
+          {"device", {{"name", device.plugin}, {"path", device.path}, {"options", device.options}}},
+          {"dataset",
+           {{"kind", e.dataset.kind},
+            {"path", e.dataset.path},
+            {"train_size", opt(e.dataset.train_size)},
+            {"test_size", opt(e.dataset.test_size)}}},
+          {"training",
+           {{"epochs", e.training.epochs},
+            {"batch_size", e.training.batch_size},
+            {"augment", e.training.augment},
+            {"optimizer",
+             {{"name", e.training.optimizer.name},
+              {"lr", e.training.optimizer.lr},
+              {"momentum", e.training.optimizer.momentum},
+              {"weight_decay", e.training.optimizer.weight_decay},
+              {"nesterov", e.training.optimizer.nesterov}}},
+            {"schedule",
+             {{"name", e.training.schedule.name},
+              {"step_size", e.training.schedule.step_size},
+              {"gamma", e.training.schedule.gamma}}}}},
+          {"measurement",
+           {{"warmup_steps", e.measurement.warmup_steps},
+            {"max_steps", opt(max_steps)},
+            {"time_budget_seconds", opt(budget)},
+            {"progress_interval_seconds", e.measurement.progress_interval_seconds},
+            {"eval_batch_size", e.measurement.eval_batch_size}}}};
+}
+
+// Runs one attempt of a cell in a fresh worker; returns the cell's outcome.
+json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, size_t index,
+                size_t total, std::vector<RunObserver*>& observers) {
+  json cell = base_cell;
+  bool finished = false;
+  auto last_line = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  WorkerExit exit = RunWorker({"run"}, spec.dump(), log, [&](const json& event) {
+    const std::string type = event.value("event", "");
+    if (type == "started") {
+      for (const char* key : {"params", "flops_per_sample", "hardware", "train_size", "test_size", "steps_per_epoch"})
+        if (event.contains(key)) cell[key] = event[key];
+    } else if (type == "progress") {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_line >= std::chrono::seconds(3)) {
+        last_line = now;
+        spdlog::info("[{}/{}] {} on {}: epoch {} step {}/{} loss {:.4f} {:.1f} samples/s", index + 1,
+                     total, cell["model"].get<std::string>(), cell["device"].get<std::string>(),
+                     event.value("epoch", 0), event.value("step", 0), event.value("steps_per_epoch", 0),
+                     event.value("loss", 0.0), event.value("samples_per_second", 0.0));
+      }
+    } else if (type == "epoch") {
+      spdlog::info("[{}/{}] {} on {}: epoch {} done in {:.1f} s{}, loss {:.4f}, test accuracy {:.2f}%",
+                   index + 1, total, cell["model"].get<std::string>(), cell["device"].get<std::string>(),
+                   event.value("epoch", 0), event.value("seconds", 0.0),
+                   event.value("complete", true) ? "" : " (partial: budget reached)",
+                   event.value("train_loss", 0.0), 100.0 * event.value("test_accuracy", 0.0));
+    } else if (type == "result") {
+      for (auto it = event.begin(); it != event.end(); ++it)
+        if (it.key() != "event") cell[it.key()] = it.value();
+      cell["status"] = "ok";
+      finished = true;
+    } else if (type == "skipped" || type == "error") {
+      cell["status"] = type == "skipped" ? "skipped" : "failed";
+      cell["reason"] = event.value("reason", "");
+      finished = true;
+    }
+    for (auto* o : observers) o->OnEvent(index, cell, event);
+  });
+  if (!finished) {
+    if (g_stop_signal.load() != 0) {
+      cell["status"] = "interrupted";
+      cell["reason"] = "interrupted by " + std::string(sigabbrev_np(g_stop_signal.load()) ? "SIG" : "signal ") +
+                       (sigabbrev_np(g_stop_signal.load()) ? sigabbrev_np(g_stop_signal.load()) : "");
+    } else {
+      cell["status"] = "failed";
+      std::string last = LastLogLine(log);
+      cell["reason"] = "worker " + exit.Describe() + (last.empty() ? "" : "; last log line: " + last);
+    }
+  }
+  return cell;
+}
+
+}  // namespace
+
+int RunExperiment(const Experiment& e, const fs::path& out_dir, const json& system,
+                  std::vector<RunObserver*> observers) {
+  Results results(out_dir, e.ToJson(), system, e.measurement.baseline);
+  fs::create_directories(out_dir / "logs");
+  const size_t total = e.models.size() * e.devices.size();
+  for (auto* o : observers) o->OnRunStarted(e, total);
+
+  // Every cell is listed from the start as pending, so a partial file shows
+  // what is still to come.
+  for (const auto& model : e.models) {
+    for (const auto& device : e.devices) {
+      results.cells().push_back({{"model", model.label},
+                                 {"model_plugin", model.plugin},
+                                 {"device", device.label},
+                                 {"device_plugin", device.plugin},
+                                 {"model_options", model.options},
+                                 {"device_options", device.options},
+                                 {"status", "pending"}});
+    }
+  }
+  results.Write();
+
+  bool any_failed = false;
+  size_t index = 0;
+  for (const auto& model : e.models) {
+    for (const auto& device : e.devices) {
+      json& cell = results.cells()[index];
+      if (g_stop_signal.load() != 0) {
+        cell["status"] = "interrupted";
+        cell["reason"] = "run interrupted before this cell started";
+        ++index;
+        continue;
+      }
+      cell["index"] = index;
+      for (auto* o : observers) o->OnCellStarted(index, cell);
+      if (device.path.empty()) {
+        cell["status"] = "skipped";
+        cell["reason"] = device.missing_reason;
+        spdlog::warn("[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label,
+                     device.missing_reason);
+      } else {
+        spdlog::info("[{}/{}] {} on {}: starting", index + 1, total, model.label, device.label);
+        const json spec = CellSpecJson(e, model, device, index);
+        std::vector<json> attempts;
+        for (int64_t r = 0; r < e.measurement.repeats && g_stop_signal.load() == 0; ++r) {
+          const fs::path log = out_dir / "logs" /
+                               fmt::format("cell-{:02}-{}-{}{}.log", index, model.label, device.label,
+                                           e.measurement.repeats > 1 ? fmt::format("-r{}", r) : "");
+          attempts.push_back(RunAttempt(spec, cell, log, index, total, observers));
+          if (attempts.back().value("status", "") != "ok") break;
+        }
+        if (attempts.back().value("status", "") == "ok" && attempts.size() > 1) {
+          // Keep the repeat of median throughput; record all of them.
+          json sps = json::array();
+          for (const auto& a : attempts) sps.push_back(a["samples_per_second"]);
+          std::sort(attempts.begin(), attempts.end(), [](const json& a, const json& b) {
+            return a["samples_per_second"].get<double>() < b["samples_per_second"].get<double>();
+          });
+          json chosen = attempts[attempts.size() / 2];
+          chosen["samples_per_second_repeats"] = sps;
+          cell = chosen;
+        } else {
+          cell = attempts.back();
+        }
+        cell["index"] = index;
+        const std::string status = cell.value("status", "");
+        if (status == "ok") {
+          spdlog::info("[{}/{}] {} on {}: {:.1f} samples/s{}", index + 1, total, model.label, device.label,
+                       cell.value("samples_per_second", 0.0), cell.value("projected", false) ? " (projected)" : "");
+        } else if (status == "skipped") {
+          spdlog::warn("[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label,
+                       cell.value("reason", ""));
+        } else {
+          any_failed |= status == "failed";
+          spdlog::error("[{}/{}] {} on {}: {}: {}", index + 1, total, model.label, device.label, status,
+                        cell.value("reason", ""));
+        }
+      }
+      // GPU details of the run come from the first cell that saw one.
+      if (cell.contains("hardware") && cell["hardware"].value("type", "") == "cuda" &&
+          !results.system().contains("gpu")) {
+        results.system()["gpu"] = cell["hardware"];
+      }
+      results.ComputeSpeedups();
+      results.Write();
+      for (auto* o : observers) o->OnCellFinished(index, cell);
+      ++index;
+    }
+  }
+  results.ComputeSpeedups();
+  results.Write();
+  for (auto* o : observers) o->OnRunFinished(results);
+  std::printf("\n%s", results.Table().c_str());
+  std::printf("results: %s\n", (out_dir / "results.json").c_str());
+  if (const int sig = g_stop_signal.load(); sig != 0) return 128 + sig;
+  return any_failed ? kExitCellsFailed : kExitOk;
+}
+
+void InstallSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+}  // namespace trainbench

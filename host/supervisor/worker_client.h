@@ -1,0 +1,43 @@
+#pragma once
+// Starting a trainbench-worker process and reading its events. The worker is
+// started fresh with fork+exec from this process, which never initialises
+// CUDA or loads LibTorch, so every worker gets a clean CUDA context.
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace trainbench {
+
+/// Process id of the worker running now (0 when none), for signal forwarding.
+extern std::atomic<int> g_worker_pid;
+
+/// How a worker ended.
+struct WorkerExit {
+  bool signaled = false;
+  int code = 0;    ///< exit code when not signaled
+  int signal = 0;  ///< signal number when signaled
+  /// "exit code 1" / "killed by signal SIGSEGV (Segmentation fault)".
+  std::string Describe() const;
+};
+
+/// The trainbench-worker executable: TRAINBENCH_WORKER if set, else the one
+/// beside this executable.
+std::filesystem::path WorkerPath();
+
+/// Runs the worker with `args`, writes `stdin_text` to its stdin, calls
+/// `on_event` for each JSON line it prints (other lines are ignored) and
+/// appends its stderr to `stderr_log` (or discards it when empty). Blocks
+/// until it exits. Throws std::runtime_error when it cannot be started.
+WorkerExit RunWorker(const std::vector<std::string>& args, const std::string& stdin_text,
+                     const std::filesystem::path& stderr_log,
+                     const std::function<void(const nlohmann::json&)>& on_event);
+
+/// The last non-empty line of a log file (for a crash's reason), or "".
+std::string LastLogLine(const std::filesystem::path& log);
+
+}  // namespace trainbench

@@ -1,0 +1,48 @@
+#pragma once
+// The training and test sets as tensors resident on the training device, with
+// augmentation (random crop with 4-pixel padding, horizontal flip) and
+// per-channel normalisation done on that device: no per-step host-to-device
+// copy.
+
+#include <cstdint>
+#include <string>
+
+#include <torch/types.h>
+
+#include "cifar10.h"
+
+namespace trainbench::worker {
+
+/// Per-channel mean and standard deviation of the CIFAR-10 training set, on
+/// the 0-255 scale (measured on the files in ../shared/data).
+inline constexpr double kMean[3] = {125.27, 122.93, 113.86};
+inline constexpr double kStd[3] = {62.53, 61.91, 66.46};
+
+/// One split on a device.
+class DeviceDataset {
+ public:
+  /// Moves `set` to `device`. `augment` enables crop/flip in TrainBatch().
+  DeviceDataset(const data::ImageSet& set, c10::Device device, bool channels_last);
+
+  int64_t size() const { return labels_.size(0); }
+
+  /// A fresh random order of the samples, on the device.
+  torch::Tensor Permutation() const;
+
+  /// The batch of samples `indices` (int64 on the device), augmented when
+  /// `augment`, normalised, as float32 NCHW (or NHWC when channels_last).
+  torch::Tensor Images(const torch::Tensor& indices, bool augment) const;
+  torch::Tensor Labels(const torch::Tensor& indices) const { return labels_.index_select(0, indices); }
+
+ private:
+  c10::Device device_;
+  bool channels_last_;
+  torch::Tensor padded_;  // N,3,40,40 uint8: images with a 4-pixel zero border
+  torch::Tensor labels_;  // N int64
+  torch::Tensor mean_, inv_std_;  // 1,3,1,1 float32
+};
+
+/// A synthetic set of the CIFAR-10 shape: uniform random pixels and labels.
+data::ImageSet SyntheticImageSet(int64_t count, uint64_t seed);
+
+}  // namespace trainbench::worker

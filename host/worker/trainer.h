@@ -1,0 +1,16 @@
+#pragma once
+// The training loop of one cell: one model on one device, timed.
+
+#include "cell_spec.h"
+#include "event_sink.h"
+
+namespace trainbench::worker {
+
+/// Runs the cell and reports through `sink`: "started", "progress" (at least
+/// every progress_interval_seconds), "epoch" after each epoch, then exactly
+/// one of "result", "skipped" (device unavailable) or "error". Returns the
+/// process exit code: 0 for result/skipped, 1 for error. Exceptions inside
+/// are reported as "error"; a crash is noticed by the host.
+int RunCell(const CellSpec& spec, EventSink& sink);
+
+}  // namespace trainbench::worker

@@ -1,0 +1,110 @@
+// The CPU device: LibTorch's CPU kernels with a chosen number of threads.
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include "trainbench/sdk/plugin.h"
+
+namespace {
+
+using trainbench::sdk::DeviceSettings;
+using trainbench::sdk::Status;
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+// Reads a "Key:   N kB" line of /proc/self/status, in bytes.
+int64_t ProcStatusBytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string prefix = std::string(key) + ":";
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) == 0) return std::stoll(line.substr(prefix.size())) * 1024;
+  }
+  return -1;
+}
+
+class CpuDevice : public trainbench::sdk::Device {
+ public:
+  CpuDevice(int64_t threads, bool channels_last)
+      : threads_(threads), channels_last_(channels_last) {}
+
+  bool Available(std::string*) noexcept override { return true; }
+
+  Status Setup() noexcept override {
+    try {
+      const int64_t cores = static_cast<int64_t>(std::thread::hardware_concurrency());
+      at::set_num_threads(static_cast<int>(threads_ > 0 ? threads_ : std::max<int64_t>(cores, 1)));
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return Status::Error(e.what());
+    }
+  }
+
+  DeviceSettings Settings() const noexcept override {
+    DeviceSettings s;
+    s.device = c10::Device(c10::kCPU);
+    s.channels_last = channels_last_;
+    return s;
+  }
+
+  std::string DescribeJson() noexcept override {
+    try {
+      nlohmann::json j;
+      j["type"] = "cpu";
+      j["name"] = CpuModelName();
+      j["logical_cores"] = std::thread::hardware_concurrency();
+      j["threads_used"] = at::get_num_threads();
+      j["channels_last"] = channels_last_;
+      return j.dump();
+    } catch (...) {
+      return "{}";
+    }
+  }
+
+  Status Synchronize() noexcept override { return Status::Ok(); }
+
+  int64_t MemoryInUseBytes() noexcept override {
+    try { return ProcStatusBytes("VmRSS"); } catch (...) { return -1; }
+  }
+  int64_t PeakMemoryBytes() noexcept override {
+    try { return ProcStatusBytes("VmHWM"); } catch (...) { return -1; }
+  }
+  void ResetPeakMemory() noexcept override {
+    // Linux resets VmHWM to the current RSS when "5" is written here.
+    std::ofstream out("/proc/self/clear_refs");
+    out << "5";
+  }
+
+ private:
+  int64_t threads_;
+  bool channels_last_;
+};
+
+const TbParamSpec kParams[] = {
+    {"threads", TB_PARAM_INT, "0", "intra-op threads; 0 = all logical cores", nullptr, 1, 0, 4096},
+    {"channels_last", TB_PARAM_BOOL, "false", "use the NHWC memory format", nullptr, 0, 0, 0},
+};
+
+std::unique_ptr<trainbench::sdk::Device> Make(const trainbench::sdk::Options& options) {
+  return std::make_unique<CpuDevice>(options.GetInt("threads"), options.GetBool("channels_last"));
+}
+
+}  // namespace
+
+TRAINBENCH_DEVICE_PLUGIN("cpu", "1.0.0", "CPU through LibTorch's CPU kernels", kParams, Make)

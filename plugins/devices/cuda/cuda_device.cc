@@ -1,0 +1,167 @@
+// The CUDA device: one NVIDIA GPU through LibTorch's CUDA and cuDNN backends.
+// Built only when the LibTorch found at configure time has CUDA.
+
+#include <memory>
+#include <string>
+
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#include <nlohmann/json.hpp>
+#include <torch/cuda.h>
+
+#include "trainbench/sdk/plugin.h"
+
+namespace {
+
+using trainbench::sdk::Amp;
+using trainbench::sdk::DeviceSettings;
+using trainbench::sdk::Status;
+
+std::string CudaVersionText(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+class CudaDevice : public trainbench::sdk::Device {
+ public:
+  CudaDevice(int64_t index, bool cudnn_benchmark, Amp amp, bool channels_last, bool cuda_graph)
+      : index_(static_cast<c10::DeviceIndex>(index)),
+        cudnn_benchmark_(cudnn_benchmark),
+        amp_(amp),
+        channels_last_(channels_last),
+        cuda_graph_(cuda_graph) {}
+
+  bool Available(std::string* why_not) noexcept override {
+    try {
+      if (!torch::cuda::is_available()) {
+        *why_not = "no CUDA GPU visible to LibTorch (driver missing or no device)";
+        return false;
+      }
+      const auto count = static_cast<int64_t>(torch::cuda::device_count());
+      if (index_ >= count) {
+        *why_not = "device_index " + std::to_string(index_) + " but only " +
+                   std::to_string(count) + " CUDA GPU(s) visible";
+        return false;
+      }
+      return true;
+    } catch (const std::exception& e) {
+      *why_not = std::string("CUDA initialisation failed: ") + e.what();
+      return false;
+    }
+  }
+
+  Status Setup() noexcept override {
+    try {
+      c10::cuda::set_device(index_);
+      at::globalContext().setBenchmarkCuDNN(cudnn_benchmark_);
+      // fp32 convolutions and matmuls stay fp32 (no TF32) unless AMP is asked
+      // for, so fp32 numbers mean what they say.
+      at::globalContext().setAllowTF32CuBLAS(false);
+      at::globalContext().setAllowTF32CuDNN(false);
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return Status::Error(e.what());
+    }
+  }
+
+  DeviceSettings Settings() const noexcept override {
+    DeviceSettings s;
+    s.device = c10::Device(c10::kCUDA, index_);
+    s.channels_last = channels_last_;
+    s.amp = amp_;
+    s.cuda_graph = cuda_graph_;
+    return s;
+  }
+
+  std::string DescribeJson() noexcept override {
+    try {
+      nlohmann::json j;
+      const cudaDeviceProp* p = at::cuda::getDeviceProperties(index_);
+      int driver = 0, runtime = 0;
+      cudaDriverGetVersion(&driver);
+      cudaRuntimeGetVersion(&runtime);
+      j["type"] = "cuda";
+      j["index"] = index_;
+      j["name"] = p->name;
+      j["memory_bytes"] = static_cast<int64_t>(p->totalGlobalMem);
+      j["compute_capability"] = std::to_string(p->major) + "." + std::to_string(p->minor);
+      j["multiprocessors"] = p->multiProcessorCount;
+      j["driver_cuda_version"] = CudaVersionText(driver);
+      j["cuda_runtime_version"] = CudaVersionText(runtime);
+      const long cudnn = at::detail::getCUDAHooks().versionCuDNN();
+      j["cudnn_version"] = cudnn > 0 ? std::to_string(cudnn) : "none";
+      j["cudnn_benchmark"] = cudnn_benchmark_;
+      j["amp"] = trainbench::sdk::AmpName(amp_);
+      j["channels_last"] = channels_last_;
+      j["cuda_graph"] = cuda_graph_;
+      return j.dump();
+    } catch (const std::exception& e) {
+      return nlohmann::json{{"type", "cuda"}, {"error", e.what()}}.dump();
+    }
+  }
+
+  Status Synchronize() noexcept override {
+    const cudaError_t err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) return Status::Error(std::string("CUDA error: ") + cudaGetErrorString(err));
+    return Status::Ok();
+  }
+
+  int64_t MemoryInUseBytes() noexcept override {
+    try {
+      auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_);
+      return stats.reserved_bytes[0].current;
+    } catch (...) {
+      return -1;
+    }
+  }
+  int64_t PeakMemoryBytes() noexcept override {
+    try {
+      auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_);
+      return stats.reserved_bytes[0].peak;
+    } catch (...) {
+      return -1;
+    }
+  }
+  void ResetPeakMemory() noexcept override {
+    try {
+      c10::cuda::CUDACachingAllocator::resetPeakStats(index_);
+    } catch (...) {
+    }
+  }
+
+ private:
+  c10::DeviceIndex index_;
+  bool cudnn_benchmark_;
+  Amp amp_;
+  bool channels_last_;
+  bool cuda_graph_;
+};
+
+const TbParamSpec kParams[] = {
+    {"device_index", TB_PARAM_INT, "0", "which CUDA GPU", nullptr, 1, 0, 1024},
+    {"cudnn_benchmark", TB_PARAM_BOOL, "true", "let cuDNN autotune convolution algorithms",
+     nullptr, 0, 0, 0},
+    {"amp", TB_PARAM_ENUM, "\"none\"", "automatic mixed precision", "none,bf16,fp16", 0, 0, 0},
+    {"channels_last", TB_PARAM_BOOL, "false", "use the NHWC memory format", nullptr, 0, 0, 0},
+    {"cuda_graph", TB_PARAM_BOOL, "false",
+     "capture the whole training step (forward, backward, optimizer) in a CUDA graph", nullptr,
+     0, 0, 0},
+};
+
+std::unique_ptr<trainbench::sdk::Device> Make(const trainbench::sdk::Options& options) {
+  Amp amp;
+  if (!trainbench::sdk::ParseAmp(options.GetString("amp"), &amp))
+    throw std::invalid_argument("amp must be none, bf16 or fp16");
+  return std::make_unique<CudaDevice>(options.GetInt("device_index"),
+                                      options.GetBool("cudnn_benchmark"), amp,
+                                      options.GetBool("channels_last"),
+                                      options.GetBool("cuda_graph"));
+}
+
+}  // namespace
+
+TRAINBENCH_DEVICE_PLUGIN("cuda", "1.0.0", "one NVIDIA GPU through LibTorch's CUDA and cuDNN",
+                         kParams, Make)

@@ -1,0 +1,137 @@
+#include "resnet.h"
+
+#include <stdexcept>
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/init.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/pooling.h>
+
+#include "trainbench/sdk/module_model.h"
+
+namespace trainbench::plugins {
+namespace {
+
+using sdk::CountedConv2d;
+using sdk::CountedLinear;
+using torch::nn::BatchNorm2d;
+using torch::nn::Conv2dOptions;
+
+CountedConv2d Conv3x3(int64_t in, int64_t out, int64_t stride) {
+  return CountedConv2d(Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+}
+CountedConv2d Conv1x1(int64_t in, int64_t out, int64_t stride) {
+  return CountedConv2d(Conv2dOptions(in, out, 1).stride(stride).bias(false));
+}
+
+// One residual block, basic (two 3x3) or bottleneck (1x1, 3x3, 1x1 x4).
+class BlockImpl : public torch::nn::Module {
+ public:
+  BlockImpl(int64_t in, int64_t width, int64_t stride, bool bottleneck)
+      : bottleneck_(bottleneck) {
+    const int64_t out = bottleneck ? width * 4 : width;
+    if (bottleneck) {
+      conv1_ = register_module("conv1", Conv1x1(in, width, 1));
+      bn1_ = register_module("bn1", BatchNorm2d(width));
+      conv2_ = register_module("conv2", Conv3x3(width, width, stride));
+      bn2_ = register_module("bn2", BatchNorm2d(width));
+      conv3_ = register_module("conv3", Conv1x1(width, out, 1));
+      bn3_ = register_module("bn3", BatchNorm2d(out));
+    } else {
+      conv1_ = register_module("conv1", Conv3x3(in, width, stride));
+      bn1_ = register_module("bn1", BatchNorm2d(width));
+      conv2_ = register_module("conv2", Conv3x3(width, width, 1));
+      bn2_ = register_module("bn2", BatchNorm2d(width));
+    }
+    if (stride != 1 || in != out) {
+      downsample_ = register_module(
+          "downsample", torch::nn::Sequential(Conv1x1(in, out, stride), BatchNorm2d(out)));
+    }
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor y = torch::relu(bn1_(conv1_(x)));
+    y = bn2_(conv2_(y));
+    if (bottleneck_) y = bn3_(conv3_(torch::relu(y)));
+    y = y + (downsample_ ? downsample_->forward(x) : x);
+    return torch::relu(y);
+  }
+
+ private:
+  bool bottleneck_;
+  CountedConv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
+  BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
+  torch::nn::Sequential downsample_{nullptr};
+};
+TORCH_MODULE(Block);
+
+class ResNetImpl : public torch::nn::Module {
+ public:
+  ResNetImpl(const ResNetSpec& spec, int64_t num_classes, bool imagenet_stem)
+      : imagenet_stem_(imagenet_stem) {
+    conv1_ = register_module(
+        "conv1", imagenet_stem
+                     ? CountedConv2d(Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false))
+                     : Conv3x3(3, 64, 1));
+    bn1_ = register_module("bn1", BatchNorm2d(64));
+    int64_t in = 64;
+    const int64_t widths[4] = {64, 128, 256, 512};
+    for (int stage = 0; stage < 4; ++stage) {
+      torch::nn::Sequential layer;
+      for (int64_t b = 0; b < spec.layers[stage]; ++b) {
+        const int64_t stride = (b == 0 && stage > 0) ? 2 : 1;
+        layer->push_back(Block(in, widths[stage], stride, spec.bottleneck));
+        in = spec.bottleneck ? widths[stage] * 4 : widths[stage];
+      }
+      layers_[stage] = register_module("layer" + std::to_string(stage + 1), layer);
+    }
+    fc_ = register_module("fc", CountedLinear(in, num_classes));
+    Initialise();
+  }
+
+  torch::Tensor forward(const torch::Tensor& input) {
+    torch::Tensor x = torch::relu(bn1_(conv1_(input)));
+    if (imagenet_stem_) {
+      x = torch::max_pool2d(x, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
+    }
+    for (auto& layer : layers_) x = layer->forward(x);
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return fc_(x);
+  }
+
+ private:
+  // torchvision: Kaiming-normal (fan_out, ReLU) convolutions, BN weight 1 and
+  // bias 0; the fc layer keeps nn.Linear's default initialisation.
+  void Initialise() {
+    torch::NoGradGuard no_grad;
+    for (auto& m : modules(/*include_self=*/false)) {
+      if (auto* conv = m->as<torch::nn::Conv2dImpl>()) {
+        torch::nn::init::kaiming_normal_(conv->weight, 0.0, torch::kFanOut, torch::kReLU);
+      } else if (auto* bn = m->as<torch::nn::BatchNorm2dImpl>()) {
+        torch::nn::init::ones_(bn->weight);
+        torch::nn::init::zeros_(bn->bias);
+      }
+    }
+  }
+
+  bool imagenet_stem_;
+  CountedConv2d conv1_{nullptr};
+  BatchNorm2d bn1_{nullptr};
+  torch::nn::Sequential layers_[4] = {nullptr, nullptr, nullptr, nullptr};
+  CountedLinear fc_{nullptr};
+};
+TORCH_MODULE(ResNet);
+
+}  // namespace
+
+std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Options& options) {
+  const int64_t classes = options.GetInt("num_classes");
+  const std::string stem = options.GetString("stem");
+  if (stem != "imagenet" && stem != "cifar")
+    throw std::invalid_argument("stem must be 'imagenet' or 'cifar', not '" + stem + "'");
+  return std::make_unique<sdk::ModuleModel<ResNet>>(ResNet(spec, classes, stem == "imagenet"),
+                                                    std::array<int64_t, 3>{3, 32, 32}, classes);
+}
+
+}  // namespace trainbench::plugins

@@ -1,0 +1,65 @@
+// SimpleCNN: the small network of the study, about 0.5M parameters.
+//
+// Exact architecture (input 3x32x32), identical to the plain-PyTorch baseline
+// in bench/ so that the two can be compared step for step:
+//   conv1 3->32, 3x3, pad 1, ReLU, max-pool 2   -> 32x16x16
+//   conv2 32->64, 3x3, pad 1, ReLU, max-pool 2  -> 64x8x8
+//   conv3 64->128, 3x3, pad 1, ReLU, max-pool 2 -> 128x4x4
+//   flatten (2048), fc1 2048->hidden (192), ReLU, fc2 hidden->num_classes
+// With the defaults: 488,586 parameters, 62,532,864 training FLOPs per image.
+
+#include <memory>
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/pooling.h>
+#include <torch/nn/module.h>
+
+#include "trainbench/sdk/module_model.h"
+#include "trainbench/sdk/plugin.h"
+
+namespace {
+
+namespace F = torch::nn::functional;
+using trainbench::sdk::CountedConv2d;
+using trainbench::sdk::CountedLinear;
+
+class SimpleCnnImpl : public torch::nn::Module {
+ public:
+  SimpleCnnImpl(int64_t hidden, int64_t num_classes)
+      : conv1_(register_module("conv1", CountedConv2d(torch::nn::Conv2dOptions(3, 32, 3).padding(1)))),
+        conv2_(register_module("conv2", CountedConv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)))),
+        conv3_(register_module("conv3", CountedConv2d(torch::nn::Conv2dOptions(64, 128, 3).padding(1)))),
+        fc1_(register_module("fc1", CountedLinear(128 * 4 * 4, hidden))),
+        fc2_(register_module("fc2", CountedLinear(hidden, num_classes))) {}
+
+  torch::Tensor forward(torch::Tensor x) {
+    const auto pool = F::MaxPool2dFuncOptions(2);
+    x = F::max_pool2d(torch::relu(conv1_(x)), pool);
+    x = F::max_pool2d(torch::relu(conv2_(x)), pool);
+    x = F::max_pool2d(torch::relu(conv3_(x)), pool);
+    x = torch::relu(fc1_(x.flatten(1)));
+    return fc2_(x);
+  }
+
+ private:
+  CountedConv2d conv1_, conv2_, conv3_;
+  CountedLinear fc1_, fc2_;
+};
+TORCH_MODULE(SimpleCnn);
+
+const TbParamSpec kParams[] = {
+    {"num_classes", TB_PARAM_INT, "10", "number of output classes", nullptr, 1, 2, 100000},
+    {"hidden", TB_PARAM_INT, "192", "width of the hidden fully connected layer", nullptr, 1, 1,
+     65536},
+};
+
+std::unique_ptr<trainbench::sdk::Model> Make(const trainbench::sdk::Options& options) {
+  const int64_t classes = options.GetInt("num_classes");
+  return std::make_unique<trainbench::sdk::ModuleModel<SimpleCnn>>(
+      SimpleCnn(options.GetInt("hidden"), classes), std::array<int64_t, 3>{3, 32, 32}, classes);
+}
+
+}  // namespace
+
+TRAINBENCH_MODEL_PLUGIN("simple_cnn", "1.0.0",
+                        "SimpleCNN: 3 conv + 2 fc layers, about 0.5M parameters", kParams, Make)

@@ -1,0 +1,105 @@
+#pragma once
+/// @file
+/// The frozen part of the trainbench plugin ABI: plain C data that the host can
+/// read from any plugin before it trusts anything else about it.
+///
+/// A plugin exports exactly one symbol, the alias `trainbench_plugin_entry`
+/// (see plugin.h), a function that returns a pointer to a static
+/// TbPluginDescriptor. The first two fields of the descriptor never move, so a
+/// host can read the ABI version of a plugin built against any SDK and refuse
+/// it before it touches the rest.
+///
+/// Versioning rules:
+/// - ABI major changes when a field or an interface changes incompatibly; the
+///   host loads only plugins whose major equals its own.
+/// - ABI minor grows when something is appended; the host loads plugins whose
+///   minor is not newer than its own (it knows every slot they use).
+
+#include <stddef.h>
+#include <stdint.h>
+
+/// ABI major version of this SDK. Host and plugin must agree exactly.
+#define TRAINBENCH_SDK_ABI_MAJOR 1
+/// ABI minor version of this SDK. A plugin's minor must be <= the host's.
+#define TRAINBENCH_SDK_ABI_MINOR 0
+
+/// Name of the one symbol a plugin exports (a Boost.DLL alias).
+#define TRAINBENCH_PLUGIN_ENTRY_NAME "trainbench_plugin_entry"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// What a plugin provides.
+typedef enum TbPluginKind {
+  TB_PLUGIN_MODEL = 1,   ///< builds a torch::nn::Module (trainbench::sdk::Model)
+  TB_PLUGIN_DEVICE = 2,  ///< places and times work (trainbench::sdk::Device)
+} TbPluginKind;
+
+/// Type of one plugin option, as the host validates it from YAML.
+typedef enum TbParamType {
+  TB_PARAM_BOOL = 1,
+  TB_PARAM_INT = 2,
+  TB_PARAM_FLOAT = 3,
+  TB_PARAM_STRING = 4,
+  TB_PARAM_ENUM = 5,  ///< a string from `choices`
+} TbParamType;
+
+/// One option a plugin accepts. All strings are static, owned by the plugin,
+/// and live as long as its library is loaded.
+typedef struct TbParamSpec {
+  const char* name;           ///< key under the plugin's YAML `options`
+  TbParamType type;           ///< value type
+  const char* default_value;  ///< default as JSON text ("true", "4", "\"imagenet\"")
+  const char* doc;            ///< one line of documentation
+  const char* choices;        ///< TB_PARAM_ENUM: comma-separated values; else NULL
+  int has_range;              ///< nonzero: `min`..`max` bound INT/FLOAT values
+  double min;                 ///< inclusive lower bound when has_range
+  double max;                 ///< inclusive upper bound when has_range
+} TbParamSpec;
+
+/// What the plugin was built with. Every plugin loaded into one process must
+/// have exactly the fingerprint of that process's LibTorch build, because
+/// torch C++ objects cross the boundary.
+typedef struct TbBuildFingerprint {
+  const char* compiler;       ///< compiler family: "gnu", "clang", "msvc"
+  const char* cxx_abi;        ///< e.g. "libstdc++/cxx11=1"
+  const char* torch_version;  ///< LibTorch version, e.g. "1.13.0"
+  const char* cuda_version;   ///< CUDA of that LibTorch ("13.0"), or "none"
+} TbBuildFingerprint;
+
+/// Creates the plugin's object from its options.
+/// @param options_json validated options, every schema key present, as a JSON
+///        object text; owned by the caller, valid during the call.
+/// @param out receives a heap object (trainbench::sdk::Model* or
+///        trainbench::sdk::Device* by kind) owned by the caller, who deletes
+///        it through its virtual destructor while the library is loaded.
+/// @param error receives a static-or-thread-local message when creation
+///        fails; valid until the next call on this thread.
+/// @return 0 on success, nonzero on failure. Never throws.
+typedef int (*TbCreateFn)(const char* options_json, void** out,
+                          const char** error);
+
+/// The descriptor: static data plus one factory. Owned by the plugin, valid
+/// while its library is loaded. Thread-safe to read.
+typedef struct TbPluginDescriptor {
+  /* Frozen: these two fields stay first in every ABI version. */
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  /* ABI 1.0 */
+  TbPluginKind kind;
+  const char* name;         ///< unique name used in YAML ("resnet18", "cpu")
+  const char* version;      ///< semantic version of the plugin ("1.2.0")
+  const char* description;  ///< one line
+  TbBuildFingerprint fingerprint;
+  const TbParamSpec* params;  ///< array of `num_params` option specs
+  size_t num_params;
+  TbCreateFn create;
+} TbPluginDescriptor;
+
+/// Signature of the exported entry function.
+typedef const TbPluginDescriptor* (*TbEntryFn)(void);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif

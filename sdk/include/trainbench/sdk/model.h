@@ -1,0 +1,52 @@
+#pragma once
+/// @file
+/// The interface a model plugin's object implements.
+
+#include <array>
+#include <cstdint>
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include "trainbench/sdk/status.h"
+
+namespace trainbench::sdk {
+
+/// A classification network made by a model plugin (TB_PLUGIN_MODEL).
+///
+/// Created by the plugin's TbCreateFn, owned by the host, which keeps the
+/// plugin's library loaded until this object and every tensor or module it
+/// handed out are gone. Not thread-safe: the host drives one model from one
+/// thread. No method throws; failures come back as Status.
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  /// The module holding every parameter and buffer. Owned by this Model; the
+  /// host moves it to a device, switches train/eval and reads parameters.
+  virtual torch::nn::Module& module() noexcept = 0;
+
+  /// Runs the network on a batch `input` of shape [N, C, H, W] (InputShape()
+  /// per sample) and stores logits [N, NumClasses()] in `logits`.
+  virtual Status Forward(const torch::Tensor& input,
+                         torch::Tensor* logits) noexcept = 0;
+
+  /// Shape of one input sample: {channels, height, width}.
+  virtual std::array<int64_t, 3> InputShape() const noexcept = 0;
+
+  /// Number of output classes.
+  virtual int64_t NumClasses() const noexcept = 0;
+
+  /// Number of trainable parameters (elements), counted from the module.
+  virtual int64_t ParameterCount() noexcept {
+    int64_t n = 0;
+    for (const auto& p : module().parameters()) n += p.numel();
+    return n;
+  }
+
+  /// Floating-point operations of one training step (forward and backward)
+  /// per sample, measured by running the network (see flops.h), not typed in.
+  virtual Status TrainingFlopsPerSample(int64_t* flops) noexcept = 0;
+};
+
+}  // namespace trainbench::sdk
