@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# One command from a fresh machine to the whole test suite: installs what is
+# missing, builds, and runs every test (ctest). Tests read CIFAR-10 from
+# ../shared/data beside the checkout (or TRAINBENCH_TEST_DATA).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"

@@ -1,0 +1,137 @@
+#include "config_loader.h"
+
+#include <gtest/gtest.h>
+
+namespace trainbench {
+namespace {
+
+const char* kGood = R"(name: t
+seed: 3
+dataset: {kind: synthetic, train_size: 256, test_size: 64}
+models: [simple_cnn, {plugin: resnet18, options: {stem: cifar}}]
+devices:
+  - plugin: cpu
+    time_budget_seconds: 5
+training:
+  epochs: 2
+  batch_size: 32
+  optimizer: {name: sgd, lr: 0.1}
+  schedule: {name: step, step_size: 1, gamma: 0.5}
+measurement: {warmup_steps: 1, max_steps: 10}
+)";
+
+// The message of the ConfigError that parsing `text` raises, or "".
+std::string ErrorOf(const std::string& text) {
+  try {
+    ParseExperiment(text, "exp.yaml", "/tmp");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string Replace(std::string text, const std::string& from, const std::string& to) {
+  const auto pos = text.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  return text.replace(pos, from.size(), to);
+}
+
+TEST(ConfigLoader, ParsesAGoodFile) {
+  Experiment e = ParseExperiment(kGood, "exp.yaml", "/tmp");
+  EXPECT_EQ(e.name, "t");
+  EXPECT_EQ(e.seed, 3u);
+  ASSERT_EQ(e.models.size(), 2u);
+  EXPECT_EQ(e.models[1].plugin, "resnet18");
+  EXPECT_EQ(e.models[1].options_node["stem"].as<std::string>(), "cifar");
+  EXPECT_EQ(e.devices[0].time_budget_seconds.value(), 5.0);
+  EXPECT_EQ(e.training.epochs, 2);
+  EXPECT_EQ(e.training.schedule.name, "step");
+  EXPECT_EQ(e.measurement.max_steps.value(), 10);
+  EXPECT_EQ(e.measurement.baseline, "cpu");
+  EXPECT_EQ(e.dataset.train_size.value(), 256);
+}
+
+TEST(ConfigLoader, UnknownKeyGivesPositionAndSuggestion) {
+  const std::string error = ErrorOf(Replace(kGood, "  epochs: 2", "  epohcs: 2"));
+  EXPECT_EQ(error.rfind("exp.yaml:9:3: training.epohcs: unknown key; did you mean 'epochs'?", 0), 0u) << error;
+}
+
+TEST(ConfigLoader, WrongTypeNamesTheKey) {
+  const std::string error = ErrorOf(Replace(kGood, "batch_size: 32", "batch_size: lots"));
+  EXPECT_NE(error.find("exp.yaml:10:15: training.batch_size: expected an integer"), std::string::npos) << error;
+}
+
+TEST(ConfigLoader, OutOfRangeValue) {
+  const std::string error = ErrorOf(Replace(kGood, "epochs: 2", "epochs: 0"));
+  EXPECT_NE(error.find("training.epochs: 0 is out of range [1, 100000]"), std::string::npos) << error;
+}
+
+TEST(ConfigLoader, BadChoiceSuggestsTheClosest) {
+  const std::string error = ErrorOf(Replace(kGood, "name: sgd", "name: sdg"));
+  EXPECT_NE(error.find("training.optimizer.name: 'sdg' is not one of sgd, adam; did you mean 'sgd'?"),
+            std::string::npos) << error;
+}
+
+TEST(ConfigLoader, SyntaxErrorHasLineAndColumn) {
+  const std::string error = ErrorOf("name: t\nmodels: [a, b\n");
+  EXPECT_EQ(error.rfind("exp.yaml:3:1: YAML syntax error", 0), 0u) << error;
+}
+
+TEST(ConfigLoader, ContradictionsAreErrors) {
+  EXPECT_NE(ErrorOf(Replace(kGood, "max_steps: 10", "max_steps: 1")).find("must be larger than warmup_steps"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "{name: sgd, lr: 0.1}", "{name: sgd, lr: 0.1, momentum: 0, nesterov: true}"))
+                .find("nesterov: needs momentum > 0"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "measurement: {", "measurement: {baseline: cdu, "))
+                .find("measurement.baseline: 'cdu' is not one of the devices; did you mean 'cpu'?"),
+            std::string::npos);
+}
+
+TEST(ConfigLoader, DuplicateLabelsAreErrors) {
+  const std::string error = ErrorOf(Replace(kGood, "models: [simple_cnn,", "models: [simple_cnn, simple_cnn,"));
+  EXPECT_NE(error.find("label 'simple_cnn' is used twice"), std::string::npos) << error;
+}
+
+TEST(ConfigLoader, MissingRequiredSections) {
+  EXPECT_NE(ErrorOf("name: t\ndataset: {kind: synthetic}\ndevices: [cpu]\n").find("models: missing"), std::string::npos);
+  EXPECT_NE(ErrorOf("models: [a]\n").find("missing key 'name'"), std::string::npos);
+  EXPECT_NE(ErrorOf("- just\n- a list\n").find("expected a mapping at the top level"), std::string::npos);
+}
+
+TEST(ConfigLoader, Cifar10NeedsAPath) {
+  unsetenv("TRAINBENCH_DATA");
+  const std::string error = ErrorOf(Replace(kGood, "kind: synthetic", "kind: cifar10"));
+  EXPECT_NE(error.find("dataset.path: no CIFAR-10 folder given"), std::string::npos) << error;
+}
+
+TEST(ConfigLoader, RelativeDataPathIsAgainstTheConfigFolder) {
+  Experiment e = ParseExperiment(Replace(kGood, "kind: synthetic", "kind: cifar10, path: data/c10"),
+                                 "exp.yaml", "/srv/exp");
+  EXPECT_EQ(e.dataset.path, "/srv/exp/data/c10");
+}
+
+TEST(ConfigLoader, DidYouMeanOnlySuggestsCloseWords) {
+  EXPECT_EQ(DidYouMean("resnt18", {"resnet18", "resnet50", "simple_cnn"}), "resnet18");
+  EXPECT_EQ(DidYouMean("vgg", {"resnet18", "resnet50", "simple_cnn"}), "");
+}
+
+TEST(ConfigLoader, RefusesHugeFiles) {
+  const std::string path = ::testing::TempDir() + "/huge.yaml";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::string line(1000, '#');
+    for (int i = 0; i < 2000; ++i) std::fprintf(f, "%s\n", line.c_str());
+    std::fclose(f);
+  }
+  try {
+    LoadExperiment(path);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("limit for a config file"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,200 @@
+// End to end: the `trainbench` command with its worker processes and real
+// plugins, training on the CIFAR-10 mini set.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "test_env.h"
+
+namespace trainbench {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace trainbench::testing;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+Outcome Trainbench(const std::string& args) {
+  const std::string command = (BinDir() / "trainbench").string() + " " + args + " 2>&1";
+  Outcome o;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return o;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) o.output.append(buffer, n);
+  const int status = pclose(pipe);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+class EndToEnd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("e2e_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string Config(const std::string& body) {
+    const fs::path file = dir_ / "exp.yaml";
+    std::ofstream(file) << "dataset: {kind: cifar10, path: " << MiniData().string() << "}\n" << body;
+    return file.string();
+  }
+  std::string Plugins() const {
+    return " --plugin-dir " + TestPluginDir().string() + " --plugin-dir " + PluginDir().string();
+  }
+  json Results() const {
+    std::ifstream in(dir_ / "out" / "results.json");
+    return json::parse(in);
+  }
+  fs::path dir_;
+};
+
+TEST_F(EndToEnd, TrainsSimpleCnnAndTheLossFalls) {
+  const std::string config = Config(R"(name: e2e
+seed: 7
+models: [simple_cnn]
+devices: [cpu, cuda]
+training:
+  epochs: 3
+  batch_size: 50
+  optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
+measurement: {warmup_steps: 2, progress_interval_seconds: 0.5}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const json r = Results();
+  ASSERT_EQ(r["cells"].size(), 2u);
+  const json& cpu = r["cells"][0];
+  EXPECT_EQ(cpu["status"], "ok") << cpu.dump(2);
+  EXPECT_EQ(cpu["model"], "simple_cnn");
+  EXPECT_EQ(cpu["device"], "cpu");
+  EXPECT_EQ(cpu["params"], 488586);
+  EXPECT_EQ(cpu["projected"], false);
+  EXPECT_TRUE(cpu["speedup"].is_null());  // the baseline
+  ASSERT_EQ(cpu["train_loss"].size(), 3u);
+  ASSERT_EQ(cpu["test_accuracy"].size(), 3u);
+  ASSERT_EQ(cpu["epoch_seconds"].size(), 3u);
+  EXPECT_LT(cpu["train_loss"][2].get<double>(), cpu["train_loss"][0].get<double>() - 0.05) << cpu["train_loss"];
+  EXPECT_GT(cpu["test_accuracy"][2].get<double>(), 0.15);  // chance is 0.10
+  EXPECT_GT(cpu["samples_per_second"].get<double>(), 0);
+  EXPECT_GE(cpu["step_seconds_p90"].get<double>(), cpu["step_seconds_median"].get<double>());
+  EXPECT_EQ(cpu["steps"], 3 * (2000 / 50));
+  EXPECT_GT(cpu["hardware"]["threads_used"].get<int>(), 0);
+  const json& cuda = r["cells"][1];
+  if (cuda["status"] == "skipped") {
+    EXPECT_FALSE(cuda["reason"].get<std::string>().empty());
+  } else {
+    EXPECT_EQ(cuda["status"], "ok") << cuda.dump(2);
+    EXPECT_GT(cuda["speedup"].get<double>(), 0);
+  }
+  EXPECT_FALSE(r["system"]["cpu_model"].get<std::string>().empty());
+  EXPECT_FALSE(r["system"]["torch_version"].get<std::string>().empty());
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "results.csv"));
+  EXPECT_NE(o.output.find("samples/s"), std::string::npos);  // the closing table
+}
+
+TEST_F(EndToEnd, BudgetedCellsAreProjected) {
+  const std::string config = Config(R"(name: budget
+models: [resnet18]
+devices: [{plugin: cpu, max_steps: 4}]
+training: {epochs: 10, batch_size: 32}
+measurement: {warmup_steps: 1}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const json cell = Results()["cells"][0];
+  EXPECT_EQ(cell["status"], "ok") << cell.dump(2);
+  EXPECT_EQ(cell["projected"], true);
+  EXPECT_EQ(cell["steps"], 4);
+  EXPECT_EQ(cell["steady_steps"], 3);
+  ASSERT_EQ(cell["epoch_seconds"].size(), 10u);
+  // A projected epoch is the epoch's samples at steady-state throughput.
+  EXPECT_NEAR(cell["epoch_seconds"][9].get<double>(),
+              (2000 / 32) * 32 / cell["samples_per_second"].get<double>(), 1e-6);
+  EXPECT_EQ(cell["test_accuracy"].size(), 1u);
+}
+
+TEST_F(EndToEnd, FaultyCellsFailAndTheOthersRun) {
+  const std::string config = Config(R"(name: faults
+models:
+  - {plugin: faulty_model, label: segfault, options: {fault: segfault}}
+  - {plugin: faulty_model, label: nan, options: {fault: nan}}
+  - {plugin: faulty_model, label: throws, options: {fault: throw_in_factory}}
+  - {plugin: faulty_model, label: abort, options: {fault: abort}}
+  - simple_cnn
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  EXPECT_EQ(o.exit_code, 3) << o.output;  // some cells failed
+  const json cells = Results()["cells"];
+  ASSERT_EQ(cells.size(), 5u);
+  auto reason = [&](int i) { return cells[i].value("reason", ""); };
+  EXPECT_EQ(cells[0]["status"], "failed");
+  EXPECT_NE(reason(0).find("SIGSEGV"), std::string::npos) << reason(0);
+  EXPECT_EQ(cells[1]["status"], "failed");
+  EXPECT_NE(reason(1).find("nan"), std::string::npos) << reason(1);
+  EXPECT_EQ(cells[2]["status"], "failed");
+  EXPECT_NE(reason(2).find("factory failed on purpose"), std::string::npos) << reason(2);
+  EXPECT_EQ(cells[3]["status"], "failed");
+  EXPECT_NE(reason(3).find("SIGABRT"), std::string::npos) << reason(3);
+  EXPECT_EQ(cells[4]["status"], "ok") << cells[4].dump(2);
+  EXPECT_GT(cells[4]["samples_per_second"].get<double>(), 0);
+}
+
+TEST_F(EndToEnd, ValidateReportsOneLineWithPosition) {
+  const std::string config = Config("name: v\nmodels: [resnet81]\ndevices: [cpu]\n");
+  const Outcome o = Trainbench("validate " + config + Plugins());
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_NE(o.output.find("models[0]: no model plugin 'resnet81'; did you mean 'resnet18'?"), std::string::npos)
+      << o.output;
+  EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
+
+  const std::string bad_option = Config("name: v\nmodels: [{plugin: resnet18, options: {stme: cifar}}]\ndevices: [cpu]\n");
+  const Outcome o2 = Trainbench("validate " + bad_option + Plugins());
+  EXPECT_EQ(o2.exit_code, 2);
+  EXPECT_NE(o2.output.find(":3:39: models[0].options.stme: plugin 'resnet18' has no option 'stme'; did you mean 'stem'?"),
+            std::string::npos) << o2.output;
+
+  setenv("TRAINBENCH_DATA", MiniData().c_str(), 1);
+  for (const char* shipped : {"quickstart.yaml", "paper.yaml"}) {
+    const Outcome o3 = Trainbench("validate " + (SourceDir() / "configs" / shipped).string() + Plugins());
+    EXPECT_EQ(o3.exit_code, 0) << o3.output;
+  }
+}
+
+TEST_F(EndToEnd, UnwritableOutputIsFoundBeforeTraining) {
+  const std::string config = Config("name: w\nmodels: [simple_cnn]\ndevices: [cpu]\n");
+  const Outcome o = Trainbench("run " + config + " --out /proc/no-such-dir" + Plugins());
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_NE(o.output.find("/proc/no-such-dir: output folder cannot be created"), std::string::npos) << o.output;
+}
+
+TEST_F(EndToEnd, PluginsListsRejectionsAndSurvivesACrashingPlugin) {
+  const Outcome o = Trainbench("plugins --plugin-dir " + FixtureDir().string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  for (const char* expected : {"simple_cnn", "resnet18", "resnet50", "faulty_model", "[available]",
+                               "fixture_abi_major.so: plugin SDK ABI 2.0", "fixture_abi_minor.so: plugin SDK ABI 1.99",
+                               "fixture_no_entry.so: no 'trainbench_plugin_entry'",
+                               "fixture_not_a_library.so: not a loadable shared library",
+                               "fixture_crash_on_load.so: the worker died while loading or describing it (killed by signal SIGABRT"}) {
+    EXPECT_NE(o.output.find(expected), std::string::npos) << expected << "\n" << o.output;
+  }
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,85 @@
+// The three model plugins against torchvision's and PyTorch's own numbers.
+#include <map>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "plugin_loader.h"
+#include "test_env.h"
+
+namespace trainbench::worker {
+namespace {
+
+std::shared_ptr<sdk::Model> Make(const std::string& name, int64_t classes) {
+  nlohmann::json options{{"num_classes", classes}};
+  if (name == "simple_cnn") options["hidden"] = 192;
+  else options["stem"] = "imagenet";
+  return CreateModel(LoadPlugin(trainbench::testing::PluginFile(name)), options);
+}
+
+// torchvision.models.resnet18/50(num_classes=1000): parameter counts from
+// torchvision's documentation; parameter tensors from len(list(parameters())).
+TEST(Models, ResNetParameterCountsMatchTorchvision) {
+  EXPECT_EQ(Make("resnet18", 1000)->ParameterCount(), 11689512);
+  EXPECT_EQ(Make("resnet50", 1000)->ParameterCount(), 25557032);
+  EXPECT_EQ(Make("resnet18", 1000)->module().parameters().size(), 62u);
+  EXPECT_EQ(Make("resnet50", 1000)->module().parameters().size(), 161u);
+}
+
+TEST(Models, TenClassCountsMatchThePyTorchBaseline) {
+  // ../shared/baselines/h200-pytorch-2.11.json, counted by PyTorch.
+  EXPECT_EQ(Make("simple_cnn", 10)->ParameterCount(), 488586);
+  EXPECT_EQ(Make("resnet18", 10)->ParameterCount(), 11181642);
+  EXPECT_EQ(Make("resnet50", 10)->ParameterCount(), 23528522);
+}
+
+TEST(Models, ParameterNamesAndShapesFollowTorchvision) {
+  auto model = Make("resnet50", 1000);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& item : model->module().named_parameters()) shapes[item.key()] = item.value().sizes().vec();
+  std::map<std::string, std::vector<int64_t>> buffers;
+  for (const auto& item : model->module().named_buffers()) buffers[item.key()] = item.value().sizes().vec();
+  EXPECT_EQ(shapes["conv1.weight"], (std::vector<int64_t>{64, 3, 7, 7}));
+  EXPECT_EQ(shapes["layer1.0.conv3.weight"], (std::vector<int64_t>{256, 64, 1, 1}));
+  EXPECT_EQ(shapes["layer2.0.conv2.weight"], (std::vector<int64_t>{128, 128, 3, 3}));
+  EXPECT_EQ(shapes["layer1.0.downsample.0.weight"], (std::vector<int64_t>{256, 64, 1, 1}));
+  EXPECT_EQ(shapes["layer4.2.bn3.bias"], (std::vector<int64_t>{2048}));
+  EXPECT_EQ(shapes["fc.weight"], (std::vector<int64_t>{1000, 2048}));
+  EXPECT_EQ(buffers["layer3.5.bn2.running_var"], (std::vector<int64_t>{256}));
+  EXPECT_EQ(shapes.count("layer4.3.conv1.weight"), 0u);  // [3, 4, 6, 3] blocks
+}
+
+// Training FLOPs per image as torch.utils.flop_counter counts them (the
+// baseline file), measured by our per-layer counters.
+TEST(Models, TrainingFlopsMatchPyTorchsFlopCounter) {
+  int64_t flops = 0;
+  ASSERT_TRUE(Make("simple_cnn", 10)->TrainingFlopsPerSample(&flops).ok());
+  EXPECT_EQ(flops, 62532864);
+  ASSERT_TRUE(Make("resnet18", 10)->TrainingFlopsPerSample(&flops).ok());
+  EXPECT_EQ(flops, 217282560);
+  ASSERT_TRUE(Make("resnet50", 10)->TrainingFlopsPerSample(&flops).ok());
+  EXPECT_EQ(flops, 495771648);
+}
+
+TEST(Models, CifarStemKeepsResolution) {
+  auto model = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
+                           {{"num_classes", 10}, {"stem", "cifar"}});
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& item : model->module().named_parameters()) shapes[item.key()] = item.value().sizes().vec();
+  EXPECT_EQ(shapes["conv1.weight"], (std::vector<int64_t>{64, 3, 3, 3}));
+  int64_t flops = 0;
+  ASSERT_TRUE(model->TrainingFlopsPerSample(&flops).ok());
+  EXPECT_GT(flops, 10 * int64_t{217282560});  // 16x the spatial work of the ImageNet stem
+  torch::Tensor logits;
+  ASSERT_TRUE(model->Forward(torch::randn({2, 3, 32, 32}), &logits).ok());
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 10}));
+}
+
+TEST(Models, UnknownStemIsACreationError) {
+  EXPECT_THROW(CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
+                           {{"num_classes", 10}, {"stem", "tiny"}}),
+               PluginError);
+}
+
+}  // namespace
+}  // namespace trainbench::worker
