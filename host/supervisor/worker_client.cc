@@ -1,17 +1,21 @@
 #include "worker_client.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
 
-#include <boost/process.hpp>
-#include <sys/wait.h>
-#include <unistd.h>
+extern char** environ;
 
 namespace trainbench {
-namespace bp = boost::process;
 namespace fs = std::filesystem;
 
 std::atomic<int> g_worker_pid{0};
@@ -19,8 +23,8 @@ std::atomic<int> g_worker_pid{0};
 std::string WorkerExit::Describe() const {
   if (!signaled) return "exit code " + std::to_string(code);
   const char* abbrev = sigabbrev_np(signal);
-  return std::string("killed by signal ") + (abbrev ? std::string("SIG") + abbrev : std::to_string(signal)) +
-         " (" + strsignal(signal) + ")";
+  return std::string("killed by signal ") +
+         (abbrev ? std::string("SIG") + abbrev : std::to_string(signal)) + " (" + strsignal(signal) + ")";
 }
 
 fs::path WorkerPath() {
@@ -30,6 +34,31 @@ fs::path WorkerPath() {
   return (ec ? fs::path(".") : self.parent_path()) / "trainbench-worker";
 }
 
+namespace {
+
+// Owns a file descriptor.
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { Close(); }
+  void Close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+void MakePipe(Fd& read_end, Fd& write_end) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  read_end.fd = fds[0];
+  write_end.fd = fds[1];
+}
+
+}  // namespace
+
 WorkerExit RunWorker(const std::vector<std::string>& args, const std::string& stdin_text,
                      const fs::path& stderr_log,
                      const std::function<void(const nlohmann::json&)>& on_event) {
@@ -38,33 +67,66 @@ WorkerExit RunWorker(const std::vector<std::string>& args, const std::string& st
     throw std::runtime_error(worker.string() +
                              ": worker executable not found or not executable (set TRAINBENCH_WORKER)");
   }
-  bp::opstream in;
-  bp::ipstream out;
-  std::error_code ec;
-  bp::child child;
-  if (stderr_log.empty()) {
-    child = bp::child(worker.string(), bp::args(args), bp::std_in < in, bp::std_out > out,
-                      bp::std_err > bp::null, ec);
-  } else {
-    child = bp::child(worker.string(), bp::args(args), bp::std_in < in, bp::std_out > out,
-                      bp::std_err > stderr_log.string(), ec);
+  Fd in_read, in_write, out_read, out_write;
+  MakePipe(in_read, in_write);
+  MakePipe(out_read, out_write);
+  Fd err(::open(stderr_log.empty() ? "/dev/null" : stderr_log.c_str(),
+                O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (err.fd < 0) throw std::runtime_error(stderr_log.string() + ": cannot write: " + std::strerror(errno));
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in_read.fd, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_write.fd, 1);
+  posix_spawn_file_actions_adddup2(&actions, err.fd, 2);
+  std::vector<std::string> argv_storage = {worker.string()};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw std::runtime_error(worker.string() + ": cannot start: " + std::strerror(rc));
+  g_worker_pid.store(pid);
+  in_read.Close();
+  out_write.Close();
+  err.Close();
+
+  // The spec is small (a few KiB), far below a pipe's buffer: write it whole.
+  signal(SIGPIPE, SIG_IGN);
+  size_t written = 0;
+  while (written < stdin_text.size()) {
+    const ssize_t n = ::write(in_write.fd, stdin_text.data() + written, stdin_text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the worker died early; its exit status tells why
+    written += static_cast<size_t>(n);
   }
-  if (ec) throw std::runtime_error(worker.string() + ": cannot start: " + ec.message());
-  g_worker_pid.store(child.id());
-  in << stdin_text;
-  in.flush();
-  in.pipe().close();
-  std::string line;
-  while (std::getline(out, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
-    if (event.is_discarded() || !event.is_object()) continue;
-    on_event(event);
+  in_write.Close();
+
+  std::string buffer;
+  char chunk[65536];
+  for (;;) {
+    const ssize_t n = ::read(out_read.fd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    buffer.append(chunk, static_cast<size_t>(n));
+    size_t start = 0, newline;
+    while ((newline = buffer.find('\n', start)) != std::string::npos) {
+      const std::string line = buffer.substr(start, newline - start);
+      start = newline + 1;
+      if (line.empty() || line[0] != '{') continue;
+      nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+      if (!event.is_discarded() && event.is_object()) on_event(event);
+    }
+    buffer.erase(0, start);
   }
-  child.wait(ec);
+
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   g_worker_pid.store(0);
   WorkerExit exit;
-  const int status = child.native_exit_code();
   if (WIFSIGNALED(status)) {
     exit.signaled = true;
     exit.signal = WTERMSIG(status);
