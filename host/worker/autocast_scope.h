@@ -11,8 +11,13 @@ namespace trainbench::worker {
 
 class AutocastScope {
  public:
-  AutocastScope(c10::DeviceType type, sdk::Amp amp) : type_(type), active_(amp != sdk::Amp::kNone) {
+  /// `cache`: reuse low-precision copies of weights within the scope; must be
+  /// off while a CUDA graph is captured (as torch.cuda.graph requires).
+  AutocastScope(c10::DeviceType type, sdk::Amp amp, bool cache = true)
+      : type_(type), active_(amp != sdk::Amp::kNone) {
     if (!active_) return;
+    cache_was_enabled_ = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(cache);
     const at::ScalarType dtype = amp == sdk::Amp::kBf16 ? at::kBFloat16 : at::kHalf;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
     at::autocast::set_autocast_dtype(type_, dtype);
@@ -38,6 +43,7 @@ class AutocastScope {
 #endif
     // Like Python's autocast exit: drop the cached low-precision weights.
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_cache_enabled(cache_was_enabled_);
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
@@ -45,6 +51,7 @@ class AutocastScope {
  private:
   c10::DeviceType type_;
   bool active_;
+  bool cache_was_enabled_ = true;
 };
 
 }  // namespace trainbench::worker

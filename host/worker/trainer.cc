@@ -10,6 +10,7 @@
 #include "autocast_scope.h"
 #include "dataset.h"
 #include "plugin_loader.h"
+#include "step_timer.h"
 
 namespace trainbench::worker {
 namespace {
@@ -168,15 +169,20 @@ class CellRun {
   }
 
   torch::Tensor Logits(const torch::Tensor& x) {
-    AutocastScope autocast(settings_.device.type(), settings_.amp);
+    AutocastScope autocast(settings_.device.type(), settings_.amp, /*cache=*/!in_graph_step_);
     torch::Tensor logits;
     Check(model_->Forward(x, &logits), "model '" + s_.model.name + "' forward");
     return logits;
   }
 
-  // One optimisation step; returns the (detached) loss.
-  torch::Tensor Step(const torch::Tensor& x, const torch::Tensor& y) {
-    for (auto& p : model_->module().parameters()) p.mutable_grad() = torch::Tensor();
+  // One optimisation step; returns the (detached) loss. A graphed step keeps
+  // the gradient tensors (their addresses are baked into the graph).
+  torch::Tensor Step(const torch::Tensor& x, const torch::Tensor& y, bool for_graph = false) {
+    for (auto& p : model_->module().parameters()) {
+      if (!for_graph) p.mutable_grad() = torch::Tensor();
+      else if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+    in_graph_step_ = for_graph;
     torch::Tensor loss = torch::nn::functional::cross_entropy(Logits(x).to(torch::kFloat32), y);
     if (settings_.amp == sdk::Amp::kFp16) {
       // Dynamic loss scaling, as torch.cuda.amp.GradScaler does.
@@ -223,39 +229,62 @@ class CellRun {
     return false;
   }
 
+  // Adds the durations of the steps timed since the last call; returns the
+  // steady-state samples and seconds among them.
+  std::pair<int64_t, double> CollectStepTimes() {
+    int64_t samples = 0;
+    double seconds = 0;
+    for (double d : timer_->Collect()) {
+      ++timed_steps_;
+      if (timed_steps_ <= s_.warmup_steps) continue;
+      step_seconds_.push_back(d);
+      steady_seconds_ += d;
+      steady_samples_ += s_.batch_size;
+      seconds += d;
+      samples += s_.batch_size;
+    }
+    return {samples, seconds};
+  }
+
   void Train(int64_t steps_per_epoch) {
     model_->module().train();
+    timer_ = MakeStepTimer(settings_, *device_);
+    if (settings_.cuda_graph) {
+      graphed_ = MakeGraphedStep([this](const torch::Tensor& x, const torch::Tensor& y) {
+        return Step(x, y, /*for_graph=*/true);
+      });
+    }
     const Clock::time_point train_start = Clock::now();
     Clock::time_point last_report = train_start;
-    int64_t report_samples = 0;
-    double report_seconds = 0;
     torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(settings_.device));
     bool stop = false;
+    double current_lr = -1;
     for (int64_t epoch = 0; epoch < s_.epochs && !stop; ++epoch) {
-      SetLearningRate(*optimizer_, LearningRate(s_, epoch));
+      const double lr = LearningRate(s_, epoch);
+      if (lr != current_lr) {
+        SetLearningRate(*optimizer_, lr);
+        if (graphed_) graphed_->Invalidate();  // the lr is baked into the graph
+        current_lr = lr;
+      }
       loss_sum.zero_();
       int64_t epoch_steps = 0;
       torch::Tensor order = train_->Permutation();
       Check(device_->Synchronize(), "device synchronize");
       const Clock::time_point epoch_start = Clock::now();
+      timer_->Begin();
       for (int64_t step = 0; step < steps_per_epoch; ++step) {
-        const Clock::time_point t0 = Clock::now();
         torch::Tensor idx = order.slice(0, step * s_.batch_size, (step + 1) * s_.batch_size);
-        torch::Tensor loss = Step(train_->Images(idx, s_.augment), train_->Labels(idx));
+        torch::Tensor x = train_->Images(idx, s_.augment);
+        torch::Tensor y = train_->Labels(idx);
+        torch::Tensor loss = graphed_ ? graphed_->Run(x, y) : Step(x, y);
         loss_sum += loss;
-        Check(device_->Synchronize(), "device synchronize");
-        const Clock::time_point t1 = Clock::now();
+        timer_->Mark();
         ++steps_done_;
         ++epoch_steps;
-        if (steps_done_ > s_.warmup_steps) {
-          step_seconds_.push_back(Seconds(t1 - t0));
-          steady_seconds_ += Seconds(t1 - t0);
-          steady_samples_ += s_.batch_size;
-          report_seconds += Seconds(t1 - t0);
-          report_samples += s_.batch_size;
-        }
         stop = BudgetSpent(train_start);
+        const Clock::time_point t1 = Clock::now();
         if (Seconds(t1 - last_report) >= s_.progress_interval_seconds || stop) {
+          const auto [report_samples, report_seconds] = CollectStepTimes();
           const double mean_loss = loss_sum.item<double>() / static_cast<double>(epoch_steps);
           if (!std::isfinite(mean_loss)) {
             throw CellError("training loss became " + std::to_string(mean_loss) + " at epoch " +
@@ -269,15 +298,14 @@ class CellRun {
                       {"steps_done", steps_done_},
                       {"samples_done", steps_done_ * s_.batch_size},
                       {"loss", mean_loss},
-                      {"samples_per_second", report_seconds > 0 ? report_samples / report_seconds : 0.0},
+                      {"samples_per_second", report_seconds > 0 ? static_cast<double>(report_samples) / report_seconds : 0.0},
                       {"memory_bytes", device_->MemoryInUseBytes()},
                       {"elapsed_seconds", Seconds(t1 - train_start)}});
           last_report = t1;
-          report_samples = 0;
-          report_seconds = 0;
         }
         if (stop) break;
       }
+      CollectStepTimes();  // waits for the epoch's last step
       const double epoch_seconds = Seconds(Clock::now() - epoch_start);
       const double mean_loss = loss_sum.item<double>() / static_cast<double>(epoch_steps);
       if (!std::isfinite(mean_loss)) throw CellError("training loss became NaN in epoch " + std::to_string(epoch + 1));
@@ -303,6 +331,10 @@ class CellRun {
   sdk::DeviceSettings settings_;
   std::unique_ptr<DeviceDataset> train_, test_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<StepTimer> timer_;
+  std::unique_ptr<GraphedStep> graphed_;
+  int64_t timed_steps_ = 0;
+  bool in_graph_step_ = false;
   torch::Tensor scale_, growth_tracker_, found_inf_;
   int64_t steps_done_ = 0;
   int64_t steady_samples_ = 0;

@@ -155,6 +155,11 @@ std::unique_ptr<trainbench::sdk::Device> Make(const trainbench::sdk::Options& op
   Amp amp;
   if (!trainbench::sdk::ParseAmp(options.GetString("amp"), &amp))
     throw std::invalid_argument("amp must be none, bf16 or fp16");
+  if (options.GetBool("cuda_graph") && amp == Amp::kFp16) {
+    throw std::invalid_argument(
+        "cuda_graph cannot be combined with amp: fp16 (its loss scaling decides on the host "
+        "every step); use amp: bf16");
+  }
   return std::make_unique<CudaDevice>(options.GetInt("device_index"),
                                       options.GetBool("cudnn_benchmark"), amp,
                                       options.GetBool("channels_last"),

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# trainbench vs plain PyTorch (Python) on the same GPU, in one call: samples/s
+# per model, batch size and precision, their ratio, and achieved TFLOP/s
+# against the H200's ~790 TFLOP/s bf16 peak.
+#   bench/gpu_vs_pytorch.sh BUILD_DIR OUT_DIR [batch sizes...]
+# Both sides: synthetic CIFAR-shaped data resident on the GPU, SGD momentum
+# 0.9, the whole training step (forward, backward, optimizer), warm-up left
+# out; trainbench additionally draws each batch through its on-GPU
+# augmentation pipeline.
+set -euo pipefail
+BUILD=${1:?build dir}; OUT=${2:?out dir}; shift 2
+BATCHES=${*:-128 1024}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT"
+for bs in $BATCHES; do
+  steps=$(( bs >= 1024 ? 60 : 200 ))
+  cat > "$OUT/bench-b$bs.yaml" <<YAML
+name: bench-b$bs
+seed: 0
+dataset: {kind: synthetic, train_size: $(( bs * (steps + 5) )), test_size: 1000}
+models: [simple_cnn, resnet18, resnet50]
+devices:
+  - {plugin: cuda, label: fp32, options: {amp: none}}
+  - {plugin: cuda, label: bf16-cl, options: {amp: bf16, channels_last: true}}
+  - {plugin: cuda, label: bf16-cl-graph, options: {amp: bf16, channels_last: true, cuda_graph: true}}
+training: {epochs: 1, batch_size: $bs, augment: true, optimizer: {name: sgd, lr: 0.01, momentum: 0.9, weight_decay: 0}}
+measurement: {warmup_steps: 20, max_steps: $steps, baseline: fp32, eval_batch_size: 1000}
+YAML
+  "$BUILD/bin/trainbench" run "$OUT/bench-b$bs.yaml" --out "$OUT/trainbench-b$bs" || true
+done
+python3 "$HERE/pytorch_reference.py" --batches $BATCHES --out "$OUT/pytorch.json"
+python3 "$HERE/compare.py" "$OUT" $BATCHES | tee "$OUT/comparison.md"

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds trainbench against the LibTorch bundled with PyTorch (CUDA), on a
+# machine where the other dependencies cannot be installed from a registry:
+# Debian 12 .deb files in .debs/ (scripts/gpu/fetch-debs.sh) are unpacked into
+# a private prefix, never into /.
+#   scripts/gpu/build.sh [BUILD_DIR]     (default build-gpu)
+# Prints the environment to use the build with: source "$BUILD_DIR/env.sh".
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD_DIR=${1:-build-gpu}
+PREFIX=${TRAINBENCH_DEPS_PREFIX:-/tmp/trainbench-deps}
+mkdir -p "$PREFIX"
+for deb in .debs/*.deb; do dpkg -x "$deb" "$PREFIX"; done
+LIB=$PREFIX/usr/lib/x86_64-linux-gnu
+
+TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+# The system's zlib and curl runtime libraries back the Debian headers.
+SYS=/usr/lib/x86_64-linux-gnu
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PREFIX/usr" \
+  -DZLIB_INCLUDE_DIR="$PREFIX/usr/include" -DZLIB_LIBRARY="$SYS/libz.so.1" \
+  -DCURL_INCLUDE_DIR="$PREFIX/usr/include/x86_64-linux-gnu" -DCURL_LIBRARY="$SYS/libcurl.so.4" \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 \
+  -DCMAKE_BUILD_RPATH="$LIB" \
+  -DTRAINBENCH_TEST_DATA="${TRAINBENCH_TEST_DATA:-$PWD/.data}" "${@:2}"
+cmake --build "$BUILD_DIR" -j "$(nproc)"
+cat > "$BUILD_DIR/env.sh" <<ENV
+export LD_LIBRARY_PATH=$LIB\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
+ENV
