@@ -22,10 +22,10 @@ class HostClockTimer : public StepTimer {
     (void)device_.Synchronize();
     last_ = Clock::now();
   }
-  void Mark() override {
+  void Mark(bool timed) override {
     (void)device_.Synchronize();
     const auto now = Clock::now();
-    pending_.push_back(std::chrono::duration<double>(now - last_).count());
+    if (timed) pending_.push_back(std::chrono::duration<double>(now - last_).count());
     last_ = now;
   }
   std::vector<double> Collect() override {
@@ -46,10 +46,12 @@ class CudaEventTimer : public StepTimer {
  public:
   void Begin() override {
     marks_.clear();
+    timed_.clear();
     marks_.emplace_back(cudaEventDefault);
     marks_.back().record();
+    timed_.push_back(false);
   }
-  void Mark() override {
+  void Mark(bool timed) override {
     if (!spare_.empty()) {
       marks_.push_back(std::move(spare_.back()));
       spare_.pop_back();
@@ -57,14 +59,16 @@ class CudaEventTimer : public StepTimer {
       marks_.emplace_back(cudaEventDefault);
     }
     marks_.back().record();
+    timed_.push_back(timed);
   }
   std::vector<double> Collect() override {
     std::vector<double> out;
     if (marks_.size() < 2) return out;
     marks_.back().synchronize();
     for (size_t i = 1; i < marks_.size(); ++i) {
-      out.push_back(static_cast<double>(marks_[i - 1].elapsed_time(marks_[i])) / 1000.0);
+      if (timed_[i]) out.push_back(static_cast<double>(marks_[i - 1].elapsed_time(marks_[i])) / 1000.0);
     }
+    timed_.erase(timed_.begin(), timed_.end() - 1);
     // Keep the last mark as the start of the next step; recycle the rest.
     while (marks_.size() > 1) {
       spare_.push_back(std::move(marks_.front()));
@@ -75,49 +79,46 @@ class CudaEventTimer : public StepTimer {
 
  private:
   std::deque<at::cuda::CUDAEvent> marks_;
+  std::vector<bool> timed_;  // per mark: does the step ending there count
   std::vector<at::cuda::CUDAEvent> spare_;
 };
 
 class CudaGraphedStep : public GraphedStep {
  public:
-  explicit CudaGraphedStep(std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> step)
-      : step_(std::move(step)) {}
+  explicit CudaGraphedStep(std::function<void()> step) : step_(std::move(step)) {}
 
-  torch::Tensor Run(const torch::Tensor& x, const torch::Tensor& y) override {
-    if (!graph_) Capture(x, y);
-    static_x_.copy_(x);
-    static_y_.copy_(y);
+  int Run() override {
+    int steps = 1;
+    if (!graph_) {
+      Capture();
+      steps = kCaptureSteps;
+    }
     graph_->replay();
-    return loss_;
+    return steps;
   }
 
   void Invalidate() override { graph_.reset(); }
 
  private:
-  void Capture(const torch::Tensor& x, const torch::Tensor& y) {
-    static_x_ = x.clone();
-    static_y_ = y.clone();
-    // As torch.cuda.graph does: warm up on a side stream (so lazily created
-    // gradients, optimizer state and library workspaces exist before the
-    // capture), then capture there. The warm-up steps are real training steps
-    // on this batch.
+  // As torch.cuda.graph does: warm up on a side stream, then capture there.
+  // The warm-up steps are real training steps.
+  void Capture() {
     c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
     cudaDeviceSynchronize();
     {
       c10::cuda::CUDAStreamGuard guard(side);
-      for (int i = 0; i < 2; ++i) loss_ = step_(static_x_, static_y_);
+      for (int i = 0; i < kCaptureSteps - 1; ++i) step_();
       side.synchronize();
       graph_ = std::make_unique<at::cuda::CUDAGraph>();
       graph_->capture_begin();
-      loss_ = step_(static_x_, static_y_);
+      step_();
       graph_->capture_end();
     }
     cudaDeviceSynchronize();
   }
 
-  std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> step_;
+  std::function<void()> step_;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
-  torch::Tensor static_x_, static_y_, loss_;
 };
 #endif
 
@@ -139,8 +140,7 @@ std::unique_ptr<StepTimer> MakeStepTimer(const sdk::DeviceSettings& settings, sd
   return std::make_unique<HostClockTimer>(device);
 }
 
-std::unique_ptr<GraphedStep> MakeGraphedStep(
-    std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> step) {
+std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step) {
 #ifdef TRAINBENCH_WORKER_CUDA
   return std::make_unique<CudaGraphedStep>(std::move(step));
 #else

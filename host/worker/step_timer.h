@@ -19,33 +19,39 @@ class StepTimer {
   virtual ~StepTimer() = default;
   /// Starts timing: the next Mark() ends the first step.
   virtual void Begin() = 0;
-  /// Marks the end of one step (queued work included).
-  virtual void Mark() = 0;
-  /// Waits for the marked work and returns the seconds of each step marked
-  /// since the last call, in order.
+  /// Marks the end of one step (queued work included). An untimed step
+  /// (warm-up, graph capture) is left out of what Collect() returns.
+  virtual void Mark(bool timed) = 0;
+  /// Waits for the marked work and returns the seconds of each timed step
+  /// marked since the last call, in order.
   virtual std::vector<double> Collect() = 0;
 };
 
 /// The timer for `settings.device`; `device` synchronises for the CPU timer.
 std::unique_ptr<StepTimer> MakeStepTimer(const sdk::DeviceSettings& settings, sdk::Device& device);
 
-/// A training step captured once in a CUDA graph and replayed.
+/// A whole training step (batch selection and augmentation, forward,
+/// backward, optimizer, loss accumulation) captured once in a CUDA graph and
+/// replayed: one launch per step instead of hundreds.
 class GraphedStep {
  public:
+  /// Steps a capturing Run() executes: warm-up steps on a side stream (so
+  /// gradients, optimizer state and library workspaces exist), then the
+  /// captured step's first replay.
+  static constexpr int kCaptureSteps = 3;
   virtual ~GraphedStep() = default;
-  /// Copies the batch into the graph's static inputs and replays the step;
-  /// returns the step's loss (a tensor the graph rewrites each replay).
-  virtual torch::Tensor Run(const torch::Tensor& x, const torch::Tensor& y) = 0;
-  /// Drops the captured graph, so the next Run() captures again (after the
-  /// learning rate changed, say).
+  /// Runs one step, capturing first when there is no graph; returns the
+  /// steps executed (1, or kCaptureSteps when it captured).
+  virtual int Run() = 0;
+  /// Drops the graph, so the next Run() captures again (after the learning
+  /// rate changed, say).
   virtual void Invalidate() = 0;
 };
 
-/// Builds a graphed step around `step(x, y) -> loss` for fixed-shape batches.
-/// `step` must zero gradients in place (not to none) and must not make the
-/// host wait on the device. Throws when this worker has no CUDA.
-std::unique_ptr<GraphedStep> MakeGraphedStep(
-    std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> step);
+/// Builds a graphed step around `step`, which reads and writes only tensors
+/// whose storage stays put, zeroes gradients in place (not to none) and never
+/// makes the host wait on the device. Throws when this worker has no CUDA.
+std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step);
 
 /// Whether this worker was built with CUDA support.
 bool WorkerHasCuda();

@@ -9,6 +9,7 @@
 
 #include "autocast_scope.h"
 #include "dataset.h"
+#include "optimizer.h"
 #include "plugin_loader.h"
 #include "step_timer.h"
 
@@ -39,18 +40,6 @@ double Quantile(std::vector<double> v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
-std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const CellSpec& s,
-                                                       std::vector<torch::Tensor> params) {
-  if (s.optimizer == "adam") {
-    return std::make_unique<torch::optim::Adam>(
-        params, torch::optim::AdamOptions(s.lr).weight_decay(s.weight_decay));
-  }
-  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(s.lr)
-                                                         .momentum(s.momentum)
-                                                         .weight_decay(s.weight_decay)
-                                                         .nesterov(s.nesterov));
-}
-
 // Learning rate for `epoch` (0-based) under the cell's schedule.
 double LearningRate(const CellSpec& s, int64_t epoch) {
   if (s.schedule == "step") {
@@ -61,10 +50,6 @@ double LearningRate(const CellSpec& s, int64_t epoch) {
     return 0.5 * s.lr * (1.0 + std::cos(pi * static_cast<double>(epoch) / static_cast<double>(s.epochs)));
   }
   return s.lr;
-}
-
-void SetLearningRate(torch::optim::Optimizer& opt, double lr) {
-  for (auto& group : opt.param_groups()) group.options().set_lr(lr);
 }
 
 // Converts 4-D parameters and buffers to NHWC in place.
@@ -197,11 +182,11 @@ class CellRun {
         if (p.grad().defined()) grads.push_back(p.grad());
       found_inf_.zero_();
       at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, scale_.reciprocal());
-      if (found_inf_.item<float>() == 0.0f) optimizer_->step();
+      if (found_inf_.item<float>() == 0.0f) optimizer_->Step();
       at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, 2.0, 0.5, 2000);
     } else {
       loss.backward();
-      optimizer_->step();
+      optimizer_->Step();
     }
     return loss.detach();
   }
@@ -229,14 +214,21 @@ class CellRun {
     return false;
   }
 
+  // One step on the next batch of the epoch's order. Everything stays on the
+  // device (the batch cursor too), so the same code runs eagerly or inside a
+  // CUDA graph.
+  void TrainStep(bool for_graph) {
+    torch::Tensor idx = order_.index_select(0, batch_offsets_ + cursor_ * s_.batch_size);
+    cursor_ += 1;
+    loss_sum_ += Step(train_->Images(idx, s_.augment), train_->Labels(idx), for_graph);
+  }
+
   // Adds the durations of the steps timed since the last call; returns the
   // steady-state samples and seconds among them.
   std::pair<int64_t, double> CollectStepTimes() {
     int64_t samples = 0;
     double seconds = 0;
     for (double d : timer_->Collect()) {
-      ++timed_steps_;
-      if (timed_steps_ <= s_.warmup_steps) continue;
       step_seconds_.push_back(d);
       steady_seconds_ += d;
       steady_samples_ += s_.batch_size;
@@ -248,52 +240,57 @@ class CellRun {
 
   void Train(int64_t steps_per_epoch) {
     model_->module().train();
+    auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(settings_.device);
+    order_ = torch::empty({train_->size()}, i64);
+    batch_offsets_ = torch::arange(s_.batch_size, i64);
+    cursor_ = torch::zeros({}, i64);
+    loss_sum_ = torch::zeros({}, torch::TensorOptions().device(settings_.device));
     timer_ = MakeStepTimer(settings_, *device_);
-    if (settings_.cuda_graph) {
-      graphed_ = MakeGraphedStep([this](const torch::Tensor& x, const torch::Tensor& y) {
-        return Step(x, y, /*for_graph=*/true);
-      });
-    }
+    if (settings_.cuda_graph) graphed_ = MakeGraphedStep([this] { TrainStep(/*for_graph=*/true); });
     const Clock::time_point train_start = Clock::now();
     Clock::time_point last_report = train_start;
-    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(settings_.device));
     bool stop = false;
     double current_lr = -1;
     for (int64_t epoch = 0; epoch < s_.epochs && !stop; ++epoch) {
       const double lr = LearningRate(s_, epoch);
       if (lr != current_lr) {
-        SetLearningRate(*optimizer_, lr);
+        optimizer_->SetLearningRate(lr);
         if (graphed_) graphed_->Invalidate();  // the lr is baked into the graph
         current_lr = lr;
       }
-      loss_sum.zero_();
+      // In place: a captured graph reads these very tensors.
+      order_.copy_(train_->Permutation());
+      cursor_.zero_();
+      loss_sum_.zero_();
       int64_t epoch_steps = 0;
-      torch::Tensor order = train_->Permutation();
       Check(device_->Synchronize(), "device synchronize");
       const Clock::time_point epoch_start = Clock::now();
       timer_->Begin();
-      for (int64_t step = 0; step < steps_per_epoch; ++step) {
-        torch::Tensor idx = order.slice(0, step * s_.batch_size, (step + 1) * s_.batch_size);
-        torch::Tensor x = train_->Images(idx, s_.augment);
-        torch::Tensor y = train_->Labels(idx);
-        torch::Tensor loss = graphed_ ? graphed_->Run(x, y) : Step(x, y);
-        loss_sum += loss;
-        timer_->Mark();
-        ++steps_done_;
-        ++epoch_steps;
+      while (epoch_steps < steps_per_epoch) {
+        int64_t ran = 1;
+        const bool can_capture = steps_per_epoch - epoch_steps >= GraphedStep::kCaptureSteps;
+        if (graphed_ && can_capture) {
+          ran = graphed_->Run();
+        } else {
+          TrainStep(/*for_graph=*/false);
+        }
+        // Warm-up steps and a graph's capture are trained on but not timed.
+        timer_->Mark(/*timed=*/ran == 1 && steps_done_ >= s_.warmup_steps);
+        steps_done_ += ran;
+        epoch_steps += ran;
         stop = BudgetSpent(train_start);
         const Clock::time_point t1 = Clock::now();
         if (Seconds(t1 - last_report) >= s_.progress_interval_seconds || stop) {
           const auto [report_samples, report_seconds] = CollectStepTimes();
-          const double mean_loss = loss_sum.item<double>() / static_cast<double>(epoch_steps);
+          const double mean_loss = loss_sum_.item<double>() / static_cast<double>(epoch_steps);
           if (!std::isfinite(mean_loss)) {
             throw CellError("training loss became " + std::to_string(mean_loss) + " at epoch " +
-                            std::to_string(epoch + 1) + " step " + std::to_string(step + 1) +
+                            std::to_string(epoch + 1) + " step " + std::to_string(epoch_steps) +
                             " (lower the learning rate?)");
           }
           sink_.Emit({{"event", "progress"},
                       {"epoch", epoch + 1},
-                      {"step", step + 1},
+                      {"step", epoch_steps},
                       {"steps_per_epoch", steps_per_epoch},
                       {"steps_done", steps_done_},
                       {"samples_done", steps_done_ * s_.batch_size},
@@ -307,7 +304,7 @@ class CellRun {
       }
       CollectStepTimes();  // waits for the epoch's last step
       const double epoch_seconds = Seconds(Clock::now() - epoch_start);
-      const double mean_loss = loss_sum.item<double>() / static_cast<double>(epoch_steps);
+      const double mean_loss = loss_sum_.item<double>() / static_cast<double>(epoch_steps);
       if (!std::isfinite(mean_loss)) throw CellError("training loss became NaN in epoch " + std::to_string(epoch + 1));
       train_loss_.push_back(mean_loss);
       const double accuracy = Evaluate();
@@ -330,10 +327,10 @@ class CellRun {
   std::shared_ptr<sdk::Model> model_;
   sdk::DeviceSettings settings_;
   std::unique_ptr<DeviceDataset> train_, test_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StepTimer> timer_;
   std::unique_ptr<GraphedStep> graphed_;
-  int64_t timed_steps_ = 0;
+  torch::Tensor order_, batch_offsets_, cursor_, loss_sum_;
   bool in_graph_step_ = false;
   torch::Tensor scale_, growth_tracker_, found_inf_;
   int64_t steps_done_ = 0;

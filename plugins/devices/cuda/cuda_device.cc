@@ -27,9 +27,11 @@ std::string CudaVersionText(int v) {
 
 class CudaDevice : public trainbench::sdk::Device {
  public:
-  CudaDevice(int64_t index, bool cudnn_benchmark, Amp amp, bool channels_last, bool cuda_graph)
+  CudaDevice(int64_t index, bool cudnn_benchmark, bool tf32, Amp amp, bool channels_last,
+             bool cuda_graph)
       : index_(static_cast<c10::DeviceIndex>(index)),
         cudnn_benchmark_(cudnn_benchmark),
+        tf32_(tf32),
         amp_(amp),
         channels_last_(channels_last),
         cuda_graph_(cuda_graph) {}
@@ -57,10 +59,10 @@ class CudaDevice : public trainbench::sdk::Device {
     try {
       c10::cuda::set_device(index_);
       at::globalContext().setBenchmarkCuDNN(cudnn_benchmark_);
-      // fp32 convolutions and matmuls stay fp32 (no TF32) unless AMP is asked
-      // for, so fp32 numbers mean what they say.
+      // PyTorch's defaults: cuDNN may use TF32 for fp32 convolutions
+      // (torch.backends.cudnn.allow_tf32 = True), matrix products stay fp32.
       at::globalContext().setAllowTF32CuBLAS(false);
-      at::globalContext().setAllowTF32CuDNN(false);
+      at::globalContext().setAllowTF32CuDNN(tf32_);
       return Status::Ok();
     } catch (const std::exception& e) {
       return Status::Error(e.what());
@@ -94,6 +96,7 @@ class CudaDevice : public trainbench::sdk::Device {
       const long cudnn = at::detail::getCUDAHooks().versionCuDNN();
       j["cudnn_version"] = cudnn > 0 ? std::to_string(cudnn) : "none";
       j["cudnn_benchmark"] = cudnn_benchmark_;
+      j["tf32_convolutions"] = tf32_;
       j["amp"] = trainbench::sdk::AmpName(amp_);
       j["channels_last"] = channels_last_;
       j["cuda_graph"] = cuda_graph_;
@@ -135,6 +138,7 @@ class CudaDevice : public trainbench::sdk::Device {
  private:
   c10::DeviceIndex index_;
   bool cudnn_benchmark_;
+  bool tf32_;
   Amp amp_;
   bool channels_last_;
   bool cuda_graph_;
@@ -143,6 +147,9 @@ class CudaDevice : public trainbench::sdk::Device {
 const TbParamSpec kParams[] = {
     {"device_index", TB_PARAM_INT, "0", "which CUDA GPU", nullptr, 1, 0, 1024},
     {"cudnn_benchmark", TB_PARAM_BOOL, "true", "let cuDNN autotune convolution algorithms",
+     nullptr, 0, 0, 0},
+    {"tf32", TB_PARAM_BOOL, "true",
+     "let cuDNN use TF32 for fp32 convolutions (PyTorch's default); matrix products stay fp32",
      nullptr, 0, 0, 0},
     {"amp", TB_PARAM_ENUM, "\"none\"", "automatic mixed precision", "none,bf16,fp16", 0, 0, 0},
     {"channels_last", TB_PARAM_BOOL, "false", "use the NHWC memory format", nullptr, 0, 0, 0},
@@ -161,7 +168,8 @@ std::unique_ptr<trainbench::sdk::Device> Make(const trainbench::sdk::Options& op
         "every step); use amp: bf16");
   }
   return std::make_unique<CudaDevice>(options.GetInt("device_index"),
-                                      options.GetBool("cudnn_benchmark"), amp,
+                                      options.GetBool("cudnn_benchmark"),
+                                      options.GetBool("tf32"), amp,
                                       options.GetBool("channels_last"),
                                       options.GetBool("cuda_graph"));
 }

@@ -1,0 +1,28 @@
+#pragma once
+// Optimizers of the training loop. SGD is written with LibTorch's multi-tensor
+// ("foreach") kernels, as PyTorch's own torch.optim.SGD does by default: a
+// handful of launches per step instead of several per parameter, which is
+// what keeps a GPU busy with small models, and what a CUDA graph captures.
+
+#include <memory>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "cell_spec.h"
+
+namespace trainbench::worker {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  /// One update from the parameters' current gradients (parameters without
+  /// one are left alone). Makes the host wait for nothing.
+  virtual void Step() = 0;
+  virtual void SetLearningRate(double lr) = 0;
+};
+
+/// SGD (momentum, dampening 0, weight decay, Nesterov) or Adam, from the cell.
+std::unique_ptr<Optimizer> MakeOptimizer(const CellSpec& spec, std::vector<torch::Tensor> params);
+
+}  // namespace trainbench::worker
