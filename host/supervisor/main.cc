@@ -14,6 +14,9 @@
 #include <spdlog/spdlog.h>
 
 #include "config_loader.h"
+#ifdef TRAINBENCH_WITH_PROMETHEUS
+#include "metrics.h"
+#endif
 #include "plugin_catalog.h"
 #include "runner.h"
 #include "system_info.h"
@@ -86,6 +89,13 @@ int main(int argc, char** argv) {
   run->add_option("config", config, "experiment YAML file")->required();
   run->add_option("--out", out_dir, "output folder for results.json, results.csv and logs");
   add_plugin_dir(run);
+  std::string metrics_addr, metrics_push;
+  double metrics_linger = -1;
+  run->add_option("--metrics-addr", metrics_addr,
+                  "serve Prometheus metrics on HOST:PORT (PORT alone: loopback); overrides metrics.address");
+  run->add_option("--metrics-linger", metrics_linger,
+                  "keep serving metrics this many seconds after the run; overrides metrics.linger_seconds");
+  run->add_option("--metrics-push", metrics_push, "push final metrics to this Pushgateway (http://HOST:PORT)");
   auto* validate = app.add_subcommand("validate", "check an experiment file without running it");
   validate->add_option("config", config, "experiment YAML file")->required();
   add_plugin_dir(validate);
@@ -124,6 +134,30 @@ int main(int argc, char** argv) {
                    ec ? ": " : "", ec ? ec.message().c_str() : "");
       return kExitError;
     }
+    // Metrics: bind before any training, so a taken port fails fast.
+    if (!metrics_addr.empty()) experiment.metrics.address = metrics_addr;
+    if (metrics_linger >= 0) experiment.metrics.linger_seconds = metrics_linger;
+    std::vector<RunObserver*> observers;
+#ifdef TRAINBENCH_WITH_PROMETHEUS
+    std::unique_ptr<MetricsExporter> metrics;
+    if (!experiment.metrics.address.empty() || !metrics_push.empty()) {
+      MetricsOptions options{experiment.metrics.address.empty() ? "127.0.0.1:0" : experiment.metrics.address,
+                             experiment.metrics.linger_seconds, metrics_push};
+      try {
+        metrics = std::make_unique<MetricsExporter>(options);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return kExitConfig;
+      }
+      observers.push_back(metrics.get());
+      spdlog::info("metrics on http://{}/metrics", metrics->address());
+    }
+#else
+    if (!experiment.metrics.address.empty() || !metrics_push.empty()) {
+      std::fprintf(stderr, "error: this trainbench was built without metrics (TRAINBENCH_WITH_PROMETHEUS=OFF)\n");
+      return kExitConfig;
+    }
+#endif
     nlohmann::json system = CollectSystemInfo();
     RunWorker({"info"}, "", "", [&](const nlohmann::json& event) {
       system["torch_version"] = event.value("torch_version", "");
@@ -132,7 +166,11 @@ int main(int argc, char** argv) {
     InstallSignalHandlers();
     spdlog::info("experiment '{}': {} cell(s), results in {}", experiment.name,
                  experiment.models.size() * experiment.devices.size(), out_dir);
-    return RunExperiment(experiment, out_dir, system, {});
+    const int code = RunExperiment(experiment, out_dir, system, observers);
+#ifdef TRAINBENCH_WITH_PROMETHEUS
+    if (metrics) metrics->Finish();
+#endif
+    return code;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return kExitError;

@@ -93,6 +93,7 @@ json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, si
     } else if (type == "skipped" || type == "error") {
       cell["status"] = type == "skipped" ? "skipped" : "failed";
       cell["reason"] = event.value("reason", "");
+      if (event.value("loss_nan", false)) cell["loss_nan"] = true;
       finished = true;
     }
     for (auto* o : observers) o->OnEvent(index, cell, event);

@@ -19,12 +19,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
+constexpr size_t kMaxReportedSteps = 4096;
+
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // A failure of the cell with a one-line reason.
 class CellError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The training loss stopped being a number.
+class NonFiniteLoss : public CellError {
+ public:
+  using CellError::CellError;
 };
 
 void Check(const sdk::Status& status, const std::string& what) {
@@ -225,10 +233,12 @@ class CellRun {
 
   // Adds the durations of the steps timed since the last call; returns the
   // steady-state samples and seconds among them.
-  std::pair<int64_t, double> CollectStepTimes() {
+  std::pair<int64_t, double> CollectStepTimes(std::vector<double>* durations = nullptr) {
     int64_t samples = 0;
     double seconds = 0;
-    for (double d : timer_->Collect()) {
+    std::vector<double> collected = timer_->Collect();
+    if (durations != nullptr) *durations = collected;
+    for (double d : collected) {
       step_seconds_.push_back(d);
       steady_seconds_ += d;
       steady_samples_ += s_.batch_size;
@@ -281,10 +291,19 @@ class CellRun {
         stop = BudgetSpent(train_start);
         const Clock::time_point t1 = Clock::now();
         if (Seconds(t1 - last_report) >= s_.progress_interval_seconds || stop) {
-          const auto [report_samples, report_seconds] = CollectStepTimes();
+          std::vector<double> durations;
+          const auto [report_samples, report_seconds] = CollectStepTimes(&durations);
+          // Step durations feed the host's histogram; past a few thousand a
+          // second, an even sample of them is enough.
+          if (durations.size() > kMaxReportedSteps) {
+            std::vector<double> sampled;
+            for (size_t i = 0; i < kMaxReportedSteps; ++i)
+              sampled.push_back(durations[i * durations.size() / kMaxReportedSteps]);
+            durations.swap(sampled);
+          }
           const double mean_loss = loss_sum_.item<double>() / static_cast<double>(epoch_steps);
           if (!std::isfinite(mean_loss)) {
-            throw CellError("training loss became " + std::to_string(mean_loss) + " at epoch " +
+            throw NonFiniteLoss("training loss became " + std::to_string(mean_loss) + " at epoch " +
                             std::to_string(epoch + 1) + " step " + std::to_string(epoch_steps) +
                             " (lower the learning rate?)");
           }
@@ -296,6 +315,7 @@ class CellRun {
                       {"samples_done", steps_done_ * s_.batch_size},
                       {"loss", mean_loss},
                       {"samples_per_second", report_seconds > 0 ? static_cast<double>(report_samples) / report_seconds : 0.0},
+                      {"step_seconds", durations},
                       {"memory_bytes", device_->MemoryInUseBytes()},
                       {"elapsed_seconds", Seconds(t1 - train_start)}});
           last_report = t1;
@@ -305,7 +325,7 @@ class CellRun {
       CollectStepTimes();  // waits for the epoch's last step
       const double epoch_seconds = Seconds(Clock::now() - epoch_start);
       const double mean_loss = loss_sum_.item<double>() / static_cast<double>(epoch_steps);
-      if (!std::isfinite(mean_loss)) throw CellError("training loss became NaN in epoch " + std::to_string(epoch + 1));
+      if (!std::isfinite(mean_loss)) throw NonFiniteLoss("training loss became nan in epoch " + std::to_string(epoch + 1));
       train_loss_.push_back(mean_loss);
       const double accuracy = Evaluate();
       test_accuracy_.push_back(accuracy);
@@ -345,6 +365,9 @@ int RunCell(const CellSpec& spec, EventSink& sink) {
   try {
     CellRun run(spec, sink);
     return run.Run();
+  } catch (const NonFiniteLoss& e) {
+    sink.Emit({{"event", "error"}, {"reason", e.what()}, {"loss_nan", true}});
+    return 1;
   } catch (const std::exception& e) {
     sink.Emit({{"event", "error"}, {"reason", e.what()}});
     return 1;

@@ -1,0 +1,333 @@
+#include "metrics.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gateway.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "gpu_monitor.h"
+#include "system_info.h"
+#include "worker_client.h"
+
+namespace trainbench {
+namespace {
+
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+using prometheus::Labels;
+
+// Step durations from 50 us (a small model on a GPU in a CUDA graph) to 60 s
+// (a large model on a slow CPU).
+const Histogram::BucketBoundaries kStepBuckets = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1,     0.25,   0.5,     1,      2.5,   5,      10,    30,   60};
+
+// Seconds of CPU time used by process `pid` so far, or -1.
+double ProcessCpuSeconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(text.substr(close + 2));
+  std::string f;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::stoull(f);
+    if (i == 15) stime = std::stoull(f);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+std::string NormaliseListenAddress(const std::string& address) {
+  static const std::regex kPortOnly(R"(:?(\d{1,5}))");
+  static const std::regex kHostPort(R"((\[[0-9a-fA-F:]+\]|[A-Za-z0-9.\-]+):(\d{1,5}))");
+  std::smatch m;
+  std::string host, port;
+  if (std::regex_match(address, m, kPortOnly)) {
+    host = "127.0.0.1";
+    port = m[1];
+  } else if (std::regex_match(address, m, kHostPort)) {
+    host = m[1];
+    port = m[2];
+  } else {
+    throw std::invalid_argument("metrics address '" + address +
+                                "' is not HOST:PORT (e.g. 127.0.0.1:9464, or 0.0.0.0:9464 to "
+                                "listen on every interface)");
+  }
+  if (std::stoi(port) < 1 || std::stoi(port) > 65535)
+    throw std::invalid_argument("metrics address '" + address + "': port must be 1-65535");
+  return host + ":" + port;
+}
+
+struct MetricsExporter::Impl {
+  MetricsOptions options;
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<prometheus::Exposer> exposer;
+
+  Family<Gauge>& info = prometheus::BuildGauge().Name("trainbench_info")
+      .Help("Build and run metadata; always 1").Register(*registry);
+  Family<Gauge>& cells = prometheus::BuildGauge().Name("trainbench_cells")
+      .Help("Cells (model x device) in the experiment").Register(*registry);
+  Family<Gauge>& cell_index = prometheus::BuildGauge().Name("trainbench_cell_index")
+      .Help("1-based index of the cell running now (or last run)").Register(*registry);
+  Family<Counter>& cells_finished = prometheus::BuildCounter().Name("trainbench_cells_finished_total")
+      .Help("Cells finished, by status").Register(*registry);
+  Family<Counter>& samples = prometheus::BuildCounter().Name("trainbench_samples_total")
+      .Help("Training samples processed").Register(*registry);
+  Family<Counter>& steps = prometheus::BuildCounter().Name("trainbench_steps_total")
+      .Help("Training steps (optimizer updates) processed").Register(*registry);
+  Family<Histogram>& step_duration = prometheus::BuildHistogram().Name("trainbench_step_duration_seconds")
+      .Help("Duration of steady-state training steps (warm-up excluded)").Register(*registry);
+  Family<Gauge>& throughput = prometheus::BuildGauge().Name("trainbench_samples_per_second")
+      .Help("Training throughput over the last progress interval").Register(*registry);
+  Family<Gauge>& epoch_duration = prometheus::BuildGauge().Name("trainbench_epoch_duration_seconds")
+      .Help("Wall time of the last finished epoch (evaluation excluded)").Register(*registry);
+  Family<Gauge>& loss = prometheus::BuildGauge().Name("trainbench_train_loss")
+      .Help("Mean training loss of the current epoch so far").Register(*registry);
+  Family<Gauge>& accuracy = prometheus::BuildGauge().Name("trainbench_test_accuracy_ratio")
+      .Help("Test accuracy after the last epoch, 0-1").Register(*registry);
+  Family<Gauge>& epoch = prometheus::BuildGauge().Name("trainbench_epoch")
+      .Help("Current epoch, 1-based").Register(*registry);
+  Family<Gauge>& epochs = prometheus::BuildGauge().Name("trainbench_epochs")
+      .Help("Epochs the cell is configured for").Register(*registry);
+  Family<Gauge>& step = prometheus::BuildGauge().Name("trainbench_epoch_step")
+      .Help("Current step within the epoch, 1-based").Register(*registry);
+  Family<Gauge>& steps_per_epoch = prometheus::BuildGauge().Name("trainbench_steps_per_epoch")
+      .Help("Steps in one epoch").Register(*registry);
+  Family<Gauge>& progress = prometheus::BuildGauge().Name("trainbench_cell_progress_ratio")
+      .Help("Fraction of the cell's training done, 0-1 (budget-limited cells: of the budget)").Register(*registry);
+  Family<Gauge>& eta = prometheus::BuildGauge().Name("trainbench_cell_remaining_seconds")
+      .Help("Estimated seconds of training left in the cell").Register(*registry);
+  Family<Gauge>& speedup = prometheus::BuildGauge().Name("trainbench_speedup")
+      .Help("Samples/s over the baseline device's for the same model").Register(*registry);
+  Family<Gauge>& cell_samples_per_second = prometheus::BuildGauge().Name("trainbench_cell_samples_per_second")
+      .Help("Steady-state samples/s of a finished cell").Register(*registry);
+  Family<Gauge>& params = prometheus::BuildGauge().Name("trainbench_model_parameters")
+      .Help("Trainable parameters of the model").Register(*registry);
+  Family<Gauge>& memory = prometheus::BuildGauge().Name("trainbench_device_memory_bytes")
+      .Help("Device memory in use by the cell (resident set on a CPU, allocator reserve on a GPU)").Register(*registry);
+  Family<Gauge>& gpu_util = prometheus::BuildGauge().Name("trainbench_gpu_utilization_ratio")
+      .Help("GPU busy fraction as NVML reports it, 0-1").Register(*registry);
+  Family<Gauge>& gpu_power = prometheus::BuildGauge().Name("trainbench_gpu_power_watts")
+      .Help("GPU board power draw").Register(*registry);
+  Family<Gauge>& gpu_temp = prometheus::BuildGauge().Name("trainbench_gpu_temperature_celsius")
+      .Help("GPU core temperature").Register(*registry);
+  Family<Gauge>& gpu_memory = prometheus::BuildGauge().Name("trainbench_gpu_memory_used_bytes")
+      .Help("GPU memory used by all processes, as NVML reports it").Register(*registry);
+  Family<Gauge>& cpu_util = prometheus::BuildGauge().Name("trainbench_worker_cpu_utilization_ratio")
+      .Help("CPU time of the cell's worker process over wall time, divided by logical cores, 0-1").Register(*registry);
+
+  std::mutex mutex;  // guards the fields below (the sampler thread reads them)
+  std::string experiment;
+  Labels cell_labels;  // experiment, model, device_type, variant, gpu
+  int gpu_index = -1;
+  int64_t epochs_configured = 1;
+  std::optional<double> budget_seconds;
+  std::optional<int64_t> budget_steps;
+
+  std::unique_ptr<GpuMonitor> gpus = GpuMonitor::Open();
+  std::thread sampler;
+  std::condition_variable stop_cv;
+  bool stopping = false;
+
+  void Sample() {
+    double last_cpu = -1;
+    int last_pid = 0;
+    auto last_time = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stop_cv.wait_for(lock, std::chrono::seconds(1), [this] { return stopping; })) {
+      if (cell_labels.empty()) continue;
+      if (gpus && gpu_index >= 0) {
+        if (auto s = gpus->Sample(gpu_index)) {
+          gpu_util.Add(cell_labels).Set(s->utilization_ratio);
+          if (s->power_watts) gpu_power.Add(cell_labels).Set(*s->power_watts);
+          if (s->temperature_celsius) gpu_temp.Add(cell_labels).Set(*s->temperature_celsius);
+          if (s->memory_used_bytes) gpu_memory.Add(cell_labels).Set(*s->memory_used_bytes);
+        }
+      }
+      const int pid = g_worker_pid.load();
+      const auto now = std::chrono::steady_clock::now();
+      if (pid > 0) {
+        const double cpu = ProcessCpuSeconds(pid);
+        const double wall = std::chrono::duration<double>(now - last_time).count();
+        if (pid == last_pid && cpu >= 0 && last_cpu >= 0 && wall > 0) {
+          const double cores = std::max(1u, std::thread::hardware_concurrency());
+          cpu_util.Add(cell_labels).Set((cpu - last_cpu) / wall / cores);
+        }
+        last_cpu = cpu;
+        last_pid = pid;
+      }
+      last_time = now;
+    }
+  }
+
+  Labels LabelsOf(const nlohmann::json& cell) {
+    Labels l{{"experiment", experiment},
+             {"model", cell.value("model", "")},
+             {"device_type", cell.value("device_plugin", "")},
+             {"variant", cell.value("device", "")}};
+    l["gpu"] = cell.contains("hardware") && cell["hardware"].contains("index")
+                   ? std::to_string(cell["hardware"]["index"].get<int>())
+                   : "";
+    return l;
+  }
+};
+
+MetricsExporter::MetricsExporter(const MetricsOptions& options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = options;
+  impl_->options.address = NormaliseListenAddress(options.address);
+  try {
+    impl_->exposer = std::make_unique<prometheus::Exposer>(impl_->options.address, 2);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("metrics address " + impl_->options.address +
+                             ": cannot listen (" + e.what() +
+                             "); is the port in use? choose another with --metrics-addr");
+  }
+  impl_->exposer->RegisterCollectable(impl_->registry);
+  impl_->sampler = std::thread([this] { impl_->Sample(); });
+}
+
+MetricsExporter::~MetricsExporter() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->stop_cv.notify_all();
+  if (impl_->sampler.joinable()) impl_->sampler.join();
+}
+
+std::string MetricsExporter::address() const { return impl_->options.address; }
+
+void MetricsExporter::OnRunStarted(const Experiment& e, size_t cells) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->experiment = e.name;
+  impl_->epochs_configured = e.training.epochs;
+  impl_->info.Add({{"experiment", e.name}, {"version", TrainbenchVersion()},
+                   {"git_commit", TrainbenchGitCommit()}, {"config", e.file}}).Set(1);
+  impl_->cells.Add({{"experiment", e.name}}).Set(static_cast<double>(cells));
+}
+
+void MetricsExporter::OnCellStarted(size_t index, const nlohmann::json& cell) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->cell_index.Add({{"experiment", impl_->experiment}}).Set(static_cast<double>(index + 1));
+  impl_->cell_labels = impl_->LabelsOf(cell);
+  impl_->gpu_index = -1;
+}
+
+void MetricsExporter::OnEvent(size_t, const nlohmann::json& cell, const nlohmann::json& event) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const std::string type = event.value("event", "");
+  auto& i = *impl_;
+  if (type == "started") {
+    i.cell_labels = i.LabelsOf(cell);
+    if (cell.contains("hardware") && cell["hardware"].value("type", "") == "cuda")
+      i.gpu_index = cell["hardware"].value("index", 0);
+    i.params.Add(i.cell_labels).Set(event.value("params", 0.0));
+    i.steps_per_epoch.Add(i.cell_labels).Set(event.value("steps_per_epoch", 0.0));
+    i.epochs.Add(i.cell_labels).Set(static_cast<double>(i.epochs_configured));
+    i.progress.Add(i.cell_labels).Set(0);
+    // Histogram children are created up front so a short cell still exports them.
+    i.step_duration.Add(i.cell_labels, kStepBuckets);
+    i.samples.Add(i.cell_labels);
+    i.steps.Add(i.cell_labels);
+  } else if (type == "progress") {
+    const Labels& l = i.cell_labels;
+    auto& counter_samples = i.samples.Add(l);
+    auto& counter_steps = i.steps.Add(l);
+    const double samples_done = event.value("samples_done", 0.0);
+    const double steps_done = event.value("steps_done", 0.0);
+    if (samples_done > counter_samples.Value()) counter_samples.Increment(samples_done - counter_samples.Value());
+    if (steps_done > counter_steps.Value()) counter_steps.Increment(steps_done - counter_steps.Value());
+    auto& histogram = i.step_duration.Add(l, kStepBuckets);
+    for (const auto& d : event.value("step_seconds", nlohmann::json::array())) histogram.Observe(d.get<double>());
+    const double sps = event.value("samples_per_second", 0.0);
+    if (sps > 0) i.throughput.Add(l).Set(sps);
+    i.loss.Add(l).Set(event.value("loss", 0.0));
+    i.epoch.Add(l).Set(event.value("epoch", 0.0));
+    i.step.Add(l).Set(event.value("step", 0.0));
+    const double memory_bytes = event.value("memory_bytes", -1.0);
+    if (memory_bytes >= 0) i.memory.Add(l).Set(memory_bytes);
+    // Progress and remaining time: of the step or time budget when one is
+    // set, else of all epochs at the current rate.
+    const double total_steps = event.value("steps_per_epoch", 1.0) * static_cast<double>(i.epochs_configured);
+    const double elapsed = event.value("elapsed_seconds", 0.0);
+    double done = total_steps > 0 ? steps_done / total_steps : 0;
+    double remaining = 0;
+    if (steps_done > 0 && elapsed > 0) remaining = (total_steps - steps_done) * elapsed / steps_done;
+    i.progress.Add(l).Set(std::min(1.0, done));
+    i.eta.Add(l).Set(std::max(0.0, remaining));
+  } else if (type == "epoch") {
+    i.epoch_duration.Add(i.cell_labels).Set(event.value("seconds", 0.0));
+    i.loss.Add(i.cell_labels).Set(event.value("train_loss", 0.0));
+    i.accuracy.Add(i.cell_labels).Set(event.value("test_accuracy", 0.0));
+  }
+}
+
+void MetricsExporter::OnCellFinished(size_t, const nlohmann::json& cell) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto& i = *impl_;
+  i.cells_finished.Add({{"experiment", i.experiment}, {"status", cell.value("status", "")}}).Increment();
+  const Labels l = i.LabelsOf(cell);
+  if (cell.value("status", "") == "ok") i.cell_samples_per_second.Add(l).Set(cell.value("samples_per_second", 0.0));
+  if (cell.value("loss_nan", false)) i.loss.Add(l).Set(std::numeric_limits<double>::quiet_NaN());
+  if (cell.value("status", "") != "skipped") {
+    // Finished, whatever the outcome: nothing more will come from this cell.
+    i.progress.Add(l).Set(1);
+    i.eta.Add(l).Set(0);
+  }
+}
+
+void MetricsExporter::OnRunFinished(const Results& results) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto& i = *impl_;
+  for (const auto& cell : results.doc().at("cells")) {
+    if (cell.contains("speedup") && !cell["speedup"].is_null())
+      i.speedup.Add(i.LabelsOf(cell)).Set(cell["speedup"].get<double>());
+  }
+  i.cell_labels.clear();  // the sampler stops attributing usage to a cell
+}
+
+void MetricsExporter::Finish() {
+  if (!impl_->options.push_url.empty()) {
+    static const std::regex kUrl(R"((https?://[^:/]+):(\d+)/?)");
+    std::smatch m;
+    if (!std::regex_match(impl_->options.push_url, m, kUrl)) {
+      spdlog::error("metrics push URL '{}' is not http://HOST:PORT; not pushed", impl_->options.push_url);
+    } else {
+      prometheus::Gateway gateway(m[1], m[2], "trainbench", {{"experiment", impl_->experiment}});
+      gateway.RegisterCollectable(impl_->registry);
+      const int code = gateway.Push();
+      if (code >= 200 && code < 300) spdlog::info("metrics pushed to {}", impl_->options.push_url);
+      else spdlog::error("metrics push to {} failed (HTTP {})", impl_->options.push_url, code);
+    }
+  }
+  if (impl_->options.linger_seconds > 0) {
+    spdlog::info("serving final metrics on http://{}/metrics for {:.0f} s", impl_->options.address,
+                 impl_->options.linger_seconds);
+    const auto end = std::chrono::steady_clock::now() +
+                     std::chrono::duration<double>(impl_->options.linger_seconds);
+    while (std::chrono::steady_clock::now() < end && g_stop_signal.load() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+}
+
+}  // namespace trainbench

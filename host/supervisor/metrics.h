@@ -1,0 +1,52 @@
+#pragma once
+// Live metrics for Prometheus (prometheus-cpp): a RunObserver that turns
+// worker events into metrics served on /metrics by the host process, which
+// has no LibTorch loaded, so civetweb's threads start even for GPU runs.
+// Every metric is documented in docs/metrics.md.
+
+#include <memory>
+#include <string>
+
+#include "runner.h"
+
+namespace trainbench {
+
+struct MetricsOptions {
+  std::string address;          ///< HOST:PORT (or PORT: loopback) to serve on
+  double linger_seconds = 0;    ///< keep serving after the run
+  std::string push_url;         ///< Pushgateway "http://host:port", or empty
+};
+
+/// Normalises "9464" / ":9464" to "127.0.0.1:9464"; throws
+/// std::invalid_argument for anything that is not HOST:PORT.
+std::string NormaliseListenAddress(const std::string& address);
+
+/// Serves /metrics while alive. Not copyable. Observer calls come from the
+/// runner's thread; a sampler thread reads GPU and worker CPU usage every
+/// second.
+class MetricsExporter : public RunObserver {
+ public:
+  /// Starts listening; throws std::runtime_error with a one-line message when
+  /// the address cannot be bound (port in use, say).
+  explicit MetricsExporter(const MetricsOptions& options);
+  ~MetricsExporter() override;
+
+  /// The address actually bound ("127.0.0.1:9464").
+  std::string address() const;
+
+  void OnRunStarted(const Experiment& experiment, size_t cells) override;
+  void OnCellStarted(size_t index, const nlohmann::json& cell) override;
+  void OnEvent(size_t index, const nlohmann::json& cell, const nlohmann::json& event) override;
+  void OnCellFinished(size_t index, const nlohmann::json& cell) override;
+  void OnRunFinished(const Results& results) override;
+
+  /// Pushes to the Pushgateway (if configured), then keeps serving for the
+  /// linger time (returns early on SIGINT/SIGTERM).
+  void Finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainbench
