@@ -61,7 +61,7 @@ panel("timeseries", "Steps per second", "Optimizer steps per second of each cell
 
 def var(name, label, query):
     return {"name": name, "label": label, "type": "query", "datasource": DS, "query": {"query": query, "refId": name},
-            "definition": query, "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
+            "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
             "current": {"text": "All", "value": "$__all"}, "sort": 1}
 
 dashboard = {
@@ -71,7 +71,7 @@ dashboard = {
     "annotations": {"list": []}, "links": [],
     "templating": {"list": [
         {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus", "refresh": 1,
-         "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [], "regex": ""},
+         "hide": 0, "includeAll": False, "multi": False, "options": [], "regex": ""},
         var("instance", "Server", 'label_values(trainbench_info, instance)'),
         var("experiment", "Experiment", 'label_values(trainbench_info{instance=~"$instance"}, experiment)'),
         var("model", "Model", 'label_values(trainbench_samples_total{experiment=~"$experiment"}, model)'),

@@ -10,12 +10,14 @@ BUILD_DIR=${BUILD_DIR:-build}
 PACKAGES=(build-essential cmake ninja-build git pkg-config
   libtorch-dev libyaml-cpp-dev libboost-dev libboost-filesystem-dev
   prometheus-cpp-dev libgtest-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
-  prometheus curl)
+  prometheus curl python3)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm (the dashboard schema check) may come from elsewhere.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   SUDO=""

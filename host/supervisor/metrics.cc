@@ -287,6 +287,7 @@ void MetricsExporter::OnCellFinished(size_t, const nlohmann::json& cell) {
   i.cells_finished.Add({{"experiment", i.experiment}, {"status", cell.value("status", "")}}).Increment();
   const Labels l = i.LabelsOf(cell);
   if (cell.value("status", "") == "ok") i.cell_samples_per_second.Add(l).Set(cell.value("samples_per_second", 0.0));
+  if (cell.contains("speedup") && !cell["speedup"].is_null()) i.speedup.Add(l).Set(cell["speedup"].get<double>());
   if (cell.value("loss_nan", false)) i.loss.Add(l).Set(std::numeric_limits<double>::quiet_NaN());
   if (cell.value("status", "") != "skipped") {
     // Finished, whatever the outcome: nothing more will come from this cell.

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""A real Prometheus scrapes a real `trainbench run` on the CIFAR-10 mini set.
+
+Checks: the target comes up; metrics arrive and change while training runs;
+`promtool check metrics` finds nothing wrong in a scraped /metrics; every
+dashboard panel's PromQL, template variables filled in, returns data; a port
+already in use is a one-line error before any training.
+Usage: prometheus_test.py BIN_DIR DATA_DIR DASHBOARD_JSON
+"""
+import json, os, shutil, signal, socket, subprocess, sys, tempfile, time, unittest, urllib.parse, urllib.request
+
+BIN, DATA, DASHBOARD = sys.argv[1:4]
+del sys.argv[1:4]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+class PrometheusScrapesTrainbench(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        for tool in ("prometheus", "promtool"):
+            if shutil.which(tool) is None:
+                raise RuntimeError(f"{tool} not found: install Debian's 'prometheus' package (scripts/setup.sh does)")
+        cls.tmp = tempfile.mkdtemp(prefix="tb-prom-")
+        cls.metrics_port, cls.prom_port = free_port(), free_port()
+        config = os.path.join(cls.tmp, "exp.yaml")
+        with open(config, "w") as f:
+            f.write(f"""name: promtest
+dataset: {{kind: cifar10, path: {DATA}}}
+models: [simple_cnn, resnet18]
+devices: [{{plugin: cpu, label: cpu-1thread, options: {{threads: 1}}}}, cpu]
+training: {{epochs: 2, batch_size: 50}}
+measurement: {{warmup_steps: 2, progress_interval_seconds: 0.5, time_budget_seconds: 6, baseline: cpu-1thread}}
+""")
+        cls.trainbench = subprocess.Popen(
+            [os.path.join(BIN, "trainbench"), "run", config, "--out", os.path.join(cls.tmp, "out"),
+             "--metrics-addr", f"127.0.0.1:{cls.metrics_port}", "--metrics-linger", "120"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with open(os.path.join(cls.tmp, "prometheus.yml"), "w") as f:
+            f.write(f"""global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+scrape_configs:
+  - job_name: trainbench
+    static_configs: [{{targets: ["127.0.0.1:{cls.metrics_port}"]}}]
+""")
+        cls.prometheus = subprocess.Popen(
+            ["prometheus", f"--config.file={cls.tmp}/prometheus.yml", f"--storage.tsdb.path={cls.tmp}/tsdb",
+             f"--web.listen-address=127.0.0.1:{cls.prom_port}"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(cls.tmp, "prometheus.log"), "w"))
+        cls.api = f"http://127.0.0.1:{cls.prom_port}/api/v1"
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                targets = json.loads(get(cls.api + "/targets"))["data"]["activeTargets"]
+                if targets and targets[0]["health"] == "up":
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("the trainbench target never came up in Prometheus")
+        cls.start = time.time()
+
+    @classmethod
+    def tearDownClass(cls):
+        for p in (cls.trainbench, cls.prometheus):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def query(self, expr):
+        url = self.api + "/query?" + urllib.parse.urlencode({"query": expr})
+        return json.loads(get(url))["data"]["result"]
+
+    def query_range(self, expr):
+        end = time.time()
+        url = self.api + "/query_range?" + urllib.parse.urlencode(
+            {"query": expr, "start": self.start - 5, "end": end, "step": "1"})
+        body = json.loads(get(url))
+        self.assertEqual(body["status"], "success", expr)
+        return body["data"]["result"]
+
+    def wait_until_finished(self):
+        results = os.path.join(self.tmp, "out", "results.json")
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            if os.path.exists(results):
+                cells = json.load(open(results))["cells"]
+                if all(c["status"] not in ("pending",) for c in cells) and all("index" in c for c in cells):
+                    return cells
+            time.sleep(1)
+        self.fail("the run did not finish in time")
+
+    def test_1_metrics_arrive_and_change_while_training(self):
+        def samples():
+            r = self.query('sum(trainbench_samples_total{experiment="promtest"})')
+            return float(r[0]["value"][1]) if r else 0.0
+        deadline = time.time() + 60
+        while samples() == 0 and time.time() < deadline:
+            time.sleep(0.5)
+        first = samples()
+        self.assertGreater(first, 0)
+        time.sleep(3)
+        self.assertGreater(samples(), first, "samples_total did not grow while training")
+        self.assertTrue(self.query('trainbench_info{experiment="promtest"}'))
+
+    def test_2_promtool_accepts_the_scraped_metrics(self):
+        text = get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        self.assertIn("trainbench_step_duration_seconds_bucket", text)
+        check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        problems = [l for l in (check.stdout + check.stderr).splitlines()
+                    if l.strip() and not l.startswith("exposer_")]  # prometheus-cpp's own
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+        self.assertEqual(problems, [])
+
+    def test_3_port_in_use_is_a_one_line_error_before_training(self):
+        t0 = time.time()
+        r = subprocess.run([os.path.join(BIN, "trainbench"), "run", os.path.join(self.tmp, "exp.yaml"),
+                            "--out", os.path.join(self.tmp, "out2"), "--metrics-addr", f"127.0.0.1:{self.metrics_port}"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(f"metrics address 127.0.0.1:{self.metrics_port}: cannot listen", r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "out2", "results.json")))
+        self.assertLess(time.time() - t0, 30)
+
+    def test_4_every_dashboard_panel_returns_data(self):
+        cells = self.wait_until_finished()
+        self.assertTrue(all(c["status"] == "ok" for c in cells), cells)
+        time.sleep(3)  # a few scrapes of the final values
+        with open(DASHBOARD) as f:
+            dashboard = json.load(f)
+        has_gpu = bool(self.query("trainbench_gpu_utilization_ratio"))
+        fill = {"$experiment": "promtest", "$model": ".*", "$device_type": ".*", "$instance": ".*",
+                "$__rate_interval": "4s"}
+        for panel in dashboard["panels"]:
+            for target in panel["targets"]:
+                expr = target["expr"]
+                for k, v in fill.items():
+                    expr = expr.replace(k, v)
+                if "trainbench_gpu_" in expr and not has_gpu:
+                    print(f"not checked on this machine (no GPU): {panel['title']}: {expr}")
+                    continue
+                with self.subTest(panel=panel["title"], expr=expr):
+                    self.assertTrue(self.query_range(expr), f"{panel['title']}: no data for {expr}")
+        # The dashboard's variables resolve too.
+        for var in dashboard["templating"]["list"][1:]:
+            q = var["query"]["query"]
+            inner = q[len("label_values("):-1].rsplit(",", 1)[0].replace("$instance", ".*").replace("$experiment", "promtest")
+            self.assertTrue(self.query(inner), q)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
