@@ -9,15 +9,32 @@ namespace trainbench::worker {
 DeviceDataset::DeviceDataset(const data::ImageSet& set, c10::Device device, bool channels_last)
     : device_(device), channels_last_(channels_last) {
   auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
   torch::Tensor images =
       torch::from_blob(const_cast<uint8_t*>(set.pixels.data()), {set.count, 3, 32, 32}, u8);
-  padded_ = torch::constant_pad_nd(images, {4, 4, 4, 4}, 0).to(device);
+  const torch::Tensor mean = torch::tensor({kMean[0], kMean[1], kMean[2]}, f32).view({1, 3, 1, 1});
+  const torch::Tensor std = torch::tensor({kStd[0], kStd[1], kStd[2]}, f32).view({1, 3, 1, 1});
+  // Normalise on the device, one slice at a time, to keep host memory flat.
+  // The border is black, as with torchvision's RandomCrop(32, padding=4)
+  // before Normalize.
+  padded_ = torch::zeros({set.count, 3, 40, 40}, f32.device(device));
+  padded_ += ((-mean) / std).to(device);
+  const int64_t chunk = 4096;
+  for (int64_t start = 0; start < set.count; start += chunk) {
+    const int64_t end = std::min(start + chunk, set.count);
+    torch::Tensor part = images.slice(0, start, end).to(device).to(torch::kFloat32);
+    padded_.slice(0, start, end).slice(2, 4, 36).slice(3, 4, 36).copy_(
+        (part - mean.to(device)) / std.to(device));
+  }
   labels_ = torch::from_blob(const_cast<uint8_t*>(set.labels.data()), {set.count}, u8)
                 .to(torch::kInt64)
                 .to(device);
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  mean_ = torch::tensor({kMean[0], kMean[1], kMean[2]}, f32).view({1, 3, 1, 1}).to(device);
-  inv_std_ = (1.0 / torch::tensor({kStd[0], kStd[1], kStd[2]}, f32)).view({1, 3, 1, 1}).to(device);
+  auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const torch::Tensor span = torch::arange(32, i64);
+  rows_ = (torch::arange(9, i64).view({9, 1}) + span).to(device);
+  const torch::Tensor straight = torch::arange(9, i64).view({9, 1}) + span;
+  columns_ = torch::cat({straight, straight.flip({1})}, 0).to(device);  // 18 x 32
+  channels_ = torch::arange(3, i64).view({1, 3, 1, 1}).to(device);
 }
 
 torch::Tensor DeviceDataset::Permutation() const {
@@ -27,28 +44,19 @@ torch::Tensor DeviceDataset::Permutation() const {
 torch::Tensor DeviceDataset::Images(const torch::Tensor& indices, bool augment) const {
   const int64_t b = indices.size(0);
   auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device_);
-  torch::Tensor offset_y, offset_x;
+  torch::Tensor rows, cols;
   if (augment) {
-    offset_y = torch::randint(0, 9, {b, 1}, i64);
-    offset_x = torch::randint(0, 9, {b, 1}, i64);
+    // Crop offsets 0-8 in each direction, and a coin for the flip.
+    rows = rows_.index_select(0, torch::randint(0, 9, {b}, i64));
+    cols = columns_.index_select(0, torch::randint(0, 18, {b}, i64));
   } else {
-    offset_y = torch::full({b, 1}, 4, i64);
-    offset_x = offset_y;
-  }
-  torch::Tensor span = torch::arange(32, i64).view({1, 32});
-  torch::Tensor rows = offset_y + span;  // b,32
-  torch::Tensor cols = offset_x + span;  // b,32
-  if (augment) {
-    // A horizontal flip is reading the chosen columns right to left.
-    torch::Tensor flip = torch::rand({b, 1}, torch::TensorOptions().device(device_)) < 0.5;
-    cols = torch::where(flip, cols.flip({1}), cols);
+    rows = rows_[4].expand({b, 32});
+    cols = columns_[4].expand({b, 32});
   }
   // One gather does selection, crop and flip: out[n,c,i,j] =
   // padded[indices[n], c, rows[n,i], cols[n,j]].
-  torch::Tensor out = padded_.index({indices.view({b, 1, 1, 1}),
-                                     torch::arange(3, i64).view({1, 3, 1, 1}),
-                                     rows.view({b, 1, 32, 1}), cols.view({b, 1, 1, 32})});
-  out = (out.to(torch::kFloat32) - mean_) * inv_std_;
+  torch::Tensor out = padded_.index(
+      {indices.view({b, 1, 1, 1}), channels_, rows.view({b, 1, 32, 1}), cols.view({b, 1, 1, 32})});
   if (channels_last_) out = out.contiguous(torch::MemoryFormat::ChannelsLast);
   return out;
 }

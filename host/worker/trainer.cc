@@ -226,7 +226,7 @@ class CellRun {
   // device (the batch cursor too), so the same code runs eagerly or inside a
   // CUDA graph.
   void TrainStep(bool for_graph) {
-    torch::Tensor idx = order_.index_select(0, batch_offsets_ + cursor_ * s_.batch_size);
+    torch::Tensor idx = batches_.index_select(0, cursor_).view({-1});
     cursor_ += 1;
     loss_sum_ += Step(train_->Images(idx, s_.augment), train_->Labels(idx), for_graph);
   }
@@ -252,8 +252,9 @@ class CellRun {
     model_->module().train();
     auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(settings_.device);
     order_ = torch::empty({train_->size()}, i64);
-    batch_offsets_ = torch::arange(s_.batch_size, i64);
-    cursor_ = torch::zeros({}, i64);
+    // The epoch's batches: rows of the order (a view: it follows order_).
+    batches_ = order_.narrow(0, 0, steps_per_epoch * s_.batch_size).view({steps_per_epoch, s_.batch_size});
+    cursor_ = torch::zeros({1}, i64);
     loss_sum_ = torch::zeros({}, torch::TensorOptions().device(settings_.device));
     timer_ = MakeStepTimer(settings_, *device_);
     if (settings_.cuda_graph) graphed_ = MakeGraphedStep([this] { TrainStep(/*for_graph=*/true); });
@@ -350,7 +351,7 @@ class CellRun {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StepTimer> timer_;
   std::unique_ptr<GraphedStep> graphed_;
-  torch::Tensor order_, batch_offsets_, cursor_, loss_sum_;
+  torch::Tensor order_, batches_, cursor_, loss_sum_;
   bool in_graph_step_ = false;
   torch::Tensor scale_, growth_tracker_, found_inf_;
   int64_t steps_done_ = 0;
