@@ -29,7 +29,7 @@ for stage in $STAGES; do
       build-gpu/bin/trainbench run bench/configs/metrics-gpu.yaml --out "$OUT/metrics-run" \
         --metrics-addr 127.0.0.1:9464 --metrics-linger 2 > "$OUT/metrics-run.log" 2>&1 &
       pid=$!
-      for i in 1 2 3 4 5 6; do
+      for i in 1 2 3 4 5 6 7 8; do
         sleep 4
         curl -s 127.0.0.1:9464/metrics > "$OUT/metrics-scrape-$i.txt" || true
         echo "scrape $i: $(grep -E '^trainbench_samples_total|^trainbench_gpu_utilization_ratio|^trainbench_gpu_power_watts' "$OUT/metrics-scrape-$i.txt" | tr '\n' ' ')"
