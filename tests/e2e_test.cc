@@ -1,6 +1,8 @@
 // End to end: the `trainbench` command with its worker processes and real
 // plugins, training on the CIFAR-10 mini set.
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -100,6 +102,10 @@ measurement: {warmup_steps: 2, progress_interval_seconds: 0.5}
     EXPECT_EQ(cuda["status"], "ok") << cuda.dump(2);
     EXPECT_GT(cuda["speedup"].get<double>(), 0);
   }
+  ASSERT_EQ(cpu["plugins"].size(), 2u);
+  EXPECT_EQ(cpu["plugins"][0]["name"], "simple_cnn");
+  EXPECT_EQ(cpu["plugins"][0]["sha256"].get<std::string>().size(), 64u);
+  EXPECT_EQ(cpu["plugins"][1]["abi"], "1.0");
   EXPECT_FALSE(r["system"]["cpu_model"].get<std::string>().empty());
   EXPECT_FALSE(r["system"]["torch_version"].get<std::string>().empty());
   EXPECT_TRUE(fs::exists(dir_ / "out" / "results.csv"));
@@ -154,6 +160,105 @@ measurement: {warmup_steps: 1, max_steps: 3}
   EXPECT_NE(reason(3).find("SIGABRT"), std::string::npos) << reason(3);
   EXPECT_EQ(cells[4]["status"], "ok") << cells[4].dump(2);
   EXPECT_GT(cells[4]["samples_per_second"].get<double>(), 0);
+}
+
+TEST_F(EndToEnd, AHungCellIsKilledAndTheNextRuns) {
+  const std::string config = Config(R"(name: hang
+models:
+  - {plugin: faulty_model, label: hang, options: {fault: hang}}
+  - simple_cnn
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3, stall_timeout_seconds: 3}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  EXPECT_EQ(o.exit_code, 3) << o.output;
+  const json cells = Results()["cells"];
+  EXPECT_EQ(cells[0]["status"], "failed");
+  EXPECT_NE(cells[0].value("reason", "").find("printed nothing for 3 s"), std::string::npos) << cells[0];
+  EXPECT_EQ(cells[1]["status"], "ok") << cells[1];
+}
+
+TEST_F(EndToEnd, SigtermKeepsFinishedCellsAndResumeRunsTheRest) {
+  const std::string config = Config(R"(name: signals
+models: [simple_cnn, resnet18, resnet50]
+devices: [cpu]
+training: {epochs: 50, batch_size: 50}
+measurement: {warmup_steps: 1, time_budget_seconds: 8}
+)");
+  const std::string out = (dir_ / "out").string();
+  const std::string command = (BinDir() / "trainbench").string() + " run " + config + " --out " + out +
+                              Plugins() + " > " + (dir_ / "log").string() + " 2>&1";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until the first cell finished (results.json is written after each
+  // cell), then give the second a moment to start training.
+  bool first_done = false;
+  for (int i = 0; i < 600 && !first_done; ++i) {
+    usleep(100000);
+    std::ifstream in(dir_ / "out" / "results.json");
+    if (!in) continue;
+    const json r = json::parse(in, nullptr, false);
+    first_done = !r.is_discarded() && r["cells"][0]["status"] == "ok";
+  }
+  ASSERT_TRUE(first_done);
+  usleep(3000000);  // into resnet18's 8-second budget
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 143);
+  json r = Results();
+  EXPECT_EQ(r["cells"][0]["status"], "ok");
+  EXPECT_EQ(r["cells"][1]["status"], "interrupted") << r["cells"][1];
+  EXPECT_NE(r["cells"][1].value("reason", "").find("SIGTERM"), std::string::npos) << r["cells"][1];
+  EXPECT_EQ(r["cells"][2]["status"], "interrupted");
+  const double first_sps = r["cells"][0]["samples_per_second"].get<double>();
+
+  const Outcome resumed = Trainbench("run " + config + " --out " + out + " --resume" + Plugins());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  r = Results();
+  EXPECT_EQ(r["cells"][0]["status"], "ok");
+  EXPECT_EQ(r["cells"][0].value("resumed", false), true);
+  EXPECT_EQ(r["cells"][0]["samples_per_second"].get<double>(), first_sps);  // kept, not rerun
+  EXPECT_EQ(r["cells"][1]["status"], "ok");
+  EXPECT_FALSE(r["cells"][1].contains("resumed"));
+  EXPECT_EQ(r["cells"][2]["status"], "ok");
+}
+
+TEST_F(EndToEnd, PluginsOthersCanModifyAreRefused) {
+  const fs::path dir = dir_ / "shared_plugins";
+  fs::create_directories(dir);
+  fs::copy_file(PluginFile("simple_cnn"), dir / "libtrainbench_simple_cnn.so");
+  fs::permissions(dir, fs::perms::all);  // 0777
+  const Outcome refused = Trainbench("plugins --plugin-dir " + dir.string());
+  ASSERT_EQ(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("refused: its folder " + dir.string() + " is writable by others (mode 0777)"),
+            std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("--allow-insecure-plugins"), std::string::npos);
+  const Outcome allowed = Trainbench("plugins --allow-insecure-plugins --plugin-dir " + dir.string());
+  EXPECT_NE(allowed.output.find(dir.string() + "/libtrainbench_simple_cnn.so  (ABI"), std::string::npos)
+      << allowed.output;
+  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+  fs::permissions(dir / "libtrainbench_simple_cnn.so", fs::perms::owner_read | fs::perms::owner_write |
+                                                           fs::perms::group_write);  // 0620
+  const Outcome file_refused = Trainbench("plugins --plugin-dir " + dir.string());
+  EXPECT_NE(file_refused.output.find("the file is writable by its group (mode 0620)"), std::string::npos)
+      << file_refused.output;
+}
+
+TEST_F(EndToEnd, APluginThatHangsWhileLoadingIsReported) {
+  setenv("TRAINBENCH_DESCRIBE_TIMEOUT", "2", 1);
+  const Outcome timed = Trainbench("plugins --plugin-dir " + FixtureDir().string() + "_hang" + Plugins());
+  unsetenv("TRAINBENCH_DESCRIBE_TIMEOUT");
+  ASSERT_EQ(timed.exit_code, 0) << timed.output;
+  EXPECT_NE(timed.output.find("fixture_hang_on_load.so: the worker hung while loading or describing it"),
+            std::string::npos) << timed.output;
+  EXPECT_NE(timed.output.find("simple_cnn"), std::string::npos) << timed.output;  // the rest still listed
 }
 
 TEST_F(EndToEnd, ValidateReportsOneLineWithPosition) {

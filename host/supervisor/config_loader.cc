@@ -267,7 +267,8 @@ Experiment ParseExperiment(const std::string& text, const std::string& file,
 
   if (const YAML::Node m = root["measurement"]) {
     v.Keys(m, "measurement", {"warmup_steps", "repeats", "max_steps", "time_budget_seconds",
-                              "progress_interval_seconds", "eval_batch_size", "baseline"});
+                              "progress_interval_seconds", "eval_batch_size", "baseline",
+                              "stall_timeout_seconds"});
     auto& ms = e.measurement;
     if (m["warmup_steps"]) ms.warmup_steps = v.Int(m["warmup_steps"], "measurement.warmup_steps", 0, 1000000);
     if (m["repeats"]) ms.repeats = v.Int(m["repeats"], "measurement.repeats", 1, 100);
@@ -279,6 +280,8 @@ Experiment ParseExperiment(const std::string& text, const std::string& file,
           v.Float(m["progress_interval_seconds"], "measurement.progress_interval_seconds", 0.05, 3600);
     if (m["eval_batch_size"]) ms.eval_batch_size = v.Int(m["eval_batch_size"], "measurement.eval_batch_size", 1, 1 << 20);
     if (m["baseline"]) ms.baseline = v.String(m["baseline"], "measurement.baseline");
+    if (m["stall_timeout_seconds"])
+      ms.stall_timeout_seconds = v.Float(m["stall_timeout_seconds"], "measurement.stall_timeout_seconds", 1, 1e6);
     if (ms.max_steps && *ms.max_steps <= ms.warmup_steps)
       v.Fail(m["max_steps"], "measurement.max_steps",
              "must be larger than warmup_steps (" + std::to_string(ms.warmup_steps) +
@@ -405,6 +408,13 @@ void ResolvePlugins(Experiment& e, const PluginCatalog& catalog) {
                           (info->kind() == "model" ? "models" : "devices"));
       }
       use.path = info->path;
+      use.record = {{"name", use.plugin},
+                    {"kind", kind},
+                    {"path", info->path},
+                    {"version", info->descriptor.value("version", "")},
+                    {"abi", info->descriptor.value("abi", "")},
+                    {"fingerprint", info->descriptor.value("fingerprint", "")},
+                    {"sha256", info->sha256}};
       use.options = ValidateOptions(v, use, info->descriptor.at("params"), path);
     }
   };
@@ -479,6 +489,7 @@ nlohmann::json Experiment::ToJson() const {
             {"time_budget_seconds", opt(measurement.time_budget_seconds)},
             {"progress_interval_seconds", measurement.progress_interval_seconds},
             {"eval_batch_size", measurement.eval_batch_size},
+            {"stall_timeout_seconds", measurement.stall_timeout_seconds},
             {"baseline", measurement.baseline}}}};
 }
 

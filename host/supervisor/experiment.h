@@ -19,6 +19,7 @@ struct PluginUse {
   YAML::Node options_node;   ///< as written, for error positions
   nlohmann::json options;    ///< validated, defaults filled (after ResolvePlugins)
   std::string path;          ///< plugin file (after ResolvePlugins); empty: missing
+  nlohmann::json record;     ///< name, kind, path, version, abi, sha256 (for results)
   std::string missing_reason;  ///< why a known optional plugin is absent
   // Device entries only: per-cell budget overriding `measurement`.
   std::optional<int64_t> max_steps;
@@ -57,6 +58,7 @@ struct MeasurementSpec {
   std::optional<int64_t> max_steps;
   std::optional<double> time_budget_seconds;
   double progress_interval_seconds = 1.0;
+  double stall_timeout_seconds = 1800;  ///< a worker silent this long is hung
   int64_t eval_batch_size = 500;
   std::string baseline = "cpu";  ///< device label that speedups are against
 };

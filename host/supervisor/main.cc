@@ -82,12 +82,17 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> plugin_dirs;
   std::string config, out_dir;
+  bool allow_insecure = false;
   auto add_plugin_dir = [&](CLI::App* cmd) {
     cmd->add_option("--plugin-dir", plugin_dirs, "folder to search for plugins first (repeatable)");
+    cmd->add_flag("--allow-insecure-plugins", allow_insecure,
+                  "load plugins from files or folders that others can modify (refused by default)");
   };
   auto* run = app.add_subcommand("run", "run an experiment");
   run->add_option("config", config, "experiment YAML file")->required();
   run->add_option("--out", out_dir, "output folder for results.json, results.csv and logs");
+  bool resume = false;
+  run->add_flag("--resume", resume, "keep the cells that finished in an earlier run into --out; run the rest");
   add_plugin_dir(run);
   std::string metrics_addr, metrics_push;
   double metrics_linger = -1;
@@ -105,7 +110,7 @@ int main(int argc, char** argv) {
 
   spdlog::set_pattern(isatty(fileno(stderr)) ? "%H:%M:%S %^%l%$ %v" : "%Y-%m-%dT%H:%M:%S.%e %l %v");
   try {
-    const PluginCatalog catalog = PluginCatalog::Discover(PluginSearchPath(plugin_dirs));
+    const PluginCatalog catalog = PluginCatalog::Discover(PluginSearchPath(plugin_dirs), allow_insecure);
     if (plugins->parsed()) {
       PrintPlugins(catalog);
       return kExitOk;
@@ -126,7 +131,13 @@ int main(int argc, char** argv) {
       }
       return kExitOk;
     }
-    if (out_dir.empty()) out_dir = DefaultOutDir(experiment.name);
+    if (out_dir.empty()) {
+      if (resume) {
+        std::fprintf(stderr, "error: --resume needs --out (the folder of the run to resume)\n");
+        return kExitConfig;
+      }
+      out_dir = DefaultOutDir(experiment.name);
+    }
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     if (ec || ::access(out_dir.c_str(), W_OK) != 0) {
@@ -166,7 +177,7 @@ int main(int argc, char** argv) {
     InstallSignalHandlers();
     spdlog::info("experiment '{}': {} cell(s), results in {}", experiment.name,
                  experiment.models.size() * experiment.devices.size(), out_dir);
-    const int code = RunExperiment(experiment, out_dir, system, observers);
+    const int code = RunExperiment(experiment, out_dir, system, observers, resume);
 #ifdef TRAINBENCH_WITH_PROMETHEUS
     if (metrics) metrics->Finish();
 #endif

@@ -5,6 +5,10 @@
 #include <map>
 #include <sstream>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "file_digest.h"
 #include "worker_client.h"
 
 namespace trainbench {
@@ -33,24 +37,66 @@ std::vector<fs::path> PluginSearchPath(const std::vector<std::string>& extra) {
   return dirs;
 }
 
-PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs) {
+namespace {
+
+// Why `path` may not be trusted to hold code, or "" when it may: writable by
+// group or others, or owned by someone other than us or root.
+std::string UnsafeBecause(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  if (st.st_uid != ::getuid() && st.st_uid != 0) {
+    return "owned by uid " + std::to_string(st.st_uid) + ", neither you nor root";
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return std::string("writable by ") + ((st.st_mode & S_IWOTH) ? "others" : "its group") +
+           " (mode " + mode + ")";
+  }
+  return "";
+}
+
+double DescribeTimeout() {
+  const char* env = std::getenv("TRAINBENCH_DESCRIBE_TIMEOUT");
+  return env != nullptr && std::atof(env) > 0 ? std::atof(env) : 60.0;
+}
+
+}  // namespace
+
+PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs, bool allow_insecure) {
   PluginCatalog catalog;
   catalog.dirs_ = dirs;
   std::vector<std::string> files;
+  std::map<std::string, PluginInfo> described;
   for (const auto& dir : dirs) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) continue;
+    const std::string unsafe_dir = allow_insecure ? "" : UnsafeBecause(dir);
     std::vector<std::string> here;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      if (entry.is_regular_file() && entry.path().extension() == ".so") here.push_back(entry.path().string());
+      if (!entry.is_regular_file() || entry.path().extension() != ".so") continue;
+      const std::string file = entry.path().string();
+      const std::string unsafe_file = allow_insecure ? "" : UnsafeBecause(file);
+      if (!unsafe_dir.empty() || !unsafe_file.empty()) {
+        // Refused before any of its code runs.
+        PluginInfo info;
+        info.path = file;
+        info.reason = file + ": refused: " +
+                      (unsafe_file.empty() ? "its folder " + dir.string() + " is " + unsafe_dir
+                                           : "the file is " + unsafe_file) +
+                      "; fix with chmod go-w (or chown), or pass --allow-insecure-plugins";
+        described[file] = info;
+        catalog.plugins_.push_back(info);
+        continue;
+      }
+      here.push_back(file);
     }
     std::sort(here.begin(), here.end());
     files.insert(files.end(), here.begin(), here.end());
   }
 
-  // Describe in as few workers as possible; when one dies, the file it was on
-  // is the culprit, and the rest get a fresh worker.
-  std::map<std::string, PluginInfo> described;
+  // Describe in as few workers as possible; when one dies or hangs, the file
+  // it was on is the culprit, and the rest get a fresh worker.
   size_t next = 0;
   while (next < files.size()) {
     std::vector<std::string> args = {"describe"};
@@ -67,12 +113,13 @@ PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs) {
       info.unavailable_reason = event.value("unavailable_reason", "");
       described[info.path] = info;
       ++got;
-    });
+    }, DescribeTimeout());
     next += got;
     if (next < files.size() && (exit.signaled || exit.code != 0)) {
       PluginInfo info;
       info.path = files[next];
-      info.reason = files[next] + ": the worker died while loading or describing it (" + exit.Describe() + ")";
+      info.reason = files[next] + ": the worker " + (exit.timed_out ? "hung" : "died") +
+                    " while loading or describing it (" + exit.Describe() + ")";
       described[info.path] = info;
       ++next;
     } else if (next < files.size()) {
@@ -82,7 +129,12 @@ PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs) {
 
   std::map<std::string, std::string> first_by_name;
   for (const auto& file : files) {
-    PluginInfo info = described.count(file) ? described[file] : PluginInfo{file, false, "not described", {}, {}, ""};
+    PluginInfo info = described.count(file) ? described[file] : PluginInfo{};
+    if (info.path.empty()) {
+      info.path = file;
+      info.reason = file + ": not described";
+    }
+    info.sha256 = Sha256OfFile(file);
     if (info.loaded) {
       auto [it, inserted] = first_by_name.emplace(info.name(), file);
       if (!inserted) {

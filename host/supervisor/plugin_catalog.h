@@ -15,6 +15,7 @@ namespace trainbench {
 /// What is known of one plugin file.
 struct PluginInfo {
   std::string path;
+  std::string sha256;    ///< of the file, hex
   bool loaded = false;   ///< accepted by the loader
   std::string reason;    ///< why rejected (or shadowed)
   nlohmann::json descriptor;  ///< name, kind, version, abi, fingerprint, params
@@ -38,8 +39,13 @@ class PluginCatalog {
  public:
   /// Scans `dirs` for *.so files and describes them in worker processes. A
   /// plugin whose name was already found earlier in the search path is
-  /// listed as shadowed (not loaded).
-  static PluginCatalog Discover(const std::vector<std::filesystem::path>& dirs);
+  /// listed as shadowed (not loaded). A file or folder that users other than
+  /// its owner (or root) can modify, or owned by someone else, is refused, as
+  /// ssh refuses such keys, unless `allow_insecure`. A worker that prints
+  /// nothing for TRAINBENCH_DESCRIBE_TIMEOUT seconds (default 60) while
+  /// describing is killed and the plugin it was on is reported as hanging.
+  static PluginCatalog Discover(const std::vector<std::filesystem::path>& dirs,
+                                bool allow_insecure = false);
 
   const std::vector<PluginInfo>& plugins() const { return plugins_; }
   const std::vector<std::filesystem::path>& search_path() const { return dirs_; }

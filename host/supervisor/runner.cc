@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <fstream>
 
 #include <spdlog/spdlog.h>
 
@@ -61,7 +62,7 @@ json CellSpecJson(const Experiment& e, const PluginUse& model, const PluginUse& 
 
 // Runs one attempt of a cell in a fresh worker; returns the cell's outcome.
 json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, size_t index,
-                size_t total, std::vector<RunObserver*>& observers) {
+                size_t total, double stall_timeout, std::vector<RunObserver*>& observers) {
   json cell = base_cell;
   bool finished = false;
   auto last_line = std::chrono::steady_clock::now() - std::chrono::hours(1);
@@ -90,15 +91,19 @@ json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, si
         if (it.key() != "event") cell[it.key()] = it.value();
       cell["status"] = "ok";
       finished = true;
-    } else if (type == "skipped" || type == "error") {
-      cell["status"] = type == "skipped" ? "skipped" : "failed";
+    } else if (type == "skipped" || type == "error" || type == "interrupted") {
+      cell["status"] = type == "skipped" ? "skipped" : type == "error" ? "failed" : "interrupted";
       cell["reason"] = event.value("reason", "");
       if (event.value("loss_nan", false)) cell["loss_nan"] = true;
       finished = true;
     }
     for (auto* o : observers) o->OnEvent(index, cell, event);
-  });
-  if (!finished) {
+  }, stall_timeout);
+  if (!finished && exit.timed_out) {
+    cell["status"] = "failed";
+    cell["reason"] = fmt::format("the worker printed nothing for {:.0f} s (measurement.stall_timeout_seconds) "
+                                 "and was killed: hung?", stall_timeout);
+  } else if (!finished) {
     if (g_stop_signal.load() != 0) {
       cell["status"] = "interrupted";
       cell["reason"] = "interrupted by " + std::string(sigabbrev_np(g_stop_signal.load()) ? "SIG" : "signal ") +
@@ -114,8 +119,32 @@ json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, si
 
 }  // namespace
 
+// The resolved configuration of a cell: what makes two cells the same work
+// (for --resume). Plugin files may move between builds; names and options
+// may not.
+json CellConfig(const json& spec) {
+  json config = spec;
+  config.erase("cell_index");
+  config["model"].erase("path");
+  config["device"].erase("path");
+  return config;
+}
+
 int RunExperiment(const Experiment& e, const fs::path& out_dir, const json& system,
-                  std::vector<RunObserver*> observers) {
+                  std::vector<RunObserver*> observers, bool resume) {
+  // Finished cells of an earlier run into the same folder, by configuration.
+  std::vector<json> earlier;
+  if (resume) {
+    std::ifstream in(out_dir / "results.json");
+    if (in) {
+      json previous = json::parse(in, nullptr, false);
+      if (!previous.is_discarded() && previous.contains("cells")) {
+        for (const auto& c : previous["cells"])
+          if (c.value("status", "") == "ok" && c.contains("config")) earlier.push_back(c);
+      }
+    }
+    spdlog::info("--resume: {} finished cell(s) in {}", earlier.size(), (out_dir / "results.json").string());
+  }
   Results results(out_dir, e.ToJson(), system, e.measurement.baseline);
   fs::create_directories(out_dir / "logs");
   const size_t total = e.models.size() * e.devices.size();
@@ -125,12 +154,16 @@ int RunExperiment(const Experiment& e, const fs::path& out_dir, const json& syst
   // what is still to come.
   for (const auto& model : e.models) {
     for (const auto& device : e.devices) {
+      json plugins = json::array();
+      if (!model.record.is_null()) plugins.push_back(model.record);
+      if (!device.record.is_null()) plugins.push_back(device.record);
       results.cells().push_back({{"model", model.label},
                                  {"model_plugin", model.plugin},
                                  {"device", device.label},
                                  {"device_plugin", device.plugin},
                                  {"model_options", model.options},
                                  {"device_options", device.options},
+                                 {"plugins", plugins},
                                  {"status", "pending"}});
     }
   }
@@ -148,6 +181,24 @@ int RunExperiment(const Experiment& e, const fs::path& out_dir, const json& syst
         continue;
       }
       cell["index"] = index;
+      const json spec = CellSpecJson(e, model, device, index);
+      cell["config"] = CellConfig(spec);
+      auto done = std::find_if(earlier.begin(), earlier.end(),
+                               [&](const json& c) { return c["config"] == cell["config"]; });
+      if (done != earlier.end()) {
+        json kept = *done;
+        kept["index"] = index;
+        kept["resumed"] = true;
+        cell = kept;
+        earlier.erase(done);
+        spdlog::info("[{}/{}] {} on {}: finished in the earlier run, kept", index + 1, total, model.label,
+                     device.label);
+        results.ComputeSpeedups();
+        results.Write();
+        for (auto* o : observers) o->OnCellFinished(index, cell);
+        ++index;
+        continue;
+      }
       for (auto* o : observers) o->OnCellStarted(index, cell);
       if (device.path.empty()) {
         cell["status"] = "skipped";
@@ -156,13 +207,12 @@ int RunExperiment(const Experiment& e, const fs::path& out_dir, const json& syst
                      device.missing_reason);
       } else {
         spdlog::info("[{}/{}] {} on {}: starting", index + 1, total, model.label, device.label);
-        const json spec = CellSpecJson(e, model, device, index);
         std::vector<json> attempts;
         for (int64_t r = 0; r < e.measurement.repeats && g_stop_signal.load() == 0; ++r) {
           const fs::path log = out_dir / "logs" /
                                fmt::format("cell-{:02}-{}-{}{}.log", index, model.label, device.label,
                                            e.measurement.repeats > 1 ? fmt::format("-r{}", r) : "");
-          attempts.push_back(RunAttempt(spec, cell, log, index, total, observers));
+          attempts.push_back(RunAttempt(spec, cell, log, index, total, e.measurement.stall_timeout_seconds, observers));
           if (attempts.back().value("status", "") != "ok") break;
         }
         if (attempts.back().value("status", "") == "ok" && attempts.size() > 1) {
@@ -179,6 +229,7 @@ int RunExperiment(const Experiment& e, const fs::path& out_dir, const json& syst
           cell = attempts.back();
         }
         cell["index"] = index;
+        cell["config"] = CellConfig(spec);
         const std::string status = cell.value("status", "");
         if (status == "ok") {
           spdlog::info("[{}/{}] {} on {}: {:.1f} samples/s{}", index + 1, total, model.label, device.label,

@@ -41,9 +41,12 @@ enum ExitCode : int {
 extern std::atomic<int> g_stop_signal;
 
 /// Runs every cell of `experiment` (plugins resolved) writing into `out_dir`.
+/// With `resume`, cells that finished (status ok) in an earlier run into the
+/// same folder with the same resolved configuration are kept, not rerun.
 /// Returns an ExitCode (128 + signal when interrupted).
 int RunExperiment(const Experiment& experiment, const std::filesystem::path& out_dir,
-                  const nlohmann::json& system, std::vector<RunObserver*> observers);
+                  const nlohmann::json& system, std::vector<RunObserver*> observers,
+                  bool resume = false);
 
 /// Installs SIGINT/SIGTERM handlers that record the signal and forward it to
 /// the running worker.

@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 std::atomic<int> g_worker_pid{0};
 
 std::string WorkerExit::Describe() const {
+  if (timed_out) return "killed after printing nothing for the idle timeout (hung?)";
   if (!signaled) return "exit code " + std::to_string(code);
   const char* abbrev = sigabbrev_np(signal);
   return std::string("killed by signal ") +
@@ -61,7 +62,8 @@ void MakePipe(Fd& read_end, Fd& write_end) {
 
 WorkerExit RunWorker(const std::vector<std::string>& args, const std::string& stdin_text,
                      const fs::path& stderr_log,
-                     const std::function<void(const nlohmann::json&)>& on_event) {
+                     const std::function<void(const nlohmann::json&)>& on_event,
+                     double idle_timeout_seconds) {
   const fs::path worker = WorkerPath();
   if (::access(worker.c_str(), X_OK) != 0) {
     throw std::runtime_error(worker.string() +
@@ -84,9 +86,14 @@ WorkerExit RunWorker(const std::vector<std::string>& args, const std::string& st
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, worker.c_str(), &actions, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   if (rc != 0) throw std::runtime_error(worker.string() + ": cannot start: " + std::strerror(rc));
   g_worker_pid.store(pid);
   in_read.Close();
@@ -106,7 +113,18 @@ WorkerExit RunWorker(const std::vector<std::string>& args, const std::string& st
 
   std::string buffer;
   char chunk[65536];
+  bool timed_out = false;
   for (;;) {
+    if (idle_timeout_seconds > 0) {
+      pollfd pfd{out_read.fd, POLLIN, 0};
+      const int ready = ::poll(&pfd, 1, static_cast<int>(idle_timeout_seconds * 1000));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        timed_out = true;
+        ::kill(pid, SIGKILL);
+        break;
+      }
+    }
     const ssize_t n = ::read(out_read.fd, chunk, sizeof(chunk));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -127,6 +145,7 @@ WorkerExit RunWorker(const std::vector<std::string>& args, const std::string& st
   }
   g_worker_pid.store(0);
   WorkerExit exit;
+  exit.timed_out = timed_out;
   if (WIFSIGNALED(status)) {
     exit.signaled = true;
     exit.signal = WTERMSIG(status);

@@ -21,6 +21,7 @@ struct WorkerExit {
   bool signaled = false;
   int code = 0;    ///< exit code when not signaled
   int signal = 0;  ///< signal number when signaled
+  bool timed_out = false;  ///< killed by us: no output for the idle timeout
   /// "exit code 1" / "killed by signal SIGSEGV (Segmentation fault)".
   std::string Describe() const;
 };
@@ -29,13 +30,17 @@ struct WorkerExit {
 /// beside this executable.
 std::filesystem::path WorkerPath();
 
-/// Runs the worker with `args`, writes `stdin_text` to its stdin, calls
-/// `on_event` for each JSON line it prints (other lines are ignored) and
-/// appends its stderr to `stderr_log` (or discards it when empty). Blocks
-/// until it exits. Throws std::runtime_error when it cannot be started.
+/// Runs the worker with `args` in its own process group (a terminal's Ctrl-C
+/// reaches the host, which forwards it once), writes `stdin_text` to its
+/// stdin, calls `on_event` for each JSON line it prints (other lines are
+/// ignored) and writes its stderr to `stderr_log` (or discards it when
+/// empty). Blocks until it exits. When `idle_timeout_seconds` > 0 and the
+/// worker prints nothing for that long, it is killed (a hang) and the exit
+/// says timed_out. Throws std::runtime_error when it cannot be started.
 WorkerExit RunWorker(const std::vector<std::string>& args, const std::string& stdin_text,
                      const std::filesystem::path& stderr_log,
-                     const std::function<void(const nlohmann::json&)>& on_event);
+                     const std::function<void(const nlohmann::json&)>& on_event,
+                     double idle_timeout_seconds = 0);
 
 /// The last non-empty line of a log file (for a crash's reason), or "".
 std::string LastLogLine(const std::filesystem::path& log);

@@ -15,6 +15,7 @@
 
 #include "cell_spec.h"
 #include "event_sink.h"
+#include "interrupt.h"
 #include "plugin_loader.h"
 #include "trainer.h"
 
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (run->parsed()) {
+    trainbench::worker::InstallInterruptHandlers();
     trainbench::worker::CellSpec spec;
     try {
       std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());

@@ -9,6 +9,7 @@
 
 #include "autocast_scope.h"
 #include "dataset.h"
+#include "interrupt.h"
 #include "optimizer.h"
 #include "plugin_loader.h"
 #include "step_timer.h"
@@ -27,6 +28,12 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 class CellError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A signal asked the cell to stop.
+class Interrupted : public CellError {
+ public:
+  using CellError::CellError;
 };
 
 // The training loss stopped being a number.
@@ -290,6 +297,10 @@ class CellRun {
         steps_done_ += ran;
         epoch_steps += ran;
         stop = BudgetSpent(train_start);
+        if (const int sig = InterruptSignal(); sig != 0) {
+          throw Interrupted(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                            " at epoch " + std::to_string(epoch + 1) + " step " + std::to_string(epoch_steps));
+        }
         const Clock::time_point t1 = Clock::now();
         if (Seconds(t1 - last_report) >= s_.progress_interval_seconds || stop) {
           std::vector<double> durations;
@@ -366,6 +377,9 @@ int RunCell(const CellSpec& spec, EventSink& sink) {
   try {
     CellRun run(spec, sink);
     return run.Run();
+  } catch (const Interrupted& e) {
+    sink.Emit({{"event", "interrupted"}, {"reason", e.what()}});
+    return 0;
   } catch (const NonFiniteLoss& e) {
     sink.Emit({{"event", "error"}, {"reason", e.what()}, {"loss_nan", true}});
     return 1;

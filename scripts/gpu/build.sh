@@ -20,6 +20,8 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PREFIX/usr" \
   -DZLIB_INCLUDE_DIR="$PREFIX/usr/include" -DZLIB_LIBRARY="$SYS/libz.so.1" \
   -DCURL_INCLUDE_DIR="$PREFIX/usr/include/x86_64-linux-gnu" -DCURL_LIBRARY="$SYS/libcurl.so.4" \
+  -DOPENSSL_INCLUDE_DIR="$PREFIX/usr/include" -DOPENSSL_CRYPTO_LIBRARY="$SYS/libcrypto.so.3" \
+  -DCMAKE_CXX_FLAGS="-isystem $PREFIX/usr/include/x86_64-linux-gnu" \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 \
   -DCMAKE_BUILD_RPATH="$LIB" \
   -DTRAINBENCH_TEST_DATA="${TRAINBENCH_TEST_DATA:-$PWD/.data}" "${@:2}"
