@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config_loader.h"
+#include "logging.h"
 #ifdef TRAINBENCH_WITH_PROMETHEUS
 #include "metrics.h"
 #endif
@@ -79,6 +80,10 @@ int main(int argc, char** argv) {
   CLI::App app{"trainbench: how fast does deep-learning training run on this hardware, and why"};
   app.set_version_flag("--version", fmt::format("trainbench {} (git {})", TrainbenchVersion(), TrainbenchGitCommit()));
   app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the subcommand
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format, "text (default) or json: one JSON object per log line")
+      ->check(CLI::IsMember({"text", "json"}));
 
   std::vector<std::string> plugin_dirs;
   std::string config, out_dir;
@@ -108,7 +113,7 @@ int main(int argc, char** argv) {
   add_plugin_dir(plugins);
   CLI11_PARSE(app, argc, argv);
 
-  spdlog::set_pattern(isatty(fileno(stderr)) ? "%H:%M:%S %^%l%$ %v" : "%Y-%m-%dT%H:%M:%S.%e %l %v");
+  SetUpLogging(log_format);
   try {
     const PluginCatalog catalog = PluginCatalog::Discover(PluginSearchPath(plugin_dirs), allow_insecure);
     if (plugins->parsed()) {

@@ -33,7 +33,8 @@ std::vector<fs::path> PluginSearchPath(const std::vector<std::string>& extra) {
   }
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) dirs.push_back((exe.parent_path() / ".." / "lib" / "trainbench" / "plugins").lexically_normal());
+  // The build tree has the install's layout, so this works in both.
+  if (!ec) dirs.push_back((exe.parent_path() / ".." / TRAINBENCH_PLUGIN_SUBDIR).lexically_normal());
   return dirs;
 }
 

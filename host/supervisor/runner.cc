@@ -75,10 +75,13 @@ json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, si
       const auto now = std::chrono::steady_clock::now();
       if (now - last_line >= std::chrono::seconds(3)) {
         last_line = now;
-        spdlog::info("[{}/{}] {} on {}: epoch {} step {}/{} loss {:.4f} {:.1f} samples/s", index + 1,
+        spdlog::info("[{}/{}] {} on {}: epoch {} step {}/{} loss {:.4f} {}", index + 1,
                      total, cell["model"].get<std::string>(), cell["device"].get<std::string>(),
                      event.value("epoch", 0), event.value("step", 0), event.value("steps_per_epoch", 0),
-                     event.value("loss", 0.0), event.value("samples_per_second", 0.0));
+                     event.value("loss", 0.0),
+                     event.value("samples_per_second", 0.0) > 0
+                         ? fmt::format("{:.1f} samples/s", event.value("samples_per_second", 0.0))
+                         : std::string("(warm-up)"));
       }
     } else if (type == "epoch") {
       spdlog::info("[{}/{}] {} on {}: epoch {} done in {:.1f} s{}, loss {:.4f}, test accuracy {:.2f}%",

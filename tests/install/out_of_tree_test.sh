@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs trainbench into a temporary prefix, builds examples/vgg11_plugin
+# against it as a stranger would (find_package(trainbench) only), drops the
+# .so into a plugin folder and runs an experiment with it from the installed
+# copy, with no rebuild of the host. Checks VGG-11's published parameter count.
+#   out_of_tree_test.sh SOURCE_DIR BUILD_DIR DATA_DIR
+set -euo pipefail
+SRC=$1; BUILD=$2; DATA=$3
+TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+cmake --install "$BUILD" --prefix "$TMP/prefix" > "$TMP/install.log"
+cmake -S "$SRC/examples/vgg11_plugin" -B "$TMP/example" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$TMP/prefix" > "$TMP/configure.log" 2>&1 || { cat "$TMP/configure.log"; exit 1; }
+cmake --build "$TMP/example" > "$TMP/build.log" 2>&1 || { cat "$TMP/build.log"; exit 1; }
+mkdir -m 0755 "$TMP/plugins"
+cp "$TMP/example/libtrainbench_vgg11.so" "$TMP/plugins/"
+# The installed host finds its own plugins with no flags, and the new one in the folder.
+"$TMP/prefix/bin/trainbench" plugins --plugin-dir "$TMP/plugins" > "$TMP/plugins.txt"
+grep -q "model   vgg11 " "$TMP/plugins.txt" || { cat "$TMP/plugins.txt"; exit 1; }
+grep -q "model   resnet50 " "$TMP/plugins.txt" || { cat "$TMP/plugins.txt"; exit 1; }
+cat > "$TMP/exp.yaml" <<YAML
+name: out-of-tree
+dataset: {kind: cifar10, path: $DATA, train_size: 64, test_size: 32}
+models:
+  - {plugin: vgg11, label: vgg11-1000, options: {num_classes: 1000}}
+  - simple_cnn
+devices: [cpu]
+training: {epochs: 1, batch_size: 16}
+measurement: {warmup_steps: 1, max_steps: 3}
+YAML
+"$TMP/prefix/bin/trainbench" run "$TMP/exp.yaml" --plugin-dir "$TMP/plugins" --out "$TMP/out" > "$TMP/run.log" 2>&1 \
+  || { cat "$TMP/run.log"; exit 1; }
+python3 - "$TMP/out/results.json" <<'PY'
+import json, sys
+cells = json.load(open(sys.argv[1]))["cells"]
+vgg = cells[0]
+assert vgg["status"] == "ok", vgg
+assert vgg["params"] == 132863336, f"VGG-11 has {vgg['params']} parameters, torchvision says 132,863,336"
+assert cells[1]["status"] == "ok", cells[1]
+print("out-of-tree vgg11: ok,", vgg["params"], "parameters,", round(vgg["samples_per_second"], 1), "samples/s")
+PY
