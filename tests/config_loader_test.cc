@@ -116,6 +116,19 @@ TEST(ConfigLoader, DidYouMeanOnlySuggestsCloseWords) {
   EXPECT_EQ(DidYouMean("vgg", {"resnet18", "resnet50", "simple_cnn"}), "");
 }
 
+// Found by the fuzzer (tests/fuzz): keys that are lists, and control
+// characters echoed from the input, used to escape as other exceptions or
+// break the one-line message.
+TEST(ConfigLoader, OddKeysAndControlCharactersStayOneLineErrors) {
+  const std::string key_error = ErrorOf("name: x\n? [a, b]\n: 1\n");
+  EXPECT_NE(key_error.find("a key must be a plain name"), std::string::npos) << key_error;
+  // yaml-cpp echoes the unknown escape character itself, here \x01.
+  const std::string escape_error = ErrorOf("name: \"\\\x01\"\n");
+  EXPECT_EQ(escape_error.find('\x01'), std::string::npos) << escape_error;
+  EXPECT_NE(escape_error.find("unknown escape character: \\x01"), std::string::npos) << escape_error;
+  EXPECT_EQ(escape_error.rfind("exp.yaml:1:", 0), 0u) << escape_error;
+}
+
 TEST(ConfigLoader, RefusesHugeFiles) {
   const std::string path = ::testing::TempDir() + "/huge.yaml";
   {

@@ -52,17 +52,28 @@ void AppendFile(const fs::path& file, int64_t limit, ImageSet* out) {
   in.read(reinterpret_cast<char*>(buffer.data()), static_cast<std::streamsize>(buffer.size()));
   if (in.gcount() != static_cast<std::streamsize>(buffer.size()))
     throw DataError(file.string() + ": short read (file changed or truncated while reading)");
+  DecodeRecords(buffer.data(), buffer.size(), file.string(), records, out);
+}
+
+void DecodeRecords(const uint8_t* data, size_t size, const std::string& name, int64_t limit,
+                   ImageSet* out) {
+  if (size == 0 || size % kRecordBytes != 0) {
+    throw DataError(name + ": " + std::to_string(size) +
+                    " bytes is not a whole number of 3073-byte CIFAR-10 records "
+                    "(truncated or not a CIFAR-10 binary file)");
+  }
+  const int64_t records = std::min(static_cast<int64_t>(size / kRecordBytes), std::max<int64_t>(limit, 0));
   const size_t base = out->pixels.size();
   out->pixels.resize(base + static_cast<size_t>(records * kImageBytes));
   out->labels.reserve(out->labels.size() + static_cast<size_t>(records));
   for (int64_t r = 0; r < records; ++r) {
-    const uint8_t* rec = buffer.data() + r * kRecordBytes;
+    const uint8_t* rec = data + r * kRecordBytes;
     if (rec[0] >= kNumClasses) {
-      throw DataError(file.string() + ": record " + std::to_string(r) + " has label " +
-                      std::to_string(rec[0]) + ", outside 0-9 (corrupt file?)");
+      throw DataError(name + ": record " + std::to_string(r) + " has label " + std::to_string(rec[0]) +
+                      ", outside 0-9 (corrupt file?)");
     }
     out->labels.push_back(rec[0]);
-    std::copy(rec + 1, rec + kRecordBytes, out->pixels.begin() + base + r * kImageBytes);
+    std::copy(rec + 1, rec + kRecordBytes, out->pixels.begin() + static_cast<long>(base + r * kImageBytes));
   }
   out->count += records;
 }

@@ -51,4 +51,10 @@ ImageSet LoadSplit(const std::filesystem::path& dir, Split split,
 /// Reads up to `limit` records of one file, appending to `out`.
 void AppendFile(const std::filesystem::path& file, int64_t limit, ImageSet* out);
 
+/// Decodes up to `limit` whole records from `size` bytes of file contents
+/// named `name` (for messages), appending to `out`. Throws DataError for a
+/// size that is not a whole number of records or a label outside 0-9.
+void DecodeRecords(const uint8_t* data, size_t size, const std::string& name, int64_t limit,
+                   ImageSet* out);
+
 }  // namespace trainbench::data

@@ -37,6 +37,7 @@ class Validator {
             const std::vector<std::string>& allowed) const {
     if (!node.IsMap()) Fail(node, path, "expected a mapping of keys to values");
     for (const auto& kv : node) {
+      if (!kv.first.IsScalar()) Fail(kv.first, path, "a key must be a plain name, not a list or mapping");
       const std::string key = kv.first.as<std::string>();
       if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
         std::string hint = DidYouMean(key, allowed);
@@ -155,6 +156,20 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
 
 }  // namespace
 
+std::string ConfigError::Printable(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", c);
+      out += escaped;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 std::string DidYouMean(const std::string& word, const std::vector<std::string>& candidates) {
   auto distance = [](const std::string& a, const std::string& b) {
     std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -180,8 +195,8 @@ std::string DidYouMean(const std::string& word, const std::vector<std::string>& 
   return best;
 }
 
-Experiment ParseExperiment(const std::string& text, const std::string& file,
-                           const std::string& base_dir) {
+namespace {
+Experiment ParseChecked(const std::string& text, const std::string& file, const std::string& base_dir) {
   Validator v(file);
   YAML::Node root;
   try {
@@ -315,6 +330,19 @@ Experiment ParseExperiment(const std::string& text, const std::string& file,
   }
   return e;
 }
+}  // namespace
+
+Experiment ParseExperiment(const std::string& text, const std::string& file,
+                           const std::string& base_dir) {
+  try {
+    return ParseChecked(text, file, base_dir);
+  } catch (const YAML::Exception& e) {
+    // A yaml-cpp conversion the checks above did not foresee: still one line
+    // with the position.
+    throw ConfigError(file + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                      ": " + e.msg);
+  }
+}
 
 Experiment LoadExperiment(const std::string& file) {
   std::error_code ec;
@@ -348,6 +376,7 @@ nlohmann::json ValidateOptions(const Validator& v, const PluginUse& use,
   const YAML::Node& given = use.options_node;
   if (Absent(given)) return out;
   for (const auto& kv : given) {
+    if (!kv.first.IsScalar()) v.Fail(kv.first, path + ".options", "an option name must be a plain name");
     const std::string key = kv.first.as<std::string>();
     const std::string key_path = path + ".options." + key;
     auto it = std::find_if(params.begin(), params.end(),

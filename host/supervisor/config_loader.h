@@ -12,9 +12,14 @@ namespace trainbench {
 class PluginCatalog;
 
 /// A user's mistake in a config file; what() is the one-line message.
+/// Control characters from the input (newlines, NULs) are shown escaped, so
+/// the message stays one printable line whatever the file holds.
 class ConfigError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit ConfigError(const std::string& message) : std::runtime_error(Printable(message)) {}
+
+ private:
+  static std::string Printable(const std::string& text);
 };
 
 /// Largest config file accepted; real experiments are a few KiB.
