@@ -311,8 +311,18 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
     }
   }
   if (const YAML::Node m = root["metrics"]) {
-    v.Keys(m, "metrics", {"address", "linger_seconds"});
+    v.Keys(m, "metrics", {"address", "linger_seconds", "basic_auth"});
     if (!Absent(m["address"])) e.metrics.address = v.String(m["address"], "metrics.address");
+    if (const YAML::Node a = m["basic_auth"]) {
+      v.Keys(a, "metrics.basic_auth", {"username", "password_file"});
+      if (!a["username"] || !a["password_file"])
+        v.Fail(a, "metrics.basic_auth", "needs both username and password_file (the password itself never goes in a config)");
+      e.metrics.username = v.String(a["username"], "metrics.basic_auth.username");
+      e.metrics.password_file = v.String(a["password_file"], "metrics.basic_auth.password_file");
+      if (fs::path(e.metrics.password_file).is_relative())
+        e.metrics.password_file = (fs::path(base_dir) / e.metrics.password_file).string();
+    }
+
     if (m["linger_seconds"]) e.metrics.linger_seconds = v.Float(m["linger_seconds"], "metrics.linger_seconds", 0, 86400);
   }
   // The baseline must be one of the devices.

@@ -66,6 +66,8 @@ struct MeasurementSpec {
 struct MetricsSpec {
   std::string address;        ///< HOST:PORT to serve /metrics on; empty: off
   double linger_seconds = 0;  ///< keep serving this long after the run
+  std::string username;       ///< basic authentication user; empty: none
+  std::string password_file;  ///< its password, first line of this file
 };
 
 struct Experiment {

@@ -106,6 +106,10 @@ int main(int argc, char** argv) {
   run->add_option("--metrics-linger", metrics_linger,
                   "keep serving metrics this many seconds after the run; overrides metrics.linger_seconds");
   run->add_option("--metrics-push", metrics_push, "push final metrics to this Pushgateway (http://HOST:PORT)");
+  std::string metrics_user, metrics_password_file;
+  run->add_option("--metrics-user", metrics_user, "require HTTP basic authentication with this user for /metrics");
+  run->add_option("--metrics-password-file", metrics_password_file,
+                  "file whose first line is the basic-authentication password");
   auto* validate = app.add_subcommand("validate", "check an experiment file without running it");
   validate->add_option("config", config, "experiment YAML file")->required();
   add_plugin_dir(validate);
@@ -153,12 +157,19 @@ int main(int argc, char** argv) {
     // Metrics: bind before any training, so a taken port fails fast.
     if (!metrics_addr.empty()) experiment.metrics.address = metrics_addr;
     if (metrics_linger >= 0) experiment.metrics.linger_seconds = metrics_linger;
+    if (!metrics_user.empty()) experiment.metrics.username = metrics_user;
+    if (!metrics_password_file.empty()) experiment.metrics.password_file = metrics_password_file;
+    if (!experiment.metrics.username.empty() && experiment.metrics.password_file.empty()) {
+      std::fprintf(stderr, "error: --metrics-user needs --metrics-password-file (passwords are never given on the command line)\n");
+      return kExitConfig;
+    }
     std::vector<RunObserver*> observers;
 #ifdef TRAINBENCH_WITH_PROMETHEUS
     std::unique_ptr<MetricsExporter> metrics;
     if (!experiment.metrics.address.empty() || !metrics_push.empty()) {
       MetricsOptions options{experiment.metrics.address.empty() ? "127.0.0.1:0" : experiment.metrics.address,
-                             experiment.metrics.linger_seconds, metrics_push};
+                             experiment.metrics.linger_seconds, metrics_push, experiment.metrics.username,
+                             experiment.metrics.password_file};
       try {
         metrics = std::make_unique<MetricsExporter>(options);
       } catch (const std::exception& e) {
@@ -166,7 +177,8 @@ int main(int argc, char** argv) {
         return kExitConfig;
       }
       observers.push_back(metrics.get());
-      spdlog::info("metrics on http://{}/metrics", metrics->address());
+      spdlog::info("metrics on http://{}/metrics{}", metrics->address(),
+                   experiment.metrics.username.empty() ? "" : " (basic authentication)");
     }
 #else
     if (!experiment.metrics.address.empty() || !metrics_push.empty()) {

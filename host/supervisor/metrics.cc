@@ -191,15 +191,47 @@ struct MetricsExporter::Impl {
   }
 };
 
+namespace {
+
+// The first line of a password file; never logged.
+std::string ReadPassword(const std::string& file) {
+  std::ifstream in(file);
+  std::string password;
+  if (!in || !std::getline(in, password) || password.empty()) {
+    throw std::runtime_error("metrics password file " + file + ": cannot read a password from its first line");
+  }
+  return password;
+}
+
+// Compares without an early exit, so timing does not reveal a prefix.
+bool SameSecret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
+  return diff == 0;
+}
+
+}  // namespace
+
 MetricsExporter::MetricsExporter(const MetricsOptions& options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
   impl_->options.address = NormaliseListenAddress(options.address);
+  std::string password;
+  if (!options.username.empty()) password = ReadPassword(options.password_file);
+  // No TLS here: Debian 12's civetweb (1.15) with OpenSSL 3 kills the process
+  // on the first HTTPS request (seen 2026-12-01); terminate TLS in a reverse
+  // proxy instead (docs/metrics.md).
   try {
     impl_->exposer = std::make_unique<prometheus::Exposer>(impl_->options.address, 2);
   } catch (const std::exception& e) {
-    throw std::runtime_error("metrics address " + impl_->options.address +
-                             ": cannot listen (" + e.what() +
+    throw std::runtime_error("metrics address " + impl_->options.address + ": cannot listen (" + e.what() +
                              "); is the port in use? choose another with --metrics-addr");
+  }
+  if (!options.username.empty()) {
+    impl_->exposer->RegisterAuth(
+        [user = options.username, password](const std::string& u, const std::string& p) {
+          return SameSecret(u, user) & SameSecret(p, password);
+        },
+        "trainbench");
   }
   impl_->exposer->RegisterCollectable(impl_->registry);
   impl_->sampler = std::thread([this] { impl_->Sample(); });

@@ -15,6 +15,8 @@ struct MetricsOptions {
   std::string address;          ///< HOST:PORT (or PORT: loopback) to serve on
   double linger_seconds = 0;    ///< keep serving after the run
   std::string push_url;         ///< Pushgateway "http://host:port", or empty
+  std::string username;         ///< HTTP basic authentication user, or empty: none
+  std::string password_file;    ///< file whose first line is the password
 };
 
 /// Normalises "9464" / ":9464" to "127.0.0.1:9464"; throws

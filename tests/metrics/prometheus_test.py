@@ -162,5 +162,92 @@ scrape_configs:
             self.assertTrue(self.query(inner), q)
 
 
+class PrometheusScrapesWithCredentials(unittest.TestCase):
+    """/metrics behind HTTP basic authentication: curl-like checks, then a
+    real Prometheus scraping with the credentials; the password never shows
+    in logs or results."""
+
+    PASSWORD = "tb-Secret-8731"
+
+    def test_basic_authentication(self):
+        tmp = tempfile.mkdtemp(prefix="tb-auth-")
+        try:
+            port, prom_port = free_port(), free_port()
+            with open(os.path.join(tmp, "password"), "w") as f:
+                f.write(self.PASSWORD + "\n")
+            with open(os.path.join(tmp, "exp.yaml"), "w") as f:
+                f.write(f"""name: authtest
+dataset: {{kind: cifar10, path: {DATA}}}
+models: [simple_cnn]
+devices: [cpu]
+measurement: {{warmup_steps: 1, max_steps: 20}}
+metrics: {{basic_auth: {{username: prom, password_file: password}}}}
+""")
+            log = open(os.path.join(tmp, "trainbench.log"), "w")
+            run = subprocess.Popen([os.path.join(BIN, "trainbench"), "run", os.path.join(tmp, "exp.yaml"),
+                                    "--out", os.path.join(tmp, "out"), "--metrics-addr", f"127.0.0.1:{port}",
+                                    "--metrics-linger", "60"], stdout=log, stderr=subprocess.STDOUT)
+            url = f"http://127.0.0.1:{port}/metrics"
+
+            def status(user=None, password=None):
+                request = urllib.request.Request(url)
+                if user is not None:
+                    import base64
+                    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+                    request.add_header("Authorization", "Basic " + token)
+                try:
+                    with urllib.request.urlopen(request, timeout=5) as r:
+                        return r.status
+                except urllib.error.HTTPError as e:
+                    return e.code
+
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                try:
+                    status()
+                    break
+                except OSError:
+                    time.sleep(0.3)
+            self.assertEqual(status(), 401)
+            self.assertEqual(status("prom", "wrong"), 401)
+            self.assertEqual(status("someone", self.PASSWORD), 401)
+            self.assertEqual(status("prom", self.PASSWORD), 200)
+
+            with open(os.path.join(tmp, "prometheus.yml"), "w") as f:
+                f.write(f"""global: {{scrape_interval: 1s}}
+scrape_configs:
+  - job_name: trainbench
+    basic_auth: {{username: prom, password_file: {tmp}/password}}
+    static_configs: [{{targets: ["127.0.0.1:{port}"]}}]
+""")
+            prom = subprocess.Popen(["prometheus", f"--config.file={tmp}/prometheus.yml",
+                                     f"--storage.tsdb.path={tmp}/tsdb", f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                deadline, up = time.time() + 60, False
+                while time.time() < deadline and not up:
+                    try:
+                        r = json.loads(get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=up"))["data"]["result"]
+                        up = bool(r) and r[0]["value"][1] == "1"
+                    except OSError:
+                        pass
+                    time.sleep(0.5)
+                self.assertTrue(up, "Prometheus could not scrape with the credentials")
+            finally:
+                prom.terminate()
+                prom.wait(30)
+            run.send_signal(signal.SIGINT)
+            run.wait(60)
+            log.close()
+            for root, _, files in os.walk(tmp):
+                for name in files:
+                    if name == "password" or root.startswith(os.path.join(tmp, "tsdb")):
+                        continue
+                    with open(os.path.join(root, name), errors="replace") as f:
+                        self.assertNotIn(self.PASSWORD, f.read(), os.path.join(root, name))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
