@@ -261,6 +261,35 @@ TEST_F(EndToEnd, APluginThatHangsWhileLoadingIsReported) {
   EXPECT_NE(timed.output.find("simple_cnn"), std::string::npos) << timed.output;  // the rest still listed
 }
 
+TEST_F(EndToEnd, ReportComparesRunsAndDrawsTheFigure) {
+  const std::string a = (SourceDir() / "docs/results/raw/h200-paper-10k.results.json").string();
+  const std::string b = (SourceDir() / "docs/results/raw/h200-paper-synthetic50k.results.json").string();
+  const std::string png = (dir_ / "figure.png").string();
+  const Outcome md = Trainbench("report " + a + " " + b + " --plot " + png);
+  ASSERT_EQ(md.exit_code, 0) << md.output;
+  EXPECT_NE(md.output.find("| paper@vm (NVIDIA H200) | resnet50 | 23.53M | cuda | 8606.0 | 1.19 s | 40.9% | 13.47x | ok |"),
+            std::string::npos) << md.output;
+  EXPECT_NE(md.output.find("paper-synthetic50k@vm"), std::string::npos);
+  std::ifstream image(png, std::ios::binary);
+  char magic[4] = {};
+  image.read(magic, 4);
+  EXPECT_EQ(std::string(magic + 1, 3), "PNG");
+  const Outcome csv = Trainbench("report --format csv " + a);
+  EXPECT_EQ(csv.output.rfind("run,model,params,device,samples_per_second", 0), 0u) << csv.output;
+  // Without gnuplot: the table still prints, then a one-line error that says what to install.
+  const std::string command = "PATH=/nonexistent " + (BinDir() / "trainbench").string() + " report " + a +
+                              " --plot " + (dir_ / "x.svg").string() + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  const int status = pclose(pipe);
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_NE(out.find("gnuplot not found: install it (Debian/Ubuntu: apt-get install gnuplot-nox)"), std::string::npos) << out;
+  EXPECT_NE(out.find("| resnet18 |"), std::string::npos) << out;
+}
+
 TEST_F(EndToEnd, ValidateReportsOneLineWithPosition) {
   const std::string config = Config("name: v\nmodels: [resnet81]\ndevices: [cpu]\n");
   const Outcome o = Trainbench("validate " + config + Plugins());

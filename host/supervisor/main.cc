@@ -19,6 +19,7 @@
 #include "metrics.h"
 #endif
 #include "plugin_catalog.h"
+#include "report.h"
 #include "runner.h"
 #include "system_info.h"
 #include "worker_client.h"
@@ -115,9 +116,29 @@ int main(int argc, char** argv) {
   add_plugin_dir(validate);
   auto* plugins = app.add_subcommand("plugins", "list plugins found, loaded or rejected with the reason");
   add_plugin_dir(plugins);
+  std::vector<std::string> report_files;
+  std::string report_format = "markdown", report_plot;
+  auto* report = app.add_subcommand("report", "compare results.json files (Markdown or CSV) and draw the study's figure");
+  report->add_option("results", report_files, "results.json files (several: side by side)")->required();
+  report->add_option("--format", report_format, "markdown or csv")->check(CLI::IsMember({"markdown", "csv"}));
+  report->add_option("--plot", report_plot, "draw speedup vs model size and throughput to this .png or .svg (gnuplot)");
   CLI11_PARSE(app, argc, argv);
 
   SetUpLogging(log_format);
+  if (report->parsed()) {
+    try {
+      const auto runs = LoadResults(report_files);
+      std::fputs((report_format == "csv" ? ReportCsv(runs) : ReportMarkdown(runs)).c_str(), stdout);
+      if (!report_plot.empty()) {
+        PlotReport(runs, report_plot);
+        spdlog::info("plot: {}", report_plot);
+      }
+      return kExitOk;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return kExitError;
+    }
+  }
   try {
     const PluginCatalog catalog = PluginCatalog::Discover(PluginSearchPath(plugin_dirs), allow_insecure);
     if (plugins->parsed()) {

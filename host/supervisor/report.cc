@@ -1,0 +1,180 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "worker_client.h"
+
+namespace trainbench {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+double MedianEpoch(const json& cell) {
+  std::vector<double> e = cell.value("epoch_seconds", std::vector<double>{});
+  if (e.empty()) return 0;
+  std::sort(e.begin(), e.end());
+  return e[e.size() / 2];
+}
+
+struct Row {
+  std::string run, model, device, status;
+  double params = 0, sps = 0, epoch = 0, accuracy = -1;
+  bool projected = false;
+  json speedup;
+};
+
+std::vector<Row> Rows(const std::vector<LoadedResults>& runs) {
+  std::vector<Row> rows;
+  for (const auto& r : runs) {
+    for (const auto& c : r.doc.at("cells")) {
+      Row row;
+      row.run = r.label;
+      row.model = c.value("model", "");
+      row.device = c.value("device", "");
+      row.status = c.value("status", "");
+      row.params = c.value("params", 0.0);
+      row.sps = c.value("samples_per_second", 0.0);
+      row.epoch = MedianEpoch(c);
+      if (c.contains("test_accuracy") && !c["test_accuracy"].empty()) row.accuracy = c["test_accuracy"].back();
+      row.projected = c.value("projected", false);
+      row.speedup = c.value("speedup", json());
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+std::string Quote(const std::string& s) {
+  // One argument for gnuplot's string syntax.
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::vector<LoadedResults> LoadResults(const std::vector<std::string>& files) {
+  std::vector<LoadedResults> runs;
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    if (!in) throw std::runtime_error(file + ": cannot read");
+    json doc = json::parse(in, nullptr, false);
+    if (doc.is_discarded() || !doc.contains("cells") || !doc.contains("experiment")) {
+      throw std::runtime_error(file + ": not a trainbench results.json (no 'cells' or 'experiment')");
+    }
+    const std::string host = doc["system"].value("hostname", "");
+    std::string label = doc["experiment"].value("name", fs::path(file).parent_path().filename().string());
+    if (!host.empty()) label += "@" + host;
+    if (doc["system"].contains("gpu")) label += " (" + doc["system"]["gpu"].value("name", "GPU") + ")";
+    runs.push_back({label, std::move(doc)});
+  }
+  return runs;
+}
+
+std::string ReportMarkdown(const std::vector<LoadedResults>& runs) {
+  std::ostringstream out;
+  out << "| run | model | params | device | samples/s | epoch (median) | test acc | speedup | status |\n"
+      << "|---|---|---|---|---|---|---|---|---|\n";
+  for (const Row& r : Rows(runs)) {
+    const bool ok = r.status == "ok";
+    out << fmt::format("| {} | {} | {:.2f}M | {} | {} | {} | {} | {} | {} |\n", r.run, r.model, r.params / 1e6,
+                       r.device, ok ? fmt::format("{:.1f}", r.sps) : "-",
+                       ok ? fmt::format("{:.2f} s{}", r.epoch, r.projected ? " (projected)" : "") : "-",
+                       ok && r.accuracy >= 0 ? fmt::format("{:.1f}%", 100 * r.accuracy) : "-",
+                       r.speedup.is_number() ? fmt::format("{:.2f}x", r.speedup.get<double>()) : "-", r.status);
+  }
+  return out.str();
+}
+
+std::string ReportCsv(const std::vector<LoadedResults>& runs) {
+  std::ostringstream out;
+  out << "run,model,params,device,samples_per_second,epoch_seconds_median,projected,test_accuracy,speedup,status\n";
+  for (const Row& r : Rows(runs)) {
+    out << json(r.run).dump() << "," << json(r.model).dump() << "," << r.params << "," << json(r.device).dump()
+        << "," << r.sps << "," << r.epoch << "," << (r.projected ? "true" : "false") << ","
+        << (r.accuracy >= 0 ? std::to_string(r.accuracy) : "") << ","
+        << (r.speedup.is_number() ? std::to_string(r.speedup.get<double>()) : "") << "," << r.status << "\n";
+  }
+  return out.str();
+}
+
+void PlotReport(const std::vector<LoadedResults>& runs, const std::string& output) {
+  const std::string ext = fs::path(output).extension().string();
+  if (ext != ".png" && ext != ".svg") throw std::runtime_error(output + ": the plot must be a .png or .svg file");
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    throw std::runtime_error("gnuplot not found: install it (Debian/Ubuntu: apt-get install gnuplot-nox) to draw " +
+                             output + "; the table above needs nothing");
+  }
+  const fs::path dir = fs::temp_directory_path() / fmt::format("trainbench-report-{}", ::getpid());
+  fs::create_directories(dir);
+  // One data block per run and device: params, speedup (the study's figure);
+  // and one bar per cell for throughput.
+  std::ofstream script(dir / "plot.gp");
+  script << (ext == ".png" ? "set terminal pngcairo size 1400,700 noenhanced\n"
+                           : "set terminal svg size 1400,700 noenhanced\n");
+  script << "set output " << Quote(output) << "\n"
+         << "set multiplot layout 1,2\n"
+         << "set title 'Speedup against model size'\nset xlabel 'trainable parameters'\n"
+         << "set ylabel 'speedup over the baseline device (x)'\nset logscale x\nset grid\n"
+         << "set key below\nset offsets graph 0.1, graph 0.1, graph 0.1, graph 0.1\nset bmargin 8\n";
+  std::vector<std::string> series;
+  std::vector<Row> rows = Rows(runs);
+  std::map<std::string, std::vector<const Row*>> by_series;
+  for (const Row& r : rows) {
+    if (r.status == "ok" && r.speedup.is_number()) by_series[r.run + " / " + r.device].push_back(&r);
+  }
+  std::ofstream speedups(dir / "speedup.dat");
+  size_t block = 0;
+  std::string plot;
+  for (auto& [name, points] : by_series) {
+    std::sort(points.begin(), points.end(), [](const Row* a, const Row* b) { return a->params < b->params; });
+    for (const Row* p : points) speedups << p->params << " " << p->speedup.get<double>() << " " << json(p->model).dump() << "\n";
+    speedups << "\n\n";
+    size_t run_number = 1;
+    for (size_t k = 0; k < runs.size(); ++k) if (name.rfind(runs[k].label + " / ", 0) == 0) run_number = k + 1;
+    plot += fmt::format("{}{} index {} using 1:2 with linespoints pointtype 7 title {}, '' index {} using 1:2:3 with labels offset 0,1 notitle",
+                        plot.empty() ? "plot " : ", ", Quote((dir / "speedup.dat").string()), block,
+                        Quote("#" + std::to_string(run_number) + " " + name), block);
+    ++block;
+  }
+  speedups.close();
+  script << (plot.empty() ? "set label 'no speedups (only the baseline device ran)' at graph 0.5,0.5 center\nplot 1 notitle\n"
+                          : plot + "\n");
+  script << "unset logscale x\nset title 'Throughput per cell'\nset xlabel ''\nset ylabel 'samples/s'\n"
+         << "set logscale y\nset style fill solid 0.7\nset boxwidth 0.7\nset xtics rotate by -45 font ',9'\nset key off\n";
+  std::ofstream bars(dir / "throughput.dat");
+  size_t i = 0;
+  for (const Row& r : rows) {
+    if (r.status != "ok") continue;
+    // Runs are numbered in the order given (the legend of the left plot names them).
+    size_t run_number = 1;
+    for (size_t k = 0; k < runs.size(); ++k) if (runs[k].label == r.run) run_number = k + 1;
+    bars << i++ << " " << r.sps << " "
+         << json(r.model + " " + r.device + (runs.size() > 1 ? " #" + std::to_string(run_number) : "")).dump() << "\n";
+  }
+  bars.close();
+  script << "plot " << Quote((dir / "throughput.dat").string()) << " using 1:2:xtic(3) with boxes\n"
+         << "unset multiplot\n";
+  script.close();
+  const std::string command = "gnuplot " + (dir / "plot.gp").string() + " 2> " + (dir / "gnuplot.log").string();
+  const int rc = std::system(command.c_str());
+  if (rc != 0 || !fs::exists(output) || fs::file_size(output) == 0) {
+    std::ifstream log(dir / "gnuplot.log");
+    std::string first;
+    std::getline(log, first);
+    throw std::runtime_error("gnuplot failed to draw " + output + ": " + first);
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace trainbench
