@@ -10,7 +10,8 @@ BUILD_DIR=${BUILD_DIR:-build}
 PACKAGES=(build-essential cmake ninja-build git pkg-config
   libtorch-dev libyaml-cpp-dev libboost-dev libboost-filesystem-dev
   prometheus-cpp-dev libgtest-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
-  prometheus curl python3 libssl-dev clang libclang-rt-14-dev gnuplot-nox)
+  prometheus curl python3 libssl-dev clang libclang-rt-14-dev gnuplot-nox
+  prometheus-pushgateway)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,5 +1,7 @@
 #include "config_loader.h"
 
+#include <chrono>
+
 #include <gtest/gtest.h>
 
 namespace trainbench {
@@ -127,6 +129,25 @@ TEST(ConfigLoader, OddKeysAndControlCharactersStayOneLineErrors) {
   EXPECT_EQ(escape_error.find('\x01'), std::string::npos) << escape_error;
   EXPECT_NE(escape_error.find("unknown escape character: \\x01"), std::string::npos) << escape_error;
   EXPECT_EQ(escape_error.rfind("exp.yaml:1:", 0), 0u) << escape_error;
+}
+
+// A "billion laughs" alias bomb: yaml-cpp shares aliased nodes, and the
+// loader only walks the keys it knows, so this must end quickly in an error.
+TEST(ConfigLoader, AliasBombEndsQuicklyInAnError) {
+  // models: [&a0 [x, ...], &a1 [*a0 x10], ..., &a11 [*a10 x10]]: 10^12 leaves
+  // if expanded.
+  std::string text = "name: bomb\ndataset: {kind: synthetic}\ndevices: [cpu]\nmodels: [&a0 [x, x, x, x, x, x, x, x, x, x]";
+  for (int i = 1; i < 12; ++i) {
+    text += ", &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 10; ++j) text += (j ? ", *a" : "*a") + std::to_string(i - 1);
+    text += "]";
+  }
+  text += "]\n";
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = ErrorOf(text);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(error.find("models[0]: expected a mapping of keys to values"), std::string::npos) << error;
+  EXPECT_LT(seconds, 5.0);
 }
 
 TEST(ConfigLoader, RefusesHugeFiles) {

@@ -162,6 +162,25 @@ measurement: {warmup_steps: 1, max_steps: 3}
   EXPECT_GT(cells[4]["samples_per_second"].get<double>(), 0);
 }
 
+TEST_F(EndToEnd, StopOnFailureEndsTheRunAtTheFirstFailedCell) {
+  const std::string config = Config(R"(name: failfast
+models:
+  - simple_cnn
+  - {plugin: faulty_model, label: broken, options: {fault: throw_in_forward}}
+  - resnet18
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3, stop_on_failure: true}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  EXPECT_EQ(o.exit_code, 3) << o.output;
+  const json cells = Results()["cells"];
+  EXPECT_EQ(cells[0]["status"], "ok");
+  EXPECT_EQ(cells[1]["status"], "failed");
+  EXPECT_EQ(cells[2]["status"], "skipped");
+  EXPECT_NE(cells[2].value("reason", "").find("stop_on_failure"), std::string::npos) << cells[2];
+}
+
 TEST_F(EndToEnd, AHungCellIsKilledAndTheNextRuns) {
   const std::string config = Config(R"(name: hang
 models:

@@ -283,7 +283,7 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
   if (const YAML::Node m = root["measurement"]) {
     v.Keys(m, "measurement", {"warmup_steps", "repeats", "max_steps", "time_budget_seconds",
                               "progress_interval_seconds", "eval_batch_size", "baseline",
-                              "stall_timeout_seconds"});
+                              "stall_timeout_seconds", "stop_on_failure"});
     auto& ms = e.measurement;
     if (m["warmup_steps"]) ms.warmup_steps = v.Int(m["warmup_steps"], "measurement.warmup_steps", 0, 1000000);
     if (m["repeats"]) ms.repeats = v.Int(m["repeats"], "measurement.repeats", 1, 100);
@@ -295,6 +295,7 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
           v.Float(m["progress_interval_seconds"], "measurement.progress_interval_seconds", 0.05, 3600);
     if (m["eval_batch_size"]) ms.eval_batch_size = v.Int(m["eval_batch_size"], "measurement.eval_batch_size", 1, 1 << 20);
     if (m["baseline"]) ms.baseline = v.String(m["baseline"], "measurement.baseline");
+    if (m["stop_on_failure"]) ms.stop_on_failure = v.Bool(m["stop_on_failure"], "measurement.stop_on_failure");
     if (m["stall_timeout_seconds"])
       ms.stall_timeout_seconds = v.Float(m["stall_timeout_seconds"], "measurement.stall_timeout_seconds", 1, 1e6);
     if (ms.max_steps && *ms.max_steps <= ms.warmup_steps)
@@ -529,6 +530,7 @@ nlohmann::json Experiment::ToJson() const {
             {"progress_interval_seconds", measurement.progress_interval_seconds},
             {"eval_batch_size", measurement.eval_batch_size},
             {"stall_timeout_seconds", measurement.stall_timeout_seconds},
+            {"stop_on_failure", measurement.stop_on_failure},
             {"baseline", measurement.baseline}}}};
 }
 

@@ -59,6 +59,7 @@ struct MeasurementSpec {
   std::optional<double> time_budget_seconds;
   double progress_interval_seconds = 1.0;
   double stall_timeout_seconds = 1800;  ///< a worker silent this long is hung
+  bool stop_on_failure = false;  ///< end the run at the first failed cell
   int64_t eval_batch_size = 500;
   std::string baseline = "cpu";  ///< device label that speedups are against
 };

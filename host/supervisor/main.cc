@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
 #ifdef TRAINBENCH_WITH_PROMETHEUS
     std::unique_ptr<MetricsExporter> metrics;
     if (!experiment.metrics.address.empty() || !metrics_push.empty()) {
-      MetricsOptions options{experiment.metrics.address.empty() ? "127.0.0.1:0" : experiment.metrics.address,
+      MetricsOptions options{experiment.metrics.address,
                              experiment.metrics.linger_seconds, metrics_push, experiment.metrics.username,
                              experiment.metrics.password_file};
       try {
@@ -198,8 +198,10 @@ int main(int argc, char** argv) {
         return kExitConfig;
       }
       observers.push_back(metrics.get());
-      spdlog::info("metrics on http://{}/metrics{}", metrics->address(),
-                   experiment.metrics.username.empty() ? "" : " (basic authentication)");
+      if (!metrics->address().empty()) {
+        spdlog::info("metrics on http://{}/metrics{}", metrics->address(),
+                     experiment.metrics.username.empty() ? "" : " (basic authentication)");
+      }
     }
 #else
     if (!experiment.metrics.address.empty() || !metrics_push.empty()) {

@@ -214,26 +214,28 @@ bool SameSecret(const std::string& a, const std::string& b) {
 
 MetricsExporter::MetricsExporter(const MetricsOptions& options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
-  impl_->options.address = NormaliseListenAddress(options.address);
+  if (!options.address.empty()) impl_->options.address = NormaliseListenAddress(options.address);
   std::string password;
   if (!options.username.empty()) password = ReadPassword(options.password_file);
   // No TLS here: Debian 12's civetweb (1.15) with OpenSSL 3 kills the process
   // on the first HTTPS request (seen 2026-12-01); terminate TLS in a reverse
   // proxy instead (docs/metrics.md).
   try {
-    impl_->exposer = std::make_unique<prometheus::Exposer>(impl_->options.address, 2);
+    // No address: push only (--metrics-push), nothing served.
+    if (!impl_->options.address.empty())
+      impl_->exposer = std::make_unique<prometheus::Exposer>(impl_->options.address, 2);
   } catch (const std::exception& e) {
     throw std::runtime_error("metrics address " + impl_->options.address + ": cannot listen (" + e.what() +
                              "); is the port in use? choose another with --metrics-addr");
   }
-  if (!options.username.empty()) {
+  if (!options.username.empty() && impl_->exposer) {
     impl_->exposer->RegisterAuth(
         [user = options.username, password](const std::string& u, const std::string& p) {
           return SameSecret(u, user) & SameSecret(p, password);
         },
         "trainbench");
   }
-  impl_->exposer->RegisterCollectable(impl_->registry);
+  if (impl_->exposer) impl_->exposer->RegisterCollectable(impl_->registry);
   impl_->sampler = std::thread([this] { impl_->Sample(); });
 }
 
@@ -352,7 +354,7 @@ void MetricsExporter::Finish() {
       else spdlog::error("metrics push to {} failed (HTTP {})", impl_->options.push_url, code);
     }
   }
-  if (impl_->options.linger_seconds > 0) {
+  if (impl_->options.linger_seconds > 0 && impl_->exposer) {
     spdlog::info("serving final metrics on http://{}/metrics for {:.0f} s", impl_->options.address,
                  impl_->options.linger_seconds);
     const auto end = std::chrono::steady_clock::now() +

@@ -12,7 +12,7 @@
 namespace trainbench {
 
 struct MetricsOptions {
-  std::string address;          ///< HOST:PORT (or PORT: loopback) to serve on
+  std::string address;          ///< HOST:PORT (or PORT: loopback) to serve on; empty: push only
   double linger_seconds = 0;    ///< keep serving after the run
   std::string push_url;         ///< Pushgateway "http://host:port", or empty
   std::string username;         ///< HTTP basic authentication user, or empty: none

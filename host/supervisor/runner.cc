@@ -28,30 +28,14 @@ json CellSpecJson(const Experiment& e, const PluginUse& model, const PluginUse& 
   auto opt = [](const auto& o) { return o ? json(*o) : json(nullptr); };
   const auto max_steps = device.max_steps ? device.max_steps : e.measurement.max_steps;
   const auto budget = device.time_budget_seconds ? device.time_budget_seconds : e.measurement.time_budget_seconds;
+  const json resolved = e.ToJson();  // dataset and training exactly as recorded in results.json
   return {{"experiment", e.name},
           {"cell_index", index},
           {"seed", e.seed},
           {"model", {{"name", model.plugin}, {"path", model.path}, {"options", model.options}}},
           {"device", {{"name", device.plugin}, {"path", device.path}, {"options", device.options}}},
-          {"dataset",
-           {{"kind", e.dataset.kind},
-            {"path", e.dataset.path},
-            {"train_size", opt(e.dataset.train_size)},
-            {"test_size", opt(e.dataset.test_size)}}},
-          {"training",
-           {{"epochs", e.training.epochs},
-            {"batch_size", e.training.batch_size},
-            {"augment", e.training.augment},
-            {"optimizer",
-             {{"name", e.training.optimizer.name},
-              {"lr", e.training.optimizer.lr},
-              {"momentum", e.training.optimizer.momentum},
-              {"weight_decay", e.training.optimizer.weight_decay},
-              {"nesterov", e.training.optimizer.nesterov}}},
-            {"schedule",
-             {{"name", e.training.schedule.name},
-              {"step_size", e.training.schedule.step_size},
-              {"gamma", e.training.schedule.gamma}}}}},
+          {"dataset", resolved["dataset"]},
+          {"training", resolved["training"]},
           {"measurement",
            {{"warmup_steps", e.measurement.warmup_steps},
             {"max_steps", opt(max_steps)},
@@ -173,13 +157,15 @@ int RunExperiment(const Experiment& e, const fs::path& out_dir, const json& syst
   results.Write();
 
   bool any_failed = false;
+  bool stopped_by_failure = false;
   size_t index = 0;
   for (const auto& model : e.models) {
     for (const auto& device : e.devices) {
       json& cell = results.cells()[index];
-      if (g_stop_signal.load() != 0) {
-        cell["status"] = "interrupted";
-        cell["reason"] = "run interrupted before this cell started";
+      if (g_stop_signal.load() != 0 || stopped_by_failure) {
+        cell["status"] = stopped_by_failure ? "skipped" : "interrupted";
+        cell["reason"] = stopped_by_failure ? "not run: an earlier cell failed and measurement.stop_on_failure is set"
+                                            : "run interrupted before this cell started";
         ++index;
         continue;
       }
@@ -242,6 +228,7 @@ int RunExperiment(const Experiment& e, const fs::path& out_dir, const json& syst
                        cell.value("reason", ""));
         } else {
           any_failed |= status == "failed";
+          stopped_by_failure |= status == "failed" && e.measurement.stop_on_failure;
           spdlog::error("[{}/{}] {} on {}: {}: {}", index + 1, total, model.label, device.label, status,
                         cell.value("reason", ""));
         }

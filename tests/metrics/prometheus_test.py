@@ -249,5 +249,48 @@ scrape_configs:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class PushgatewayReceivesTheFinalValues(unittest.TestCase):
+    """--metrics-push: a run too short to scrape pushes its final values to a
+    real Pushgateway (Debian's prometheus-pushgateway)."""
+
+    def test_push(self):
+        if shutil.which("prometheus-pushgateway") is None:
+            raise RuntimeError("prometheus-pushgateway not found: install Debian's 'prometheus-pushgateway' package")
+        tmp = tempfile.mkdtemp(prefix="tb-push-")
+        port = free_port()
+        gateway = subprocess.Popen(["prometheus-pushgateway", f"--web.listen-address=127.0.0.1:{port}"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                try:
+                    get(f"http://127.0.0.1:{port}/metrics")
+                    break
+                except OSError:
+                    time.sleep(0.3)
+            with open(os.path.join(tmp, "exp.yaml"), "w") as f:
+                f.write(f"""name: pushtest
+dataset: {{kind: cifar10, path: {DATA}}}
+models: [simple_cnn]
+devices: [cpu]
+measurement: {{warmup_steps: 1, max_steps: 5}}
+""")
+            r = subprocess.run([os.path.join(BIN, "trainbench"), "run", os.path.join(tmp, "exp.yaml"), "--out",
+                                os.path.join(tmp, "out"), "--metrics-push", f"http://127.0.0.1:{port}"],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("metrics pushed to", r.stderr)
+            pushed = get(f"http://127.0.0.1:{port}/metrics")
+            lines = [l for l in pushed.splitlines() if l.startswith("trainbench_samples_total{")]
+            self.assertTrue(lines, pushed[:2000])
+            self.assertIn('job="trainbench"', lines[0])
+            self.assertIn('experiment="pushtest"', lines[0])
+            self.assertEqual(float(lines[0].rsplit(" ", 1)[1]), 5 * 128.0)  # 5 steps of 128
+        finally:
+            gateway.terminate()
+            gateway.wait(30)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
