@@ -9,6 +9,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=$1; DASHBOARDS=$2
 mkdir -p "$WORK"
+# A changed lock file means other pinned versions: start from scratch.
+cmp -s "$HERE/package-lock.json" "$WORK/package-lock.json" || rm -rf "$WORK/node_modules"
 cp "$HERE/package.json" "$HERE/package-lock.json" "$WORK/"
 cd "$WORK"
 [ -d node_modules/@grafana/schema ] || npm ci --no-audit --no-fund --loglevel=error
