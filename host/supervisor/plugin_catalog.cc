@@ -31,10 +31,8 @@ std::vector<fs::path> PluginSearchPath(const std::vector<std::string>& extra) {
       if (!item.empty()) dirs.emplace_back(item);
     }
   }
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   // The build tree has the install's layout, so this works in both.
-  if (!ec) dirs.push_back((exe.parent_path() / ".." / TRAINBENCH_PLUGIN_SUBDIR).lexically_normal());
+  dirs.push_back((InstallRoot() / TRAINBENCH_PLUGIN_SUBDIR).lexically_normal());
   return dirs;
 }
 

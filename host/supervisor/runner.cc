@@ -16,13 +16,7 @@ std::atomic<int> g_stop_signal{0};
 
 namespace {
 
-extern "C" void OnSignal(int sig) {
-  g_stop_signal.store(sig);
-  // The worker is in our process group when run from a terminal and got the
-  // SIGINT already; a SIGTERM from a service manager reaches only us.
-  const int pid = g_worker_pid.load();
-  if (pid > 0) ::kill(pid, sig);
-}
+extern "C" void OnSignal(int sig) { RequestStop(sig); }
 
 json CellSpecJson(const Experiment& e, const PluginUse& model, const PluginUse& device, size_t index) {
   auto opt = [](const auto& o) { return o ? json(*o) : json(nullptr); };
@@ -117,8 +111,18 @@ json CellConfig(const json& spec) {
   return config;
 }
 
-int RunExperiment(const Experiment& e, const fs::path& out_dir, const json& system,
-                  std::vector<RunObserver*> observers, bool resume) {
+void RequestStop(int sig) noexcept {
+  g_stop_signal.store(sig);
+  // The worker runs in its own process group, so a terminal's Ctrl-C and a
+  // service manager's SIGTERM reach only us: pass it on, once per request.
+  const int pid = g_worker_pid.load();
+  if (pid > 0) ::kill(pid, sig);
+}
+
+void ClearStopRequest() noexcept { g_stop_signal.store(0); }
+
+RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const json& system,
+                         std::vector<RunObserver*> observers, bool resume) {
   // Finished cells of an earlier run into the same folder, by configuration.
   std::vector<json> earlier;
   if (resume) {
@@ -247,10 +251,12 @@ int RunExperiment(const Experiment& e, const fs::path& out_dir, const json& syst
   results.ComputeSpeedups();
   results.Write();
   for (auto* o : observers) o->OnRunFinished(results);
-  std::printf("\n%s", results.Table().c_str());
-  std::printf("results: %s\n", (out_dir / "results.json").c_str());
-  if (const int sig = g_stop_signal.load(); sig != 0) return 128 + sig;
-  return any_failed ? kExitCellsFailed : kExitOk;
+  RunOutcome outcome;
+  outcome.results = results.doc();
+  outcome.table = results.Table();
+  const int sig = g_stop_signal.load();
+  outcome.exit_code = sig != 0 ? 128 + sig : any_failed ? kExitCellsFailed : kExitOk;
+  return outcome;
 }
 
 void InstallSignalHandlers() {

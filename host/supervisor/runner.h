@@ -11,6 +11,7 @@
 
 #include "experiment.h"
 #include "results.h"
+#include "trainbench/engine.h"
 
 namespace trainbench {
 
@@ -28,28 +29,31 @@ class RunObserver {
   virtual void OnRunFinished(const Results& /*results*/) {}
 };
 
-/// Exit codes of `trainbench run` (documented in the README).
-enum ExitCode : int {
-  kExitOk = 0,
-  kExitError = 1,        ///< could not run (output folder, worker missing)
-  kExitConfig = 2,       ///< bad config, plugin or dataset
-  kExitCellsFailed = 3,  ///< the run finished but some cells failed
-  kExitInterrupted = 130,
-};
-
-/// Set by the signal handler: stop after the current cell's worker ends.
+/// Set by RequestStop: stop after the current cell's worker ends.
 extern std::atomic<int> g_stop_signal;
+
+struct RunOutcome {
+  int exit_code = kExitOk;  ///< an ExitCode, or 128 + signal when interrupted
+  nlohmann::json results;   ///< the results.json document
+  std::string table;        ///< the closing table
+};
 
 /// Runs every cell of `experiment` (plugins resolved) writing into `out_dir`.
 /// With `resume`, cells that finished (status ok) in an earlier run into the
 /// same folder with the same resolved configuration are kept, not rerun.
-/// Returns an ExitCode (128 + signal when interrupted).
-int RunExperiment(const Experiment& experiment, const std::filesystem::path& out_dir,
-                  const nlohmann::json& system, std::vector<RunObserver*> observers,
-                  bool resume = false);
+/// A stop requested before or during the run ends it (ClearStopRequest
+/// before the next run).
+RunOutcome RunExperiment(const Experiment& experiment, const std::filesystem::path& out_dir,
+                         const nlohmann::json& system, std::vector<RunObserver*> observers,
+                         bool resume = false);
 
-/// Installs SIGINT/SIGTERM handlers that record the signal and forward it to
-/// the running worker.
+/// Records `signal` as the reason to stop and forwards it to the running
+/// worker, which stops at its next step. Async-signal-safe.
+void RequestStop(int signal) noexcept;
+
+void ClearStopRequest() noexcept;
+
+/// Installs SIGINT/SIGTERM handlers that call RequestStop.
 void InstallSignalHandlers();
 
 }  // namespace trainbench

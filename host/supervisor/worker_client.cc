@@ -1,5 +1,7 @@
 #include "worker_client.h"
 
+#include <dlfcn.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
@@ -28,11 +30,37 @@ std::string WorkerExit::Describe() const {
          (abbrev ? std::string("SIG") + abbrev : std::to_string(signal)) + " (" + strsignal(signal) + ")";
 }
 
+fs::path InstallRoot() {
+  // The file this code is in: libtrainbench.so in LIBDIR, or an executable
+  // in BINDIR that linked it statically (the tests).
+  fs::path dir;
+  Dl_info info{};
+  std::error_code ec;
+  if (::dladdr(reinterpret_cast<void*>(&InstallRoot), &info) != 0 && info.dli_fname != nullptr &&
+      *info.dli_fname != '\0') {
+    const fs::path file = fs::canonical(info.dli_fname, ec);
+    if (!ec) dir = file.parent_path();
+  }
+  if (dir.empty()) dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  for (const fs::path sub : {fs::path(TRAINBENCH_LIBDIR), fs::path(TRAINBENCH_BINDIR)}) {
+    fs::path root = dir;
+    bool matches = true;
+    for (auto it = sub.end(); it != sub.begin();) {
+      --it;
+      if (root.filename() != *it) {
+        matches = false;
+        break;
+      }
+      root = root.parent_path();
+    }
+    if (matches) return root;
+  }
+  return dir.parent_path();
+}
+
 fs::path WorkerPath() {
   if (const char* env = std::getenv("TRAINBENCH_WORKER"); env != nullptr && *env != '\0') return env;
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return (ec ? fs::path(".") : self.parent_path()) / "trainbench-worker";
+  return InstallRoot() / TRAINBENCH_BINDIR / "trainbench-worker";
 }
 
 namespace {

@@ -26,8 +26,13 @@ struct WorkerExit {
   std::string Describe() const;
 };
 
-/// The trainbench-worker executable: TRAINBENCH_WORKER if set, else the one
-/// beside this executable.
+/// The prefix this code is installed in (or the build tree, which has the
+/// same layout): found from the file holding this code, so it is right for
+/// the trainbench command and for programs that embed libtrainbench.so.
+std::filesystem::path InstallRoot();
+
+/// The trainbench-worker executable: TRAINBENCH_WORKER if set, else BINDIR
+/// of InstallRoot().
 std::filesystem::path WorkerPath();
 
 /// Runs the worker with `args` in its own process group (a terminal's Ctrl-C

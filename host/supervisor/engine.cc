@@ -1,0 +1,354 @@
+// The public engine API (include/trainbench/engine.h) over the supervisor's
+// parts: plugin catalog, config loader, runner, results, metrics.
+
+#include "trainbench/engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "config_loader.h"
+#include "plugin_catalog.h"
+#include "report.h"
+#include "runner.h"
+#include "system_info.h"
+#include "worker_client.h"
+#ifdef TRAINBENCH_WITH_PROMETHEUS
+#include "metrics.h"
+#endif
+
+namespace trainbench {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string EngineVersion() { return TrainbenchVersion(); }
+std::string EngineGitCommit() { return TrainbenchGitCommit(); }
+
+// ---------------------------------------------------------------------------
+// ExperimentBuilder: a JSON document in the YAML format (YAML is a superset
+// of JSON), parsed by the same loader as a file.
+
+ExperimentBuilder::ExperimentBuilder(std::string name) {
+  doc_ = {{"name", std::move(name)}, {"models", json::array()}, {"devices", json::array()}};
+}
+
+ExperimentBuilder& ExperimentBuilder::Seed(unsigned long long seed) { return Set("/seed", seed); }
+
+ExperimentBuilder& ExperimentBuilder::Cifar10(const fs::path& folder, std::optional<long long> train_size,
+                                              std::optional<long long> test_size) {
+  json d = {{"kind", "cifar10"}, {"path", folder.string()}};
+  if (train_size) d["train_size"] = *train_size;
+  if (test_size) d["test_size"] = *test_size;
+  doc_["dataset"] = d;
+  return *this;
+}
+
+ExperimentBuilder& ExperimentBuilder::Synthetic(long long train_size, long long test_size) {
+  doc_["dataset"] = {{"kind", "synthetic"}, {"train_size", train_size}, {"test_size", test_size}};
+  return *this;
+}
+
+namespace {
+json PluginEntry(const std::string& plugin, const json& options, const std::string& label) {
+  json entry = {{"plugin", plugin}};
+  if (!label.empty()) entry["label"] = label;
+  if (!options.is_null() && !options.empty()) entry["options"] = options;
+  return entry;
+}
+}  // namespace
+
+ExperimentBuilder& ExperimentBuilder::Model(const std::string& plugin, const json& options,
+                                            const std::string& label) {
+  doc_["models"].push_back(PluginEntry(plugin, options, label));
+  return *this;
+}
+
+ExperimentBuilder& ExperimentBuilder::Device(const std::string& plugin, const json& options,
+                                             const std::string& label) {
+  doc_["devices"].push_back(PluginEntry(plugin, options, label));
+  return *this;
+}
+
+ExperimentBuilder& ExperimentBuilder::Epochs(long long epochs) { return Set("/training/epochs", epochs); }
+ExperimentBuilder& ExperimentBuilder::BatchSize(long long n) { return Set("/training/batch_size", n); }
+ExperimentBuilder& ExperimentBuilder::WarmupSteps(long long n) { return Set("/measurement/warmup_steps", n); }
+ExperimentBuilder& ExperimentBuilder::MaxSteps(long long n) { return Set("/measurement/max_steps", n); }
+ExperimentBuilder& ExperimentBuilder::TimeBudgetSeconds(double s) {
+  return Set("/measurement/time_budget_seconds", s);
+}
+
+ExperimentBuilder& ExperimentBuilder::Set(const std::string& pointer, const json& value) {
+  try {
+    doc_[json::json_pointer(pointer)] = value;
+  } catch (const json::exception& e) {
+    throw EngineError("ExperimentBuilder::Set(\"" + pointer + "\"): not a JSON pointer such as "
+                      "\"/training/epochs\": " + e.what(), kExitConfig);
+  }
+  return *this;
+}
+
+// ---------------------------------------------------------------------------
+// ExperimentPlan
+
+struct ExperimentPlan::Impl {
+  Experiment experiment;
+};
+
+std::string ExperimentPlan::name() const { return impl_->experiment.name; }
+std::string ExperimentPlan::file() const { return impl_->experiment.file; }
+json ExperimentPlan::ToJson() const { return impl_->experiment.ToJson(); }
+
+std::vector<std::string> ExperimentPlan::cells() const {
+  std::vector<std::string> out;
+  for (const auto& m : impl_->experiment.models)
+    for (const auto& d : impl_->experiment.devices) out.push_back(m.label + " on " + d.label);
+  return out;
+}
+
+std::vector<std::string> ExperimentPlan::notes() const {
+  std::vector<std::string> out;
+  for (const auto& d : impl_->experiment.devices) {
+    if (d.path.empty()) out.push_back("cells on '" + d.label + "' will be skipped: " + d.missing_reason);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Engine
+
+struct Engine::Impl {
+  PluginCatalog catalog;
+  std::vector<PluginRecord> records;
+};
+
+namespace {
+
+PluginRecord ToRecord(const PluginInfo& info) {
+  PluginRecord r;
+  r.path = info.path;
+  r.sha256 = info.sha256;
+  r.loaded = info.loaded;
+  r.reason = info.reason;
+  const json& d = info.descriptor;
+  if (d.is_object()) {
+    r.name = d.value("name", "");
+    r.kind = d.value("kind", "");
+    r.version = d.value("version", "");
+    r.abi = d.value("abi", "");
+    r.fingerprint = d.value("fingerprint", "");
+    r.description = d.value("description", "");
+    r.params = d.value("params", json::array());
+  }
+  r.available = info.available;
+  r.unavailable_reason = info.unavailable_reason;
+  return r;
+}
+
+template <typename F>
+ExperimentPlan MakePlan(const PluginCatalog& catalog, F&& load) {
+  try {
+    auto impl = std::make_shared<ExperimentPlan::Impl>();
+    impl->experiment = load();
+    ResolvePlugins(impl->experiment, catalog);
+    return ExperimentPlan(std::move(impl));
+  } catch (const ConfigError& e) {
+    throw EngineError(e.what(), kExitConfig);
+  }
+}
+
+CellResult ToCellResult(const json& cell) {
+  CellResult r;
+  r.model = cell.value("model", "");
+  r.device = cell.value("device", "");
+  r.status = cell.value("status", "");
+  r.reason = cell.value("reason", "");
+  if (cell.contains("samples_per_second") && cell["samples_per_second"].is_number())
+    r.samples_per_second = cell["samples_per_second"].get<double>();
+  if (cell.contains("epoch_seconds") && cell["epoch_seconds"].is_array() && !cell["epoch_seconds"].empty()) {
+    std::vector<double> epochs = cell["epoch_seconds"].get<std::vector<double>>();
+    std::sort(epochs.begin(), epochs.end());
+    r.median_epoch_seconds = epochs[epochs.size() / 2];
+  }
+  if (cell.contains("test_accuracy") && cell["test_accuracy"].is_array() && !cell["test_accuracy"].empty() &&
+      cell["test_accuracy"].back().is_number())
+    r.test_accuracy = cell["test_accuracy"].back().get<double>();
+  if (cell.contains("speedup") && cell["speedup"].is_number()) r.speedup = cell["speedup"].get<double>();
+  r.projected = cell.value("projected", false);
+  if (cell.contains("params") && cell["params"].is_number()) r.params = cell["params"].get<long long>();
+  r.record = cell;
+  return r;
+}
+
+// Turns the runner's observer calls into RunEvents for the caller.
+class CallbackObserver : public RunObserver {
+ public:
+  explicit CallbackObserver(const EventCallback& callback) : callback_(callback) {}
+  void OnRunStarted(const Experiment& experiment, size_t cells) override {
+    Emit({RunEvent::Type::kRunStarted, 0, json(), {{"experiment", experiment.name}, {"cells", cells}}});
+  }
+  void OnCellStarted(size_t index, const json& cell) override {
+    Emit({RunEvent::Type::kCellStarted, index, cell, json()});
+  }
+  void OnEvent(size_t index, const json& cell, const json& event) override {
+    Emit({RunEvent::Type::kWorker, index, cell, event});
+  }
+  void OnCellFinished(size_t index, const json& cell) override {
+    Emit({RunEvent::Type::kCellFinished, index, cell, json()});
+  }
+  void OnRunFinished(const Results& results) override {
+    Emit({RunEvent::Type::kRunFinished, 0, json(), results.doc()});
+  }
+
+ private:
+  void Emit(const RunEvent& event) {
+    if (callback_) callback_(event);
+  }
+  const EventCallback& callback_;
+};
+
+}  // namespace
+
+Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
+  std::vector<std::string> dirs;
+  for (const auto& d : options.plugin_dirs) dirs.push_back(d.string());
+  impl_->catalog = PluginCatalog::Discover(PluginSearchPath(dirs), options.allow_insecure_plugins);
+  for (const auto& p : impl_->catalog.plugins()) impl_->records.push_back(ToRecord(p));
+}
+
+Engine::~Engine() = default;
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+
+const std::vector<PluginRecord>& Engine::plugins() const { return impl_->records; }
+const std::vector<fs::path>& Engine::search_path() const { return impl_->catalog.search_path(); }
+
+std::string Engine::MissingPluginNote(const std::string& name) const {
+  return impl_->catalog.Find(name) != nullptr ? "" : KnownOptionalPluginReason(name);
+}
+
+ExperimentPlan Engine::Load(const fs::path& yaml_file) const {
+  return MakePlan(impl_->catalog, [&] { return LoadExperiment(yaml_file.string()); });
+}
+
+ExperimentPlan Engine::Parse(const std::string& text, const std::string& name, const fs::path& base_dir) const {
+  return MakePlan(impl_->catalog, [&] {
+    if (text.size() > kMaxConfigBytes) {
+      throw ConfigError(name + ": " + std::to_string(text.size()) + " bytes is larger than the " +
+                        std::to_string(kMaxConfigBytes) + "-byte limit for a config");
+    }
+    return ParseExperiment(text, name, fs::absolute(base_dir).string());
+  });
+}
+
+ExperimentPlan Engine::Build(const ExperimentBuilder& builder) const {
+  // One key per line, so positions in messages point somewhere useful.
+  return Parse(builder.document().dump(2), "<code: " + builder.document().value("name", "") + ">");
+}
+
+RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
+                       const EventCallback& on_event) const {
+  Experiment experiment = plan.impl().experiment;
+  if (options.out_dir.empty()) throw EngineError("RunOptions::out_dir is empty: say where results go", kExitConfig);
+  std::error_code ec;
+  fs::create_directories(options.out_dir, ec);
+  if (ec || ::access(options.out_dir.c_str(), W_OK) != 0) {
+    throw EngineError(options.out_dir.string() + ": output folder cannot be created or written" +
+                          (ec ? ": " + ec.message() : std::string()),
+                      kExitError);
+  }
+  if (!options.metrics_address.empty()) experiment.metrics.address = options.metrics_address;
+  if (options.metrics_linger_seconds) experiment.metrics.linger_seconds = *options.metrics_linger_seconds;
+  if (!options.metrics_username.empty()) experiment.metrics.username = options.metrics_username;
+  if (!options.metrics_password_file.empty()) experiment.metrics.password_file = options.metrics_password_file;
+  if (!experiment.metrics.username.empty() && experiment.metrics.password_file.empty()) {
+    throw EngineError("a metrics user needs a password file (passwords are never given on the command line)",
+                      kExitConfig);
+  }
+
+  CallbackObserver callback(on_event);
+  std::vector<RunObserver*> observers{&callback};
+#ifdef TRAINBENCH_WITH_PROMETHEUS
+  // Bound before any training, so a taken port fails fast.
+  std::unique_ptr<MetricsExporter> metrics;
+  if (!experiment.metrics.address.empty() || !options.metrics_push_url.empty()) {
+    MetricsOptions metrics_options{experiment.metrics.address, experiment.metrics.linger_seconds,
+                                   options.metrics_push_url, experiment.metrics.username,
+                                   experiment.metrics.password_file};
+    try {
+      metrics = std::make_unique<MetricsExporter>(metrics_options);
+    } catch (const std::exception& e) {
+      throw EngineError(e.what(), kExitConfig);
+    }
+    observers.push_back(metrics.get());
+    if (!metrics->address().empty()) {
+      spdlog::info("metrics on http://{}/metrics{}", metrics->address(),
+                   experiment.metrics.username.empty() ? "" : " (basic authentication)");
+    }
+  }
+#else
+  if (!experiment.metrics.address.empty() || !options.metrics_push_url.empty()) {
+    throw EngineError("this trainbench was built without metrics (TRAINBENCH_WITH_PROMETHEUS=OFF)", kExitConfig);
+  }
+#endif
+
+  json system = CollectSystemInfo();
+  try {
+    RunWorker({"info"}, "", "", [&](const json& event) {
+      system["torch_version"] = event.value("torch_version", "");
+      system["torch_cuda_version"] = event.value("cuda_version", "");
+    });
+  } catch (const std::exception& e) {
+    throw EngineError(e.what(), kExitError);
+  }
+  spdlog::info("experiment '{}': {} cell(s), results in {}", experiment.name,
+               experiment.models.size() * experiment.devices.size(), options.out_dir.string());
+
+  RunSummary summary;
+  RunOutcome outcome = RunExperiment(experiment, options.out_dir, system, observers, options.resume);
+#ifdef TRAINBENCH_WITH_PROMETHEUS
+  if (metrics) metrics->Finish();  // lingers unless the run was stopped
+#endif
+  ClearStopRequest();  // a later Run starts afresh
+  summary.exit_code = outcome.exit_code;
+  summary.results = std::move(outcome.results);
+  summary.table = std::move(outcome.table);
+  summary.results_json = options.out_dir / "results.json";
+  for (const auto& cell : summary.results["cells"]) summary.cells.push_back(ToCellResult(cell));
+  return summary;
+}
+
+void Engine::RequestStop(int signal) noexcept { trainbench::RequestStop(signal); }
+void Engine::InstallSignalHandlers() { trainbench::InstallSignalHandlers(); }
+
+// ---------------------------------------------------------------------------
+// Reports
+
+namespace {
+std::vector<LoadedResults> LoadAll(const std::vector<fs::path>& files) {
+  std::vector<std::string> names;
+  for (const auto& f : files) names.push_back(f.string());
+  try {
+    return LoadResults(names);
+  } catch (const std::exception& e) {
+    throw EngineError(e.what(), kExitError);
+  }
+}
+}  // namespace
+
+std::string Report(const std::vector<fs::path>& files, ReportFormat format) {
+  const auto runs = LoadAll(files);
+  return format == ReportFormat::kCsv ? ReportCsv(runs) : ReportMarkdown(runs);
+}
+
+void PlotReport(const std::vector<fs::path>& files, const fs::path& output) {
+  const auto runs = LoadAll(files);
+  try {
+    PlotReport(runs, output.string());
+  } catch (const std::exception& e) {
+    throw EngineError(e.what(), kExitError);
+  }
+}
+
+}  // namespace trainbench

@@ -1,0 +1,242 @@
+#pragma once
+// trainbench/engine.h: the trainbench engine as a library.
+//
+// The `trainbench` command is one user of this API; any program can be
+// another (examples/embed_engine). The engine never loads LibTorch into the
+// calling process: it describes plugins and trains each cell in a
+// `trainbench-worker` process it starts, and reports back through events.
+//
+//   trainbench::Engine engine;                      // finds the installed plugins
+//   auto plan = engine.Load("configs/quickstart.yaml");
+//   // or: engine.Build(trainbench::ExperimentBuilder("mine").Model("simple_cnn").Device("cpu"))
+//   auto summary = engine.Run(plan, {.out_dir = "results/mine"},
+//                             [](const trainbench::RunEvent& e) { ... });
+//   for (const auto& cell : summary.cells) ... cell.samples_per_second ...
+//
+// Errors are exceptions of type trainbench::EngineError whose what() is one
+// line naming the file, key or plugin and what to do. Results are written to
+// RunOptions::out_dir after every cell (results.json, results.csv, logs/).
+// Logging goes through spdlog's default logger (set its level or sink to
+// quiet or redirect it). Thread safety: one Run at a time per process;
+// Engine::RequestStop may be called from any thread or a signal handler.
+//
+// API version: kEngineApiVersion below; additions bump the minor, changes
+// that break callers bump the major (see docs/embedding.md).
+
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#define TRAINBENCH_ENGINE_API __attribute__((visibility("default")))
+
+namespace trainbench {
+
+inline constexpr int kEngineApiVersionMajor = 1;
+inline constexpr int kEngineApiVersionMinor = 0;
+
+/// Exit codes of `trainbench run`, also RunSummary::exit_code.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitError = 1,        ///< could not run (output folder, worker missing)
+  kExitConfig = 2,       ///< bad config, plugin or dataset
+  kExitCellsFailed = 3,  ///< the run finished but some cells failed
+  kExitInterrupted = 130,
+};
+
+/// The version of the engine library ("0.1.0") and the git commit it was built from.
+TRAINBENCH_ENGINE_API std::string EngineVersion();
+TRAINBENCH_ENGINE_API std::string EngineGitCommit();
+
+/// Everything the engine refuses. what() is one line; exit_code() is what
+/// `trainbench` exits with for it (kExitConfig for bad input, kExitError
+/// for an environment problem such as an unwritable folder).
+class TRAINBENCH_ENGINE_API EngineError : public std::runtime_error {
+ public:
+  EngineError(const std::string& message, int exit_code)
+      : std::runtime_error(message), exit_code_(exit_code) {}
+  int exit_code() const noexcept { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+/// A plugin file found on the search path: loaded, or rejected with why.
+struct PluginRecord {
+  std::string path;
+  std::string sha256;
+  bool loaded = false;
+  std::string reason;         ///< why rejected or shadowed (when !loaded)
+  std::string name, kind, version, abi, fingerprint, description;  ///< when loaded
+  nlohmann::json params;      ///< the option schema: [{name, type, default, doc, ...}]
+  std::optional<bool> available;  ///< device plugins: usable on this machine
+  std::string unavailable_reason;
+};
+
+struct EngineOptions {
+  /// Searched first, then TRAINBENCH_PLUGIN_PATH, then the installation's
+  /// own plugin folder (found from where this library lives).
+  std::vector<std::filesystem::path> plugin_dirs;
+  /// Load plugins that users other than their owner can modify (refused by default).
+  bool allow_insecure_plugins = false;
+};
+
+/// Builds an experiment in code. The result goes through exactly the checks
+/// a YAML file does; the keys are those of the YAML format (docs/architecture.md
+/// and configs/quickstart.yaml), so Set() reaches everything.
+class TRAINBENCH_ENGINE_API ExperimentBuilder {
+ public:
+  explicit ExperimentBuilder(std::string name);
+  ExperimentBuilder& Seed(unsigned long long seed);
+  /// CIFAR-10 binary files in `folder`; sizes limit the images used.
+  ExperimentBuilder& Cifar10(const std::filesystem::path& folder, std::optional<long long> train_size = {},
+                             std::optional<long long> test_size = {});
+  /// Random CIFAR-shaped images (throughput only).
+  ExperimentBuilder& Synthetic(long long train_size, long long test_size);
+  ExperimentBuilder& Model(const std::string& plugin, const nlohmann::json& options = nlohmann::json::object(),
+                           const std::string& label = "");
+  ExperimentBuilder& Device(const std::string& plugin, const nlohmann::json& options = nlohmann::json::object(),
+                            const std::string& label = "");
+  ExperimentBuilder& Epochs(long long epochs);
+  ExperimentBuilder& BatchSize(long long batch_size);
+  ExperimentBuilder& WarmupSteps(long long steps);
+  ExperimentBuilder& MaxSteps(long long steps);
+  ExperimentBuilder& TimeBudgetSeconds(double seconds);
+  /// Any key, as a JSON pointer into the YAML structure: Set("/training/optimizer/lr", 0.05).
+  ExperimentBuilder& Set(const std::string& json_pointer, const nlohmann::json& value);
+  /// The experiment document as built so far (the YAML format, as JSON).
+  const nlohmann::json& document() const { return doc_; }
+
+ private:
+  nlohmann::json doc_;
+};
+
+/// A validated experiment with its plugins resolved: ready to run.
+class TRAINBENCH_ENGINE_API ExperimentPlan {
+ public:
+  std::string name() const;
+  std::string file() const;  ///< the YAML file, or "<code: NAME>"
+  /// Cells in run order, as "model on device" labels.
+  std::vector<std::string> cells() const;
+  /// Notes such as "cells on 'cuda' will be skipped: ..." (missing optional plugins).
+  std::vector<std::string> notes() const;
+  /// The resolved experiment, as recorded in results.json.
+  nlohmann::json ToJson() const;
+
+  struct Impl;
+  explicit ExperimentPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+struct RunOptions {
+  std::filesystem::path out_dir;  ///< required: results.json, results.csv, logs/
+  /// Keep cells that finished with the same configuration in an earlier run
+  /// into out_dir; run the rest.
+  bool resume = false;
+  /// Serve Prometheus metrics on HOST:PORT (PORT alone: loopback); empty:
+  /// the experiment's metrics.address, or off.
+  std::string metrics_address;
+  std::string metrics_push_url;  ///< push final metrics to this Pushgateway
+  std::optional<double> metrics_linger_seconds;
+  std::string metrics_username;       ///< basic authentication for /metrics
+  std::string metrics_password_file;  ///< its password: first line of this file
+};
+
+/// One thing that happened during a run.
+struct RunEvent {
+  enum class Type {
+    kRunStarted,    ///< data: {experiment, cells}
+    kCellStarted,   ///< cell: model, device, index
+    kWorker,        ///< data: a worker event; data["event"] is "started", "progress",
+                    ///< "epoch", "result", "error", "skipped" or "interrupted"
+    kCellFinished,  ///< cell: the finished cell as in results.json
+    kRunFinished,   ///< data: the whole results.json document
+  };
+  Type type;
+  std::size_t cell_index = 0;
+  nlohmann::json cell;  ///< the cell as recorded so far
+  nlohmann::json data;
+};
+using EventCallback = std::function<void(const RunEvent&)>;
+
+/// One cell's outcome (the main fields; `record` holds all of results.json's).
+struct CellResult {
+  std::string model, device;
+  std::string status;  ///< ok, failed, skipped, interrupted
+  std::string reason;  ///< why, when not ok
+  double samples_per_second = 0;
+  double median_epoch_seconds = 0;
+  std::optional<double> test_accuracy;  ///< last epoch's, 0-1
+  std::optional<double> speedup;        ///< against the baseline device
+  bool projected = false;               ///< epoch times projected from a budget
+  long long params = 0;
+  nlohmann::json record;
+};
+
+struct RunSummary {
+  int exit_code = kExitOk;  ///< as `trainbench run` would exit
+  std::filesystem::path results_json;
+  std::vector<CellResult> cells;
+  std::string table;        ///< the closing table `trainbench run` prints
+  nlohmann::json results;   ///< the whole results.json document
+};
+
+class TRAINBENCH_ENGINE_API Engine {
+ public:
+  /// Finds plugins and describes each in a worker process (a plugin that
+  /// crashes or hangs while loading is listed as rejected, not fatal).
+  explicit Engine(EngineOptions options = {});
+  ~Engine();
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+
+  const std::vector<PluginRecord>& plugins() const;
+  const std::vector<std::filesystem::path>& search_path() const;
+  /// Why a known optional plugin ("cuda") is absent, or "" when it is here.
+  std::string MissingPluginNote(const std::string& name) const;
+
+  /// Reads and validates a YAML experiment; throws EngineError (kExitConfig).
+  ExperimentPlan Load(const std::filesystem::path& yaml_file) const;
+  /// The same from text; `name` stands for the file in messages.
+  ExperimentPlan Parse(const std::string& yaml_text, const std::string& name = "<text>",
+                       const std::filesystem::path& base_dir = ".") const;
+  ExperimentPlan Build(const ExperimentBuilder& builder) const;
+
+  /// Runs every cell, each in a fresh worker, writing results after each
+  /// one. Blocks. Throws EngineError before training for an unusable
+  /// out_dir or metrics address; afterwards failures are cells' statuses.
+  RunSummary Run(const ExperimentPlan& plan, const RunOptions& options,
+                 const EventCallback& on_event = {}) const;
+
+  /// Asks the running cell to stop at its next step (recorded as
+  /// interrupted) and the run to end; results are written. Safe from a
+  /// signal handler or any thread. `signal` is reported in the reason and
+  /// exit code (128 + signal).
+  static void RequestStop(int signal) noexcept;
+  /// Installs SIGINT/SIGTERM handlers that call RequestStop (what the CLI does).
+  static void InstallSignalHandlers();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Reports over results.json files, as `trainbench report` prints them.
+enum class ReportFormat { kMarkdown, kCsv };
+TRAINBENCH_ENGINE_API std::string Report(const std::vector<std::filesystem::path>& results_files,
+                                         ReportFormat format = ReportFormat::kMarkdown);
+/// Draws speedup against model size and throughput per cell to a .png or
+/// .svg with gnuplot; throws EngineError naming the package when it is missing.
+TRAINBENCH_ENGINE_API void PlotReport(const std::vector<std::filesystem::path>& results_files,
+                                      const std::filesystem::path& output);
+
+}  // namespace trainbench
