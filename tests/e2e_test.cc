@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -353,6 +354,93 @@ TEST_F(EndToEnd, PluginsListsRejectionsAndSurvivesACrashingPlugin) {
                                "fixture_crash_on_load.so: the worker died while loading or describing it (killed by signal SIGABRT"}) {
     EXPECT_NE(o.output.find(expected), std::string::npos) << expected << "\n" << o.output;
   }
+}
+
+
+// Data parallelism on the CPU (Gloo): the same code path as several GPUs
+// with NCCL, which docs/results/h200-data-parallel.md measures.
+TEST_F(EndToEnd, TwoRanksTrainLikeOneProcessWithTheCombinedBatch) {
+  const std::string config = Config(R"(name: dp
+seed: 3
+dataset: {kind: cifar10, path: MINI, train_size: 1024, test_size: 250}
+models: [simple_cnn]
+devices:
+  - {plugin: cpu, label: one, options: {threads: 1}}
+  - {plugin: cpu, label: two, processes: 2, options: {threads: 1}}
+training: {epochs: 2, batch_size: 64, augment: false}
+measurement: {warmup_steps: 2, baseline: one}
+)");
+  // The fixture's dataset line comes first; this one (with sizes) replaces it.
+  std::string text;
+  {
+    std::ifstream in(config);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    text = buffer.str();
+  }
+  text = text.substr(text.find('\n') + 1);
+  text.replace(text.find("MINI"), 4, MiniData().string());
+  std::ofstream(config) << text;
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const json cells = Results()["cells"];
+  const json& one = cells[0];
+  const json& two = cells[1];
+  ASSERT_EQ(two["status"], "ok") << two.dump(2);
+  EXPECT_EQ(two["ranks"], 2);
+  EXPECT_EQ(two["backend"], "gloo");
+  ASSERT_EQ(two["rank_samples_per_second"].size(), 2u);
+  EXPECT_GT(two["rank_samples_per_second"][1].get<double>(), 0);
+  ASSERT_TRUE(two["scaling_efficiency"].is_number()) << two.dump(2);
+  EXPECT_EQ(two["scaling_baseline"], "one");
+  // Same seed, same order, gradients averaged over the two halves of each
+  // batch: the same training as one process, up to summation order.
+  for (int e = 0; e < 2; ++e) {
+    EXPECT_NEAR(two["train_loss"][e].get<double>(), one["train_loss"][e].get<double>(), 2e-3) << e;
+    EXPECT_NEAR(two["test_accuracy"][e].get<double>(), one["test_accuracy"][e].get<double>(), 0.02) << e;
+  }
+  EXPECT_LT(one["train_loss"][1].get<double>(), one["train_loss"][0].get<double>());
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "logs" / "cell-01-simple_cnn-two-rank1.log"));
+  EXPECT_NE(o.output.find("data parallel: simple_cnn on two: 2 ranks (gloo backend)"), std::string::npos) << o.output;
+}
+
+TEST_F(EndToEnd, ACrashInOneRankFailsItsCellAndTheNextRuns) {
+  const std::string config = Config(R"(name: dp-fault
+models:
+  - {plugin: faulty_model, label: rank1-segfault, options: {fault: segfault, on_rank: 1}}
+  - {plugin: faulty_model, label: rank0-throws, options: {fault: throw_in_forward, on_rank: 0}}
+  - simple_cnn
+devices: [{plugin: cpu, processes: 2, options: {threads: 1}}]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  EXPECT_EQ(o.exit_code, 3) << o.output;
+  const json cells = Results()["cells"];
+  ASSERT_EQ(cells.size(), 3u);
+  EXPECT_EQ(cells[0]["status"], "failed");
+  EXPECT_NE(cells[0].value("reason", "").find("rank 1: worker killed by signal SIGSEGV"), std::string::npos)
+      << cells[0].value("reason", "");
+  EXPECT_EQ(cells[1]["status"], "failed");
+  EXPECT_NE(cells[1].value("reason", "").find("forward failed on purpose"), std::string::npos)
+      << cells[1].value("reason", "");
+  EXPECT_EQ(cells[2]["status"], "ok") << cells[2].dump(2);
+  EXPECT_EQ(cells[2]["ranks"], 2);
+}
+
+TEST_F(EndToEnd, DataParallelMistakesAreConfigErrors) {
+  auto check = [&](const std::string& devices, const std::string& expected) {
+    const std::string config = Config("name: dp-bad\nmodels: [simple_cnn]\ndevices: " + devices +
+                                      "\ntraining: {batch_size: 100}\n");
+    const Outcome o = Trainbench("validate " + config + Plugins());
+    EXPECT_EQ(o.exit_code, 2) << devices << "\n" << o.output;
+    EXPECT_NE(o.output.find(expected), std::string::npos) << devices << "\n" << o.output;
+  };
+  check("[{plugin: cpu, processes: 3}]", "does not split evenly over 3 ranks");
+  check("[{plugin: cpu, gpus: 2}]", "has no device_index option");
+  check("[{plugin: cpu, gpus: 2, processes: 2}]", "give either gpus or processes, not both");
+  check("[{plugin: cpu, processes: 0}]", "devices[0].processes");
+  check("[{plugin: cpu, gpus: [0, 0]}]", "GPU 0 is listed twice");
 }
 
 }  // namespace

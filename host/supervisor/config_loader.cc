@@ -129,7 +129,7 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
       use.options_node = YAML::Node(YAML::NodeType::Map);
     } else {
       std::vector<std::string> keys = {"plugin", "label", "options"};
-      if (device) keys.insert(keys.end(), {"max_steps", "time_budget_seconds"});
+      if (device) keys.insert(keys.end(), {"max_steps", "time_budget_seconds", "gpus", "processes"});
       v.Keys(item, item_path, keys);
       if (!item["plugin"]) v.Fail(item, item_path, "missing key 'plugin' (the plugin's name)");
       use.plugin = v.String(item["plugin"], item_path + ".plugin");
@@ -142,6 +142,25 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
       if (!Absent(item["time_budget_seconds"]))
         use.time_budget_seconds =
             v.Float(item["time_budget_seconds"], item_path + ".time_budget_seconds", 0.001, 1e7);
+      const YAML::Node gpus = item["gpus"], processes = item["processes"];
+      if (!Absent(gpus) && !Absent(processes))
+        v.Fail(processes, item_path + ".processes", "give either gpus or processes, not both");
+      if (!Absent(gpus) && gpus.IsSequence()) {
+        if (gpus.size() == 0) v.Fail(gpus, item_path + ".gpus", "expected at least one GPU index");
+        std::set<int64_t> seen;
+        for (size_t g = 0; g < gpus.size(); ++g) {
+          const std::string gpath = item_path + ".gpus[" + std::to_string(g) + "]";
+          const int64_t index = v.Int(gpus[g], gpath, 0, 1023);
+          if (!seen.insert(index).second) v.Fail(gpus[g], gpath, "GPU " + std::to_string(index) + " is listed twice");
+          use.device_indices.push_back(index);
+        }
+        use.ranks = static_cast<int64_t>(use.device_indices.size());
+      } else if (!Absent(gpus)) {
+        use.ranks = v.Int(gpus, item_path + ".gpus", 1, 1024);
+        for (int64_t g = 0; g < use.ranks; ++g) use.device_indices.push_back(g);
+      } else if (!Absent(processes)) {
+        use.ranks = v.Int(processes, item_path + ".processes", 1, 1024);
+      }
     }
     if (use.label.empty()) use.label = use.plugin;
     if (!labels.insert(use.label).second) {
@@ -305,6 +324,12 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
   }
   for (size_t i = 0; i < e.devices.size(); ++i) {
     const auto& d = e.devices[i];
+    if (d.ranks > 1 && e.training.batch_size % d.ranks != 0) {
+      const YAML::Node item = root["devices"][i];
+      v.Fail(item["gpus"] ? item["gpus"] : item["processes"], "devices[" + std::to_string(i) + "]",
+             "training.batch_size " + std::to_string(e.training.batch_size) + " does not split evenly over " +
+                 std::to_string(d.ranks) + " ranks (the batch is the combined batch of all of them)");
+    }
     if (d.max_steps && *d.max_steps <= e.measurement.warmup_steps) {
       v.Fail(root["devices"][i]["max_steps"], "devices[" + std::to_string(i) + "].max_steps",
              "must be larger than measurement.warmup_steps (" +
@@ -456,6 +481,15 @@ void ResolvePlugins(Experiment& e, const PluginCatalog& catalog) {
                     {"fingerprint", info->descriptor.value("fingerprint", "")},
                     {"sha256", info->sha256}};
       use.options = ValidateOptions(v, use, info->descriptor.at("params"), path);
+      if (!use.device_indices.empty() && !use.options.contains("device_index")) {
+        throw ConfigError(e.file + ": " + path + ".gpus: device plugin '" + use.plugin +
+                          "' has no device_index option, so it cannot be given GPUs; use 'processes' for "
+                          "data parallelism on it");
+      }
+      if (use.ranks > 1 && use.options.value("cuda_graph", false)) {
+        throw ConfigError(e.file + ": " + path + ": cuda_graph is not supported with several GPUs yet; "
+                          "set options.cuda_graph to false or use one GPU");
+      }
     }
   };
   resolve(e.models, "model", "models");
@@ -493,6 +527,10 @@ nlohmann::json Experiment::ToJson() const {
       nlohmann::json j{{"plugin", u.plugin}, {"label", u.label}, {"options", u.options}};
       if (u.max_steps) j["max_steps"] = *u.max_steps;
       if (u.time_budget_seconds) j["time_budget_seconds"] = *u.time_budget_seconds;
+      if (u.ranks > 1 || !u.device_indices.empty()) {
+        j["ranks"] = u.ranks;
+        if (!u.device_indices.empty()) j["gpus"] = u.device_indices;
+      }
       out.push_back(j);
     }
     return out;

@@ -24,6 +24,11 @@ struct PluginUse {
   // Device entries only: per-cell budget overriding `measurement`.
   std::optional<int64_t> max_steps;
   std::optional<double> time_budget_seconds;
+  // Device entries only: data parallelism over `ranks` worker processes
+  // (`gpus: N | [i, j]` or `processes: N`); rank r uses device_indices[r]
+  // as its device_index when the list is not empty.
+  int64_t ranks = 1;
+  std::vector<int64_t> device_indices;
 };
 
 struct DatasetSpec {

@@ -52,6 +52,31 @@ void Results::ComputeSpeedups() {
       }
     }
   }
+  // Data-parallel cells: throughput over N times that of one rank of the
+  // same model on the same device plugin with the same options.
+  auto same_options = [](json a, json b) {
+    a.erase("device_index");
+    b.erase("device_index");
+    return a == b;
+  };
+  for (auto& cell : cells()) {
+    const int64_t ranks = cell.value("ranks", int64_t{1});
+    if (ranks <= 1 || cell.value("status", "") != "ok") continue;
+    cell["scaling_efficiency"] = nullptr;
+    for (const auto& one : cells()) {
+      if (one.value("ranks", int64_t{1}) == 1 && one.value("status", "") == "ok" &&
+          one.value("model", "") == cell.value("model", "") &&
+          one.value("device_plugin", "") == cell.value("device_plugin", "") &&
+          same_options(one.value("device_options", json::object()), cell.value("device_options", json::object()))) {
+        const double single = one.value("samples_per_second", 0.0);
+        if (single > 0) {
+          cell["scaling_efficiency"] = cell.value("samples_per_second", 0.0) / (static_cast<double>(ranks) * single);
+          cell["scaling_baseline"] = one.value("device", "");
+        }
+        break;
+      }
+    }
+  }
 }
 
 namespace {
@@ -79,7 +104,8 @@ void Results::Write() {
                                    "flops_per_sample", "samples_per_second",
                                    "step_seconds_median", "step_seconds_p90", "epoch_seconds",
                                    "train_seconds", "train_loss", "test_accuracy", "projected",
-                                   "speedup", "peak_memory_bytes"};
+                                   "speedup", "peak_memory_bytes", "ranks",
+                                   "rank_samples_per_second", "scaling_efficiency"};
   std::ostringstream csv;
   for (size_t i = 0; i < std::size(kColumns); ++i) csv << (i ? "," : "") << kColumns[i];
   csv << "\n";
@@ -121,6 +147,17 @@ std::string Results::Table() const {
   }
   bool any_projected = false;
   for (const auto& c : doc_.at("cells")) any_projected |= c.value("projected", false);
+  for (const auto& c : doc_.at("cells")) {
+    if (c.value("ranks", int64_t{1}) <= 1 || c.value("status", "") != "ok") continue;
+    const json& eff = c.contains("scaling_efficiency") ? c["scaling_efficiency"] : json();
+    out << fmt::format("data parallel: {} on {}: {} ranks ({} backend), {:.1f} samples/s per rank{}\n",
+                       c.value("model", ""), c.value("device", ""), c.value("ranks", int64_t{1}),
+                       c.value("backend", "?"),
+                       c.value("samples_per_second", 0.0) / static_cast<double>(c.value("ranks", int64_t{1})),
+                       eff.is_number() ? fmt::format(", scaling efficiency {:.0f}% against {}", 100.0 * eff.get<double>(),
+                                                     c.value("scaling_baseline", ""))
+                                       : std::string(", no one-rank cell to compare with"));
+  }
   if (any_projected) out << "* projected from steady-state throughput (time budget reached before the epoch ended)\n";
   return out.str();
 }

@@ -4,6 +4,13 @@
 #include <csignal>
 #include <fstream>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include <spdlog/spdlog.h>
 
 #include "worker_client.h"
@@ -27,7 +34,8 @@ json CellSpecJson(const Experiment& e, const PluginUse& model, const PluginUse& 
           {"cell_index", index},
           {"seed", e.seed},
           {"model", {{"name", model.plugin}, {"path", model.path}, {"options", model.options}}},
-          {"device", {{"name", device.plugin}, {"path", device.path}, {"options", device.options}}},
+          {"device", {{"name", device.plugin}, {"path", device.path}, {"options", device.options},
+                      {"ranks", device.ranks}, {"gpus", device.device_indices}}},
           {"dataset", resolved["dataset"]},
           {"training", resolved["training"]},
           {"measurement",
@@ -38,14 +46,71 @@ json CellSpecJson(const Experiment& e, const PluginUse& model, const PluginUse& 
             {"eval_batch_size", e.measurement.eval_batch_size}}}};
 }
 
-// Runs one attempt of a cell in a fresh worker; returns the cell's outcome.
+// A TCP port free on the loopback now, for a data-parallel cell's store.
+int FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  if (port == 0) throw std::runtime_error("no free loopback port for the data-parallel store");
+  return port;
+}
+
+// The worker launches of one attempt: one, or one per rank of a
+// data-parallel cell (rank 0 writes `log`, rank r LOG-rankR.log).
+std::vector<WorkerLaunch> Launches(const json& spec, const fs::path& log) {
+  const int64_t ranks = spec["device"].value("ranks", int64_t{1});
+  if (ranks <= 1) {
+    json one = spec;
+    const auto& gpus = spec["device"]["gpus"];
+    if (gpus.is_array() && !gpus.empty()) one["device"]["options"]["device_index"] = gpus[0];
+    return {WorkerLaunch{{"run"}, one.dump(), log, {}}};
+  }
+  const int port = FreeLoopbackPort();
+  std::vector<WorkerLaunch> launches;
+  for (int64_t r = 0; r < ranks; ++r) {
+    json rank_spec = spec;
+    rank_spec["distributed"] = {{"rank", r}, {"world_size", ranks}, {"store_host", "127.0.0.1"}, {"store_port", port}};
+    const auto& gpus = spec["device"]["gpus"];
+    if (gpus.is_array() && static_cast<int64_t>(gpus.size()) == ranks)
+      rank_spec["device"]["options"]["device_index"] = gpus[r];
+    fs::path rank_log = log;
+    if (r > 0) rank_log.replace_filename(log.stem().string() + "-rank" + std::to_string(r) + log.extension().string());
+    // NVLink multicast (NVLS) stays off: see docs/architecture.md.
+    launches.push_back(WorkerLaunch{{"run"}, rank_spec.dump(), rank_log,
+                                    {{"NCCL_NVLS_ENABLE", "0"},
+                                     {"TRAINBENCH_RANK", std::to_string(r)},
+                                     {"TRAINBENCH_WORLD_SIZE", std::to_string(ranks)}}});
+  }
+  return launches;
+}
+
+// Runs one attempt of a cell in fresh workers (one per rank); returns the
+// cell's outcome. Rank 0 speaks for the cell; the other ranks' results give
+// the per-rank figures and their failures the reason.
 json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, size_t index,
                 size_t total, double stall_timeout, std::vector<RunObserver*>& observers) {
   json cell = base_cell;
   bool finished = false;
   auto last_line = std::chrono::steady_clock::now() - std::chrono::hours(1);
-  WorkerExit exit = RunWorker({"run"}, spec.dump(), log, [&](const json& event) {
+  const std::vector<WorkerLaunch> launches = Launches(spec, log);
+  const size_t ranks = launches.size();
+  std::vector<json> rank_results(ranks), rank_errors(ranks);
+  std::vector<WorkerExit> exits = RunWorkers(launches, [&](size_t rank, const json& event) {
     const std::string type = event.value("event", "");
+    if (rank > 0) {
+      if (type == "result") rank_results[rank] = event;
+      if (type == "error") rank_errors[rank] = event;
+      return;
+    }
     if (type == "started") {
       for (const char* key : {"params", "flops_per_sample", "hardware", "train_size", "test_size", "steps_per_epoch"})
         if (event.contains(key)) cell[key] = event[key];
@@ -68,6 +133,7 @@ json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, si
                    event.value("complete", true) ? "" : " (partial: budget reached)",
                    event.value("train_loss", 0.0), 100.0 * event.value("test_accuracy", 0.0));
     } else if (type == "result") {
+      rank_results[0] = event;
       for (auto it = event.begin(); it != event.end(); ++it)
         if (it.key() != "event") cell[it.key()] = it.value();
       cell["status"] = "ok";
@@ -80,6 +146,7 @@ json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, si
     }
     for (auto* o : observers) o->OnEvent(index, cell, event);
   }, stall_timeout);
+  const WorkerExit& exit = exits.front();
   if (!finished && exit.timed_out) {
     cell["status"] = "failed";
     cell["reason"] = fmt::format("the worker printed nothing for {:.0f} s (measurement.stall_timeout_seconds) "
@@ -93,6 +160,31 @@ json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, si
       cell["status"] = "failed";
       std::string last = LastLogLine(log);
       cell["reason"] = "worker " + exit.Describe() + (last.empty() ? "" : "; last log line: " + last);
+    }
+  }
+  if (ranks > 1) {
+    // Another rank's failure explains the cell's (rank 0 often only sees
+    // its peer vanish); an interrupted run stays interrupted.
+    std::string others;
+    for (size_t r = 1; r < ranks; ++r) {
+      std::string why;
+      if (!rank_errors[r].is_null()) why = rank_errors[r].value("reason", "");
+      else if (exits[r].signaled && exits[r].signal != SIGKILL) why = "worker " + exits[r].Describe();
+      else if (!exits[r].signaled && exits[r].code != 0) why = "worker " + exits[r].Describe();
+      if (!why.empty()) others += fmt::format("; rank {}: {}", r, why);
+    }
+    if (!others.empty() && cell.value("status", "") != "interrupted") {
+      cell["status"] = "failed";
+      cell["reason"] = cell.value("reason", std::string("rank 0 finished")) + others;
+    }
+    if (cell.value("status", "") == "ok") {
+      json per_rank = json::array();
+      for (size_t r = 0; r < ranks; ++r) {
+        // Each rank times the combined batch's steps; its own share is 1/N.
+        const double sps = rank_results[r].is_null() ? 0.0 : rank_results[r].value("samples_per_second", 0.0);
+        per_rank.push_back(sps / static_cast<double>(ranks));
+      }
+      cell["rank_samples_per_second"] = per_rank;
     }
   }
   return cell;
@@ -115,8 +207,8 @@ void RequestStop(int sig) noexcept {
   g_stop_signal.store(sig);
   // The worker runs in its own process group, so a terminal's Ctrl-C and a
   // service manager's SIGTERM reach only us: pass it on, once per request.
-  const int pid = g_worker_pid.load();
-  if (pid > 0) ::kill(pid, sig);
+  const int group = g_worker_pid.load();
+  if (group > 0) ::kill(-group, sig);
 }
 
 void ClearStopRequest() noexcept { g_stop_signal.store(0); }

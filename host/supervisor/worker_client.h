@@ -13,7 +13,8 @@
 
 namespace trainbench {
 
-/// Process id of the worker running now (0 when none), for signal forwarding.
+/// Process group of the worker(s) running now (0 when none), for signal
+/// forwarding; the group's id is its first worker's pid.
 extern std::atomic<int> g_worker_pid;
 
 /// How a worker ended.
@@ -46,6 +47,25 @@ WorkerExit RunWorker(const std::vector<std::string>& args, const std::string& st
                      const std::filesystem::path& stderr_log,
                      const std::function<void(const nlohmann::json&)>& on_event,
                      double idle_timeout_seconds = 0);
+
+/// One worker process to start.
+struct WorkerLaunch {
+  std::vector<std::string> args;
+  std::string stdin_text;
+  std::filesystem::path stderr_log;  ///< empty: discarded
+  std::vector<std::pair<std::string, std::string>> env;  ///< added to ours
+};
+
+/// Starts `launches` together in one process group of their own (the ranks
+/// of a data-parallel cell), feeds each its stdin, calls `on_event(i, event)`
+/// for worker i's JSON lines, and waits for all. When none prints anything
+/// for `idle_timeout_seconds` (> 0), all are killed and their exits say
+/// timed_out. When one has ended and the others have not
+/// `straggler_seconds` later, they are killed (they wait for it in a
+/// collective that cannot complete). Forwarded signals reach the group.
+std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches,
+                                   const std::function<void(size_t, const nlohmann::json&)>& on_event,
+                                   double idle_timeout_seconds = 0, double straggler_seconds = 30);
 
 /// The last non-empty line of a log file (for a crash's reason), or "".
 std::string LastLogLine(const std::filesystem::path& log);

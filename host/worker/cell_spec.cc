@@ -45,6 +45,15 @@ CellSpec CellSpec::FromJson(const nlohmann::json& j) {
   s.time_budget_seconds = Optional<double>(m, "time_budget_seconds");
   s.progress_interval_seconds = m.at("progress_interval_seconds").get<double>();
   s.eval_batch_size = m.at("eval_batch_size").get<int64_t>();
+  if (auto it = j.find("distributed"); it != j.end() && !it->is_null()) {
+    DistributedSpec d;
+    d.rank = it->at("rank").get<int>();
+    d.world_size = it->at("world_size").get<int>();
+    d.store_host = it->value("store_host", d.store_host);
+    d.store_port = it->at("store_port").get<int>();
+    d.timeout_seconds = it->value("timeout_seconds", d.timeout_seconds);
+    s.distributed = d;
+  }
   return s;
 }
 

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "distributed.h"
+
 namespace trainbench::worker {
 
 struct PluginRef {
@@ -41,6 +43,8 @@ struct CellSpec {
   std::optional<double> time_budget_seconds;
   double progress_interval_seconds = 1.0;
   int64_t eval_batch_size = 500;
+  // data parallelism: this process is one rank of several (absent: alone)
+  std::optional<DistributedSpec> distributed;
 
   /// Parses the host's JSON; throws nlohmann::json::exception on a bad field.
   static CellSpec FromJson(const nlohmann::json& j);

@@ -9,6 +9,7 @@
 
 #include "autocast_scope.h"
 #include "dataset.h"
+#include "distributed.h"
 #include "interrupt.h"
 #include "optimizer.h"
 #include "plugin_loader.h"
@@ -91,6 +92,19 @@ class CellRun {
     Check(device_->Setup(), "device setup");
     settings_ = device_->Settings();
     torch::manual_seed(s_.seed);
+    if (s_.distributed && s_.distributed->world_size > 1) {
+      if (s_.batch_size % s_.distributed->world_size != 0) {
+        throw CellError("batch_size " + std::to_string(s_.batch_size) + " does not split evenly over " +
+                        std::to_string(s_.distributed->world_size) + " ranks");
+      }
+      if (settings_.cuda_graph) {
+        throw CellError("cuda_graph is not supported for data-parallel cells yet: set it false for several GPUs");
+      }
+      collective_ = ConnectCollective(*s_.distributed, settings_.device);
+      world_ = collective_->world_size();
+      rank_ = collective_->rank();
+    }
+    local_batch_ = s_.batch_size / world_;
 
     model_ = CreateModel(model_plugin, s_.model.options);
     int64_t flops = 0;
@@ -101,6 +115,12 @@ class CellRun {
     torch::nn::Module& module = model_->module();
     module.to(settings_.device);
     if (settings_.channels_last) ToChannelsLast(module);
+    if (collective_) {
+      // Every rank starts from rank 0's weights, as DistributedDataParallel does.
+      torch::NoGradGuard no_grad;
+      collective_->Broadcast(module.parameters());
+      collective_->Broadcast(module.buffers());
+    }
     optimizer_ = MakeOptimizer(s_, module.parameters());
 
     const int64_t steps_per_epoch = train_->size() / s_.batch_size;
@@ -116,6 +136,8 @@ class CellRun {
                 {"steps_per_epoch", steps_per_epoch},
                 {"train_size", train_->size()},
                 {"test_size", test_->size()},
+                {"ranks", world_},
+                {"rank", rank_},
                 {"plugins",
                  {{{"name", s_.model.name}, {"version", model_plugin.descriptor->version}},
                   {{"name", s_.device.name}, {"version", device_plugin.descriptor->version}}}}});
@@ -150,6 +172,9 @@ class CellRun {
                 {"test_accuracy", test_accuracy_},
                 {"projected", projected},
                 {"peak_memory_bytes", device_->PeakMemoryBytes()},
+                {"ranks", world_},
+                {"rank", rank_},
+                {"backend", collective_ ? collective_->backend() : std::string()},
                 {"hardware", json::parse(device_->DescribeJson(), nullptr, false)}});
     return 0;
   }
@@ -192,6 +217,7 @@ class CellRun {
         found_inf_ = torch::zeros({1}, torch::TensorOptions().device(settings_.device));
       }
       (loss * scale_).backward();
+      AverageGradients();
       std::vector<torch::Tensor> grads;
       for (auto& p : model_->module().parameters())
         if (p.grad().defined()) grads.push_back(p.grad());
@@ -201,9 +227,21 @@ class CellRun {
       at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, 2.0, 0.5, 2000);
     } else {
       loss.backward();
+      AverageGradients();
       optimizer_->Step();
     }
     return loss.detach();
+  }
+
+  // Data parallel: the mean of every rank's gradients, i.e. the gradient of
+  // the combined batch's mean loss.
+  void AverageGradients() {
+    if (!collective_) return;
+    std::vector<torch::Tensor> grads;
+    for (auto& p : model_->module().parameters())
+      if (p.grad().defined()) grads.push_back(p.grad());
+    collective_->AllReduceSum(grads);
+    for (auto& g : grads) g.div_(static_cast<double>(world_));
   }
 
   double Evaluate() {
@@ -211,14 +249,19 @@ class CellRun {
     torch::nn::Module& module = model_->module();
     module.eval();
     auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(settings_.device);
-    torch::Tensor correct = torch::zeros({}, i64);
-    for (int64_t start = 0; start < test_->size(); start += s_.eval_batch_size) {
-      const int64_t end = std::min(start + s_.eval_batch_size, test_->size());
+    torch::Tensor correct = torch::zeros({1}, i64);
+    // Data parallel: rank 0's running statistics everywhere, each rank a
+    // slice of the test set, counts summed.
+    if (collective_) collective_->Broadcast(module.buffers());
+    const int64_t first = test_->size() * rank_ / world_, last = test_->size() * (rank_ + 1) / world_;
+    for (int64_t start = first; start < last; start += s_.eval_batch_size) {
+      const int64_t end = std::min(start + s_.eval_batch_size, last);
       torch::Tensor idx = torch::arange(start, end, i64);
       torch::Tensor pred = Logits(test_->Images(idx, false)).argmax(1);
       correct += (pred == test_->Labels(idx)).sum();
     }
     module.train();
+    if (collective_) collective_->AllReduceSum({correct});
     return static_cast<double>(correct.item<int64_t>()) / static_cast<double>(test_->size());
   }
 
@@ -260,7 +303,10 @@ class CellRun {
     auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(settings_.device);
     order_ = torch::empty({train_->size()}, i64);
     // The epoch's batches: rows of the order (a view: it follows order_).
-    batches_ = order_.narrow(0, 0, steps_per_epoch * s_.batch_size).view({steps_per_epoch, s_.batch_size});
+    // Data parallel: each rank takes its slice of every combined batch.
+    batches_ = order_.narrow(0, 0, steps_per_epoch * s_.batch_size)
+                   .view({steps_per_epoch, s_.batch_size})
+                   .narrow(1, rank_ * local_batch_, local_batch_);
     cursor_ = torch::zeros({1}, i64);
     loss_sum_ = torch::zeros({}, torch::TensorOptions().device(settings_.device));
     timer_ = MakeStepTimer(settings_, *device_);
@@ -278,6 +324,7 @@ class CellRun {
       }
       // In place: a captured graph reads these very tensors.
       order_.copy_(train_->Permutation());
+      if (collective_) collective_->Broadcast({order_});  // one order for all ranks
       cursor_.zero_();
       loss_sum_.zero_();
       int64_t epoch_steps = 0;
@@ -336,6 +383,11 @@ class CellRun {
       }
       CollectStepTimes();  // waits for the epoch's last step
       const double epoch_seconds = Seconds(Clock::now() - epoch_start);
+      if (collective_) {
+        // The combined batch's loss: the mean over ranks.
+        collective_->AllReduceSum({loss_sum_});
+        loss_sum_.div_(static_cast<double>(world_));
+      }
       const double mean_loss = loss_sum_.item<double>() / static_cast<double>(epoch_steps);
       if (!std::isfinite(mean_loss)) throw NonFiniteLoss("training loss became nan in epoch " + std::to_string(epoch + 1));
       train_loss_.push_back(mean_loss);
@@ -362,6 +414,9 @@ class CellRun {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StepTimer> timer_;
   std::unique_ptr<GraphedStep> graphed_;
+  std::unique_ptr<Collective> collective_;  // data parallel; null when alone
+  int world_ = 1, rank_ = 0;
+  int64_t local_batch_ = 0;  // samples per step on this rank
   torch::Tensor order_, batches_, cursor_, loss_sum_;
   bool in_graph_step_ = false;
   torch::Tensor scale_, growth_tracker_, found_inf_;

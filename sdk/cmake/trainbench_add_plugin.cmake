@@ -15,7 +15,12 @@ function(trainbench_add_plugin target)
   if(ARG_OUTPUT_DIRECTORY)
     set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIRECTORY})
   endif()
-  target_link_options(${target} PRIVATE -Wl,--exclude-libs,ALL -Wl,--no-undefined
+  target_link_options(${target} PRIVATE -Wl,--exclude-libs,ALL
                       -Wl,--version-script=${TRAINBENCH_PLUGIN_EXPORTS_MAP})
+  # Every symbol resolved at link time, except in sanitizer builds, whose
+  # runtime lives in the executable that loads the plugin.
+  if(NOT TRAINBENCH_SANITIZE AND NOT TRAINBENCH_FUZZ)
+    target_link_options(${target} PRIVATE -Wl,--no-undefined)
+  endif()
   set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${TRAINBENCH_PLUGIN_EXPORTS_MAP})
 endfunction()

@@ -1,0 +1,48 @@
+#pragma once
+// Data parallelism across worker processes: one rank per process (per GPU
+// for cuda cells), gradients averaged with LibTorch's c10d (NCCL on CUDA,
+// Gloo on the CPU), rendezvous through c10d's TCPStore served by rank 0.
+// The host starts the ranks and gives each its rank, the world size and the
+// store's port (docs/architecture.md, "Data-parallel cells").
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace trainbench::worker {
+
+struct DistributedSpec {
+  int rank = 0;
+  int world_size = 1;
+  std::string store_host = "127.0.0.1";
+  int store_port = 0;
+  double timeout_seconds = 600;
+};
+
+/// Collectives over the ranks of one cell. All calls are collective: every
+/// rank makes the same calls in the same order.
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  /// "nccl" or "gloo".
+  virtual std::string backend() const = 0;
+  /// Sums `tensors` across ranks, in place, as one flat buffer per dtype.
+  virtual void AllReduceSum(const std::vector<torch::Tensor>& tensors) = 0;
+  /// Copies rank 0's `tensors` into every rank's, in place.
+  virtual void Broadcast(const std::vector<torch::Tensor>& tensors) = 0;
+};
+
+/// Which backends this worker was built with ("nccl", "gloo"), for messages.
+std::vector<std::string> DistributedBackends();
+
+/// Connects this rank: NCCL for tensors on a CUDA device, Gloo on the CPU.
+/// Throws std::runtime_error naming what is missing when the backend was not
+/// built in, or when the rendezvous times out.
+std::unique_ptr<Collective> ConnectCollective(const DistributedSpec& spec, c10::Device device);
+
+}  // namespace trainbench::worker
