@@ -25,8 +25,8 @@ struct Outcome {
   std::string output;  // stdout and stderr
 };
 
-Outcome Trainbench(const std::string& args) {
-  const std::string command = (BinDir() / "trainbench").string() + " " + args + " 2>&1";
+Outcome Run(const std::string& program, const std::string& args) {
+  const std::string command = (BinDir() / program).string() + " " + args + " 2>&1";
   Outcome o;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return o;
@@ -37,6 +37,9 @@ Outcome Trainbench(const std::string& args) {
   o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return o;
 }
+
+Outcome Trainbench(const std::string& args) { return Run("trainbench", args); }
+Outcome Worker(const std::string& args) { return Run("trainbench-worker", args); }
 
 class EndToEnd : public ::testing::Test {
  protected:
@@ -359,7 +362,13 @@ TEST_F(EndToEnd, PluginsListsRejectionsAndSurvivesACrashingPlugin) {
 
 // Data parallelism on the CPU (Gloo): the same code path as several GPUs
 // with NCCL, which docs/results/h200-data-parallel.md measures.
+bool WorkerHasGloo() {
+  const Outcome o = Worker("info");
+  return o.output.find("\"gloo\"") != std::string::npos;
+}
+
 TEST_F(EndToEnd, TwoRanksTrainLikeOneProcessWithTheCombinedBatch) {
+  if (!WorkerHasGloo()) GTEST_SKIP() << "trainbench-worker built without Gloo (libgloo-dev)";
   const std::string config = Config(R"(name: dp
 seed: 3
 dataset: {kind: cifar10, path: MINI, train_size: 1024, test_size: 250}
@@ -405,6 +414,7 @@ measurement: {warmup_steps: 2, baseline: one}
 }
 
 TEST_F(EndToEnd, ACrashInOneRankFailsItsCellAndTheNextRuns) {
+  if (!WorkerHasGloo()) GTEST_SKIP() << "trainbench-worker built without Gloo (libgloo-dev)";
   const std::string config = Config(R"(name: dp-fault
 models:
   - {plugin: faulty_model, label: rank1-segfault, options: {fault: segfault, on_rank: 1}}

@@ -298,6 +298,7 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
     RunWorker({"info"}, "", "", [&](const json& event) {
       system["torch_version"] = event.value("torch_version", "");
       system["torch_cuda_version"] = event.value("cuda_version", "");
+      system["distributed_backends"] = event.value("distributed_backends", json::array());
     });
   } catch (const std::exception& e) {
     throw EngineError(e.what(), kExitError);

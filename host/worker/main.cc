@@ -14,6 +14,7 @@
 #include <torch/version.h>
 
 #include "cell_spec.h"
+#include "distributed.h"
 #include "event_sink.h"
 #include "interrupt.h"
 #include "plugin_loader.h"
@@ -81,7 +82,8 @@ int main(int argc, char** argv) {
                {"torch_version", TORCH_VERSION},
                {"compiler", f.compiler},
                {"cxx_abi", f.cxx_abi},
-               {"cuda_version", f.cuda_version}});
+               {"cuda_version", f.cuda_version},
+               {"distributed_backends", trainbench::worker::DistributedBackends()}});
     return 0;
   }
   if (run->parsed()) {

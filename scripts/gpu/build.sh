@@ -14,6 +14,16 @@ for deb in .debs/*.deb; do dpkg -x "$deb" "$PREFIX"; done
 LIB=$PREFIX/usr/lib/x86_64-linux-gnu
 
 TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+# nccl.h for data-parallel cells: from the CUDA toolkit, or the nvidia-nccl
+# wheel that PyTorch depends on.
+NCCL_INCLUDE=${TRAINBENCH_NCCL_INCLUDE_DIR:-$(python3 - <<'PY'
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+found = [h for r in roots for h in glob.glob(os.path.join(r, "nvidia", "**", "nccl.h"), recursive=True)]
+print(os.path.dirname(found[0]) if found else "")
+PY
+)}
+echo "nccl.h: ${NCCL_INCLUDE:-not found}"
 # The system's zlib and curl runtime libraries back the Debian headers.
 SYS=/usr/lib/x86_64-linux-gnu
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -23,7 +33,7 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DOPENSSL_INCLUDE_DIR="$PREFIX/usr/include" -DOPENSSL_CRYPTO_LIBRARY="$SYS/libcrypto.so.3" \
   -DCMAKE_CXX_FLAGS="-isystem $PREFIX/usr/include/x86_64-linux-gnu" \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 \
-  -DCMAKE_BUILD_RPATH="$LIB" \
+  -DCMAKE_BUILD_RPATH="$LIB" -DTRAINBENCH_NCCL_INCLUDE_DIR="$NCCL_INCLUDE" \
   -DTRAINBENCH_TEST_DATA="${TRAINBENCH_TEST_DATA:-$PWD/.data}" "${@:2}"
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 cat > "$BUILD_DIR/env.sh" <<ENV

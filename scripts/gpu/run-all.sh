@@ -2,7 +2,8 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test bench metrics correctness paper
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test bench metrics correctness paper dp faults
+# (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Everything under $OUT is also packed into $OUT/gpu-results.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,7 +14,12 @@ export TRAINBENCH_DATA=$PWD/.data/cifar-10-10k
 STAGES=${*:-test bench}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; nproc; } 2>&1 | tee "$OUT/machine.txt"
 t0=$(date +%s)
-scripts/gpu/build.sh build-gpu > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+if ! scripts/gpu/build.sh build-gpu > "$OUT/build.log" 2>&1; then
+  # Keep the other stages alive when c10d's NCCL headers do not build.
+  grep -E "error" "$OUT/build.log" | head -20
+  echo "build failed; retrying without data-parallel support"
+  scripts/gpu/build.sh build-gpu -DTRAINBENCH_DISTRIBUTED=OFF > "$OUT/build-nodist.log" 2>&1 || { tail -50 "$OUT/build-nodist.log"; exit 1; }
+fi
 echo "build: $(( $(date +%s) - t0 )) s"
 source build-gpu/env.sh
 for stage in $STAGES; do
@@ -49,6 +55,23 @@ for stage in $STAGES; do
           -e 's/^name: paper/name: paper-synthetic50k/' configs/paper.yaml > "$OUT/paper-synthetic.yaml"
       build-gpu/bin/trainbench run "$OUT/paper-synthetic.yaml" --out "$OUT/paper-synthetic" > "$OUT/paper-synthetic.log" 2>&1
       echo "paper (synthetic 50k) rc=$?"; sed -n '/^model/,$p' "$OUT/paper-synthetic.log" ;;
+    dp)
+      # Data parallelism: one GPU vs two (NCCL), then two GPUs vs one for correctness.
+      nvidia-smi topo -m > "$OUT/gpu-topology.txt" 2>&1
+      for b in ${DP_BATCHES:-1024 2048}; do
+        sed -e "s/batch_size: 1024/batch_size: $b/" -e "s/^name: .*/name: data-parallel-b$b/" \
+          bench/configs/data-parallel-gpu.yaml > "$OUT/dp-b$b.yaml"
+        build-gpu/bin/trainbench run "$OUT/dp-b$b.yaml" --out "$OUT/dp-b$b" > "$OUT/dp-b$b.log" 2>&1
+        echo "dp batch $b rc=$?"; sed -n '/^model/,$p' "$OUT/dp-b$b.log"
+      done
+      build-gpu/bin/trainbench run bench/configs/data-parallel-correctness.yaml --out "$OUT/dp-correctness" \
+        > "$OUT/dp-correctness.log" 2>&1
+      echo "dp correctness rc=$?"; sed -n '/^model/,$p' "$OUT/dp-correctness.log"
+      python3 bench/data_parallel_check.py "$OUT/dp-correctness/results.json" | tee "$OUT/dp-correctness.md" ;;
+    faults)
+      build-gpu/bin/trainbench run bench/configs/gpu-faults.yaml --out "$OUT/gpu-faults" \
+        --plugin-dir build-gpu/tests/test_plugins > "$OUT/gpu-faults.log" 2>&1
+      echo "gpu faults rc=$? (3 expected: cells failed)"; python3 scripts/gpu/check_faults.py "$OUT/gpu-faults/results.json" ;;
     *) echo "unknown stage $stage" ;;
   esac
   echo "$stage: $(( $(date +%s) - t0 )) s"
