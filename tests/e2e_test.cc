@@ -192,19 +192,19 @@ models:
   - simple_cnn
 devices: [cpu]
 training: {epochs: 1, batch_size: 100}
-measurement: {warmup_steps: 1, max_steps: 3, stall_timeout_seconds: 3}
+measurement: {warmup_steps: 1, max_steps: 3, stall_timeout_seconds: 8}
 )");
   const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
   EXPECT_EQ(o.exit_code, 3) << o.output;
   const json cells = Results()["cells"];
   EXPECT_EQ(cells[0]["status"], "failed");
-  EXPECT_NE(cells[0].value("reason", "").find("printed nothing for 3 s"), std::string::npos) << cells[0];
+  EXPECT_NE(cells[0].value("reason", "").find("printed nothing for 8 s"), std::string::npos) << cells[0];
   EXPECT_EQ(cells[1]["status"], "ok") << cells[1];
 }
 
 TEST_F(EndToEnd, SigtermKeepsFinishedCellsAndResumeRunsTheRest) {
   const std::string config = Config(R"(name: signals
-models: [simple_cnn, resnet18, resnet50]
+models: [simple_cnn, resnet18, {plugin: simple_cnn, label: again}]
 devices: [cpu]
 training: {epochs: 50, batch_size: 50}
 measurement: {warmup_steps: 1, time_budget_seconds: 8}

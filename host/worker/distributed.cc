@@ -42,7 +42,7 @@ class GroupCollective : public Collective {
   int world_size() const override { return world_; }
   std::string backend() const override { return backend_; }
 
-  void AllReduceSum(const std::vector<torch::Tensor>& tensors) override {
+  void AllReduceSum(const std::vector<torch::Tensor>& tensors, double scale) override {
     // One flat buffer per dtype: one collective instead of one per tensor.
     std::map<c10::ScalarType, std::vector<torch::Tensor>> by_type;
     for (const auto& t : tensors) by_type[t.scalar_type()].push_back(t);
@@ -51,6 +51,7 @@ class GroupCollective : public Collective {
       for (const auto& t : group) flat_parts.push_back(t.reshape({-1}));
       std::vector<torch::Tensor> buffer{torch::cat(flat_parts)};
       group_->allreduce(buffer)->wait();
+      if (scale != 1.0) buffer[0].mul_(scale);
       int64_t offset = 0;
       for (const auto& t : group) {
         t.copy_(buffer[0].narrow(0, offset, t.numel()).view_as(t));

@@ -31,8 +31,9 @@ class Collective {
   virtual int world_size() const = 0;
   /// "nccl" or "gloo".
   virtual std::string backend() const = 0;
-  /// Sums `tensors` across ranks, in place, as one flat buffer per dtype.
-  virtual void AllReduceSum(const std::vector<torch::Tensor>& tensors) = 0;
+  /// Sums `tensors` across ranks and multiplies by `scale`, in place, as one
+  /// flat buffer per dtype (one collective and one scaling kernel each).
+  virtual void AllReduceSum(const std::vector<torch::Tensor>& tensors, double scale = 1.0) = 0;
   /// Copies rank 0's `tensors` into every rank's, in place.
   virtual void Broadcast(const std::vector<torch::Tensor>& tensors) = 0;
 };

@@ -240,8 +240,7 @@ class CellRun {
     std::vector<torch::Tensor> grads;
     for (auto& p : model_->module().parameters())
       if (p.grad().defined()) grads.push_back(p.grad());
-    collective_->AllReduceSum(grads);
-    for (auto& g : grads) g.div_(static_cast<double>(world_));
+    collective_->AllReduceSum(grads, 1.0 / static_cast<double>(world_));
   }
 
   double Evaluate() {
@@ -385,8 +384,7 @@ class CellRun {
       const double epoch_seconds = Seconds(Clock::now() - epoch_start);
       if (collective_) {
         // The combined batch's loss: the mean over ranks.
-        collective_->AllReduceSum({loss_sum_});
-        loss_sum_.div_(static_cast<double>(world_));
+        collective_->AllReduceSum({loss_sum_}, 1.0 / static_cast<double>(world_));
       }
       const double mean_loss = loss_sum_.item<double>() / static_cast<double>(epoch_steps);
       if (!std::isfinite(mean_loss)) throw NonFiniteLoss("training loss became nan in epoch " + std::to_string(epoch + 1));
