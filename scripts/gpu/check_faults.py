@@ -14,5 +14,5 @@ for label, words in expect.items():
     print(f"{label}: {c['status']}: {c.get('reason', '')[:300]}{'' if good else '   <-- expected failed with ' + repr(words)}")
 last = cells["simple_cnn"]
 ok &= last["status"] == "ok"
-print(f"simple_cnn after them: {last['status']}, {last.get('samples_per_second', 0):.0f} samples/s")
+print(f"simple_cnn after them: {last['status']}, {last.get('samples_per_second', 0):.0f} samples/s {last.get('reason', '')[:300]}")
 sys.exit(0 if ok else 1)

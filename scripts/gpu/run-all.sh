@@ -83,6 +83,5 @@ for stage in $STAGES; do
   esac
   echo "$stage: $(( $(date +%s) - t0 )) s"
 done
-tar -czf /tmp/gpu-results.tar.gz -C "$OUT" --exclude=gpu-results.tar.gz . && mv /tmp/gpu-results.tar.gz "$OUT/"
-# Only the tarball and the top-level files come back (a fetch takes a bounded number of files).
-find "$OUT" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+tar -czf /tmp/0-gpu-results.tar.gz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/0-gpu-results.tar.gz "$OUT/"
+# Only the tarball comes back: a fetch brings a bounded number of files.
