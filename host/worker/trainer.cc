@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <vector>
 
@@ -437,7 +438,11 @@ int RunCell(const CellSpec& spec, EventSink& sink) {
     sink.Emit({{"event", "error"}, {"reason", e.what()}, {"loss_nan", true}});
     return 1;
   } catch (const std::exception& e) {
-    sink.Emit({{"event", "error"}, {"reason", e.what()}});
+    // LibTorch's messages run over many lines (hints, C++ stack): the first
+    // is the reason; all of it goes to the cell's log.
+    const std::string message = e.what();
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+    sink.Emit({{"event", "error"}, {"reason", message.substr(0, message.find('\n'))}});
     return 1;
   }
 }
