@@ -3,6 +3,9 @@
 
 #include "trainbench/engine.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,8 +13,10 @@
 #include <spdlog/spdlog.h>
 
 #include "config_loader.h"
+#include "plan_impl.h"
 #include "plugin_catalog.h"
 #include "report.h"
+#include "results.h"
 #include "runner.h"
 #include "system_info.h"
 #include "worker_client.h"
@@ -92,10 +97,6 @@ ExperimentBuilder& ExperimentBuilder::Set(const std::string& pointer, const json
 // ---------------------------------------------------------------------------
 // ExperimentPlan
 
-struct ExperimentPlan::Impl {
-  Experiment experiment;
-};
-
 std::string ExperimentPlan::name() const { return impl_->experiment.name; }
 std::string ExperimentPlan::file() const { return impl_->experiment.file; }
 json ExperimentPlan::ToJson() const { return impl_->experiment.ToJson(); }
@@ -121,6 +122,7 @@ std::vector<std::string> ExperimentPlan::notes() const {
 struct Engine::Impl {
   PluginCatalog catalog;
   std::vector<PluginRecord> records;
+  EngineOptions options;
 };
 
 namespace {
@@ -158,28 +160,51 @@ ExperimentPlan MakePlan(const PluginCatalog& catalog, F&& load) {
   }
 }
 
-CellResult ToCellResult(const json& cell) {
-  CellResult r;
-  r.model = cell.value("model", "");
-  r.device = cell.value("device", "");
-  r.status = cell.value("status", "");
-  r.reason = cell.value("reason", "");
-  if (cell.contains("samples_per_second") && cell["samples_per_second"].is_number())
-    r.samples_per_second = cell["samples_per_second"].get<double>();
-  if (cell.contains("epoch_seconds") && cell["epoch_seconds"].is_array() && !cell["epoch_seconds"].empty()) {
-    std::vector<double> epochs = cell["epoch_seconds"].get<std::vector<double>>();
-    std::sort(epochs.begin(), epochs.end());
-    r.median_epoch_seconds = epochs[epochs.size() / 2];
+// A TCP port free on this machine now.
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
   }
-  if (cell.contains("test_accuracy") && cell["test_accuracy"].is_array() && !cell["test_accuracy"].empty() &&
-      cell["test_accuracy"].back().is_number())
-    r.test_accuracy = cell["test_accuracy"].back().get<double>();
-  if (cell.contains("speedup") && cell["speedup"].is_number()) r.speedup = cell["speedup"].get<double>();
-  r.projected = cell.value("projected", false);
-  if (cell.contains("params") && cell["params"].is_number()) r.params = cell["params"].get<long long>();
-  r.record = cell;
-  return r;
+  if (fd >= 0) ::close(fd);
+  if (port == 0) throw EngineError("no free TCP port for the metrics endpoint", kExitError);
+  return port;
 }
+
+// A Prometheus file_sd target file naming this process's /metrics while it
+// lives: how Prometheus finds Slurm tasks (docs/slurm.md).
+class FileSdTarget {
+ public:
+  FileSdTarget(const fs::path& dir, const std::string& address, const std::string& experiment) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    std::string target = address;
+    // A wildcard address is reached by the host's name.
+    if (target.rfind("0.0.0.0:", 0) == 0) target = std::string(host) + target.substr(7);
+    const char* job = std::getenv("SLURM_ARRAY_JOB_ID");
+    const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
+    json labels = {{"experiment", experiment}, {"host", host}};
+    if (job) labels["slurm_job_id"] = job;
+    if (task) labels["slurm_array_task_id"] = task;
+    path_ = dir / ("trainbench-" + std::string(host) + "-" + std::to_string(::getpid()) + ".json");
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    WriteFileAtomically(path_, json::array({{{"targets", {target}}, {"labels", labels}}}).dump(2) + "\n");
+    spdlog::info("metrics target written to {}", path_.string());
+  }
+  ~FileSdTarget() {
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
+
+ private:
+  fs::path path_;
+};
 
 // Turns the runner's observer calls into RunEvents for the caller.
 class CallbackObserver : public RunObserver {
@@ -210,12 +235,39 @@ class CallbackObserver : public RunObserver {
 
 }  // namespace
 
+CellResult ToCellResult(const json& cell) {
+  CellResult r;
+  r.model = cell.value("model", "");
+  r.device = cell.value("device", "");
+  r.status = cell.value("status", "");
+  r.reason = cell.value("reason", "");
+  if (cell.contains("samples_per_second") && cell["samples_per_second"].is_number())
+    r.samples_per_second = cell["samples_per_second"].get<double>();
+  if (cell.contains("epoch_seconds") && cell["epoch_seconds"].is_array() && !cell["epoch_seconds"].empty()) {
+    std::vector<double> epochs = cell["epoch_seconds"].get<std::vector<double>>();
+    std::sort(epochs.begin(), epochs.end());
+    r.median_epoch_seconds = epochs[epochs.size() / 2];
+  }
+  if (cell.contains("test_accuracy") && cell["test_accuracy"].is_array() && !cell["test_accuracy"].empty() &&
+      cell["test_accuracy"].back().is_number())
+    r.test_accuracy = cell["test_accuracy"].back().get<double>();
+  if (cell.contains("speedup") && cell["speedup"].is_number()) r.speedup = cell["speedup"].get<double>();
+  r.projected = cell.value("projected", false);
+  if (cell.contains("params") && cell["params"].is_number()) r.params = cell["params"].get<long long>();
+  r.record = cell;
+  return r;
+}
+
 Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
   std::vector<std::string> dirs;
   for (const auto& d : options.plugin_dirs) dirs.push_back(d.string());
   impl_->catalog = PluginCatalog::Discover(PluginSearchPath(dirs), options.allow_insecure_plugins);
   for (const auto& p : impl_->catalog.plugins()) impl_->records.push_back(ToRecord(p));
+  impl_->options = std::move(options);
 }
+
+const std::vector<fs::path>& Engine::plugin_dirs() const { return impl_->options.plugin_dirs; }
+bool Engine::allow_insecure_plugins() const { return impl_->options.allow_insecure_plugins; }
 
 Engine::~Engine() = default;
 Engine::Engine(Engine&&) noexcept = default;
@@ -269,6 +321,10 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
 
   CallbackObserver callback(on_event);
   std::vector<RunObserver*> observers{&callback};
+  if (const auto colon = experiment.metrics.address.rfind(':');
+      colon != std::string::npos && experiment.metrics.address.substr(colon + 1) == "0") {
+    experiment.metrics.address = experiment.metrics.address.substr(0, colon + 1) + std::to_string(FreePort());
+  }
 #ifdef TRAINBENCH_WITH_PROMETHEUS
   // Bound before any training, so a taken port fails fast.
   std::unique_ptr<MetricsExporter> metrics;
@@ -307,7 +363,22 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
                experiment.models.size() * experiment.devices.size(), options.out_dir.string());
 
   RunSummary summary;
-  RunOutcome outcome = RunExperiment(experiment, options.out_dir, system, observers, options.resume);
+  for (size_t c : options.cells) {
+    const size_t total = experiment.models.size() * experiment.devices.size();
+    if (c >= total) {
+      throw EngineError("cell " + std::to_string(c) + " does not exist: the experiment has " + std::to_string(total) +
+                            " cells (0-" + std::to_string(total - 1) + ")",
+                        kExitConfig);
+    }
+  }
+  std::unique_ptr<FileSdTarget> target;
+#ifdef TRAINBENCH_WITH_PROMETHEUS
+  if (metrics && !options.metrics_file_sd.empty() && !metrics->address().empty()) {
+    target = std::make_unique<FileSdTarget>(options.metrics_file_sd, metrics->address(), experiment.name);
+  }
+#endif
+  RunOutcome outcome = RunExperiment(experiment, options.out_dir, system, observers, options.resume, options.cells);
+  target.reset();
 #ifdef TRAINBENCH_WITH_PROMETHEUS
   if (metrics) metrics->Finish();  // lingers unless the run was stopped
 #endif

@@ -90,6 +90,30 @@ int main(int argc, char** argv) {
   run->add_option("--metrics-user", run_options.metrics_username, "require HTTP basic authentication with this user for /metrics");
   run->add_option("--metrics-password-file", run_options.metrics_password_file,
                   "file whose first line is the basic-authentication password");
+  run->add_option("--cells", run_options.cells, "run only these cells (indices in run order, comma-separated)")
+      ->delimiter(',');
+  run->add_option("--metrics-file-sd", run_options.metrics_file_sd,
+                  "while serving metrics, write a Prometheus file_sd target file into this folder");
+  auto* slurm = app.add_subcommand("slurm", "run an experiment as Slurm job arrays, one cell per task");
+  slurm->require_subcommand(1);
+  SlurmOptions slurm_options;
+  bool slurm_wait = false;
+  auto* submit = slurm->add_subcommand("submit", "submit the cells that have no finished result yet");
+  auto* gather = slurm->add_subcommand("gather", "gather the tasks' results into OUT/results.json");
+  for (auto* cmd : {submit, gather}) {
+    cmd->add_option("config", config, "experiment YAML file")->required();
+    cmd->add_option("--out", slurm_options.out_dir, "output folder shared by the tasks (on a shared file system)")
+        ->required();
+    cmd->add_flag("--wait", slurm_wait, "wait until the experiment's tasks have left the queue, then gather");
+    add_plugin_dir(cmd);
+  }
+  submit->add_option("--partition", slurm_options.partition, "Slurm partition");
+  submit->add_option("--time", slurm_options.time_limit, "time limit per task (sbatch --time)");
+  submit->add_option("--sbatch-arg", slurm_options.sbatch_args, "further sbatch option (repeatable)");
+  submit->add_flag("--hold", slurm_options.hold, "submit held (release with scontrol release JOBID)");
+  submit->add_option("--metrics-file-sd", slurm_options.metrics_file_sd,
+                     "each task serves /metrics on a free port and writes a file_sd target into this folder");
+  submit->add_option("--metrics-push", slurm_options.metrics_push_url, "each task pushes its final metrics to this Pushgateway");
   auto* validate = app.add_subcommand("validate", "check an experiment file without running it");
   validate->add_option("config", config, "experiment YAML file")->required();
   add_plugin_dir(validate);
@@ -122,6 +146,21 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
     const ExperimentPlan plan = engine.Load(config);
+    if (slurm->parsed()) {
+      Engine::InstallSignalHandlers();
+      if (submit->parsed()) {
+        const SlurmSubmission s = SlurmSubmit(engine, plan, config, slurm_options);
+        std::printf("submitted %zu cell(s) in %zu job(s)%s%s\n", s.cells.size(), s.job_ids.size(),
+                    s.waiting.empty() ? "" : fmt::format("; {} still queued", s.waiting.size()).c_str(),
+                    s.cells.empty() && s.waiting.empty() ? " (all cells had finished)" : "");
+      }
+      if (!slurm_wait && submit->parsed()) return kExitOk;
+      if (slurm_wait) SlurmWait(slurm_options.out_dir);
+      const SlurmGathered g = SlurmGather(plan, slurm_options.out_dir);
+      std::printf("\n%sgathered: %zu ok, %zu failed, %zu queued; results: %s\n", g.summary.table.c_str(), g.done,
+                  g.failed, g.queued, g.summary.results_json.c_str());
+      return g.summary.exit_code;
+    }
     if (validate->parsed()) {
       const size_t cells = plan.cells().size();
       const nlohmann::json e = plan.ToJson();

@@ -214,7 +214,7 @@ void RequestStop(int sig) noexcept {
 void ClearStopRequest() noexcept { g_stop_signal.store(0); }
 
 RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const json& system,
-                         std::vector<RunObserver*> observers, bool resume) {
+                         std::vector<RunObserver*> observers, bool resume, const std::vector<size_t>& only) {
   // Finished cells of an earlier run into the same folder, by configuration.
   std::vector<json> earlier;
   if (resume) {
@@ -268,6 +268,12 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
       cell["index"] = index;
       const json spec = CellSpecJson(e, model, device, index);
       cell["config"] = CellConfig(spec);
+      if (!only.empty() && std::find(only.begin(), only.end(), index) == only.end()) {
+        cell["status"] = "skipped";
+        cell["reason"] = "not selected in this run (--cells)";
+        ++index;
+        continue;
+      }
       auto done = std::find_if(earlier.begin(), earlier.end(),
                                [&](const json& c) { return c["config"] == cell["config"]; });
       if (done != earlier.end()) {

@@ -43,9 +43,11 @@ struct RunOutcome {
 /// same folder with the same resolved configuration are kept, not rerun.
 /// A stop requested before or during the run ends it (ClearStopRequest
 /// before the next run).
+/// With `only` not empty, just those cells run (by index, model-major); the
+/// others are recorded as skipped ("not selected"), as in a Slurm array task.
 RunOutcome RunExperiment(const Experiment& experiment, const std::filesystem::path& out_dir,
                          const nlohmann::json& system, std::vector<RunObserver*> observers,
-                         bool resume = false);
+                         bool resume = false, const std::vector<size_t>& only = {});
 
 /// Records `signal` as the reason to stop and forwards it to the running
 /// worker, which stops at its next step. Async-signal-safe.

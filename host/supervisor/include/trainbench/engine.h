@@ -149,6 +149,13 @@ struct RunOptions {
   std::optional<double> metrics_linger_seconds;
   std::string metrics_username;       ///< basic authentication for /metrics
   std::string metrics_password_file;  ///< its password: first line of this file
+  /// While serving metrics, write a Prometheus file_sd target file for this
+  /// run into this folder (removed at the end); with port 0 in the address,
+  /// a free port is chosen. How Slurm tasks are found (docs/slurm.md).
+  std::filesystem::path metrics_file_sd;
+  /// Run only these cells (indices in run order, model-major); the others
+  /// are recorded as skipped. Empty: all.
+  std::vector<std::size_t> cells;
 };
 
 /// One thing that happened during a run.
@@ -225,10 +232,52 @@ class TRAINBENCH_ENGINE_API Engine {
   /// Installs SIGINT/SIGTERM handlers that call RequestStop (what the CLI does).
   static void InstallSignalHandlers();
 
+  /// The folders given in EngineOptions::plugin_dirs (for tasks started elsewhere).
+  const std::vector<std::filesystem::path>& plugin_dirs() const;
+  bool allow_insecure_plugins() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// Slurm: an experiment as job arrays, one cell per array task, and the
+/// tasks' results gathered into one results.json (docs/slurm.md).
+struct SlurmOptions {
+  std::filesystem::path out_dir;  ///< tasks write out_dir/tasks/cell-N/; gathered results in out_dir
+  std::string partition;          ///< sbatch --partition; empty: the cluster's default
+  std::string time_limit;         ///< sbatch --time ("02:00:00"); empty: the partition's
+  std::vector<std::string> sbatch_args;  ///< more sbatch options, as they are
+  bool hold = false;                     ///< submit held (start with scontrol release)
+  /// Each task serves /metrics on a free port and writes a file_sd target there.
+  std::filesystem::path metrics_file_sd;
+  std::string metrics_push_url;  ///< each task pushes its final metrics here
+};
+
+struct SlurmSubmission {
+  std::vector<std::string> job_ids;  ///< one array job per resource shape (CPU, N GPUs)
+  std::vector<std::size_t> cells;    ///< cells submitted: those without a finished result
+  std::vector<std::size_t> waiting;  ///< cells left alone: still queued or running
+};
+
+struct SlurmGathered {
+  std::size_t done = 0, failed = 0, queued = 0;  ///< ok; failed or cancelled; pending or running
+  RunSummary summary;  ///< results.json in out_dir, speedups across tasks
+};
+
+/// Writes one sbatch script per resource shape under out_dir/slurm/ and
+/// submits them (sbatch --parsable), skipping cells that already finished
+/// (ok) or are queued. The tasks run `trainbench run yaml_file --cells N`
+/// with this engine's plugin folders. Throws EngineError when sbatch fails.
+TRAINBENCH_ENGINE_API SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan,
+                                                  const std::filesystem::path& yaml_file,
+                                                  const SlurmOptions& options);
+/// Gathers the tasks' results into out_dir/results.json; a cell whose task
+/// ended without a result (failed, cancelled, timed out) is failed with
+/// Slurm's state and reason; queued ones are listed as pending/running.
+TRAINBENCH_ENGINE_API SlurmGathered SlurmGather(const ExperimentPlan& plan, const std::filesystem::path& out_dir);
+/// Waits until none of the experiment's jobs in out_dir is queued or running.
+TRAINBENCH_ENGINE_API void SlurmWait(const std::filesystem::path& out_dir, double poll_seconds = 2.0);
 
 /// Reports over results.json files, as `trainbench report` prints them.
 enum class ReportFormat { kMarkdown, kCsv };

@@ -1,0 +1,283 @@
+// Slurm: an experiment as job arrays (one cell per array task), and the
+// tasks' results gathered into one results.json. Uses Slurm's own commands
+// (sbatch, squeue, scontrol); see docs/slurm.md.
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "plan_impl.h"
+#include "results.h"
+#include "runner.h"
+#include "trainbench/engine.h"
+#include "worker_client.h"
+
+namespace trainbench {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs a command (argv, no shell interpretation of its words); returns its
+// exit code and stdout.
+std::pair<int, std::string> Capture(const std::vector<std::string>& argv) {
+  std::string command;
+  for (const auto& a : argv) command += (command.empty() ? "" : " ") + Quote(a);
+  command += " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, ""};
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+fs::path TaskResults(const fs::path& out_dir, size_t cell) {
+  return out_dir / "tasks" / fmt::format("cell-{}", cell) / "results.json";
+}
+
+json ReadJson(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) return json();
+  json doc = json::parse(in, nullptr, false);
+  return doc.is_discarded() ? json() : doc;
+}
+
+// The jobs submitted for this output folder, oldest first:
+// [{job_id, cells: [...], gpus, script}].
+json ReadJobs(const fs::path& out_dir) {
+  json jobs = ReadJson(out_dir / "slurm" / "jobs.json");
+  return jobs.is_array() ? jobs : json::array();
+}
+
+// The cell's own entry in its task's results, or null.
+json TaskCell(const fs::path& out_dir, size_t cell) {
+  const json doc = ReadJson(TaskResults(out_dir, cell));
+  if (!doc.is_object() || !doc.contains("cells") || doc["cells"].size() <= cell) return json();
+  return doc["cells"][cell];
+}
+
+// State of array tasks in the queue: "JOB_TASK" -> {state, reason}.
+std::map<std::string, std::pair<std::string, std::string>> QueuedTasks(const json& jobs) {
+  std::map<std::string, std::pair<std::string, std::string>> out;
+  if (jobs.empty()) return out;
+  std::string ids;
+  for (const auto& j : jobs) ids += (ids.empty() ? "" : ",") + j.value("job_id", "");
+  const auto [code, text] = Capture({"squeue", "-h", "-r", "-j", ids, "-o", "%i|%T|%r"});
+  if (code != 0) return out;  // jobs no longer known to the controller
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto a = line.find('|'), b = line.rfind('|');
+    if (a == std::string::npos || a == b) continue;
+    out[line.substr(0, a)] = {line.substr(a + 1, b - a - 1), Trim(line.substr(b + 1))};
+  }
+  return out;
+}
+
+// What the controller still knows of a finished task: "CANCELLED (Reason=None, ExitCode=0:15)".
+std::string SlurmState(const std::string& job_id, size_t cell) {
+  const auto [code, text] = Capture({"scontrol", "-o", "show", "job", job_id + "_" + std::to_string(cell)});
+  if (code != 0) return "";
+  auto field = [&](const std::string& key) {
+    const auto at = text.find(" " + key + "=");
+    if (at == std::string::npos) return std::string();
+    const auto start = at + key.size() + 2;
+    return text.substr(start, text.find(' ', start) - start);
+  };
+  const std::string state = field("JobState");
+  if (state.empty()) return "";
+  return state + " (Reason=" + field("Reason") + ", ExitCode=" + field("ExitCode") + ")";
+}
+
+// The latest job that ran `cell`, or null.
+json JobOf(const json& jobs, size_t cell) {
+  for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
+    for (const auto& c : (*it)["cells"])
+      if (c.get<size_t>() == cell) return *it;
+  }
+  return json();
+}
+
+std::vector<std::pair<const PluginUse*, const PluginUse*>> Cells(const Experiment& e) {
+  std::vector<std::pair<const PluginUse*, const PluginUse*>> cells;
+  for (const auto& m : e.models)
+    for (const auto& d : e.devices) cells.emplace_back(&m, &d);
+  return cells;
+}
+
+}  // namespace
+
+SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, const fs::path& yaml_file,
+                            const SlurmOptions& options) {
+  const Experiment& e = plan.impl().experiment;
+  if (options.out_dir.empty()) throw EngineError("SlurmOptions::out_dir is empty: say where results go", kExitConfig);
+  const fs::path out = fs::absolute(options.out_dir);
+  std::error_code ec;
+  fs::create_directories(out / "slurm", ec);
+  fs::create_directories(out / "tasks", ec);
+  if (ec || ::access((out / "slurm").c_str(), W_OK) != 0) {
+    throw EngineError(out.string() + ": output folder cannot be created or written", kExitError);
+  }
+  json jobs = ReadJobs(out);
+  const auto queued = QueuedTasks(jobs);
+
+  // Cells to submit, grouped by what they ask of a node: GPUs or none.
+  SlurmSubmission submission;
+  std::map<int64_t, std::vector<size_t>> by_gpus;
+  const auto cells = Cells(e);
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const json done = TaskCell(out, i);
+    if (done.is_object() && done.value("status", "") == "ok") continue;
+    const json job = JobOf(jobs, i);
+    if (job.is_object() && queued.count(job.value("job_id", "") + "_" + std::to_string(i))) {
+      submission.waiting.push_back(i);
+      continue;
+    }
+    const PluginUse& device = *cells[i].second;
+    const int64_t gpus = device.device_indices.empty() ? 0 : device.ranks;
+    by_gpus[gpus].push_back(i);
+  }
+
+  const fs::path trainbench = InstallRoot() / TRAINBENCH_BINDIR / "trainbench";
+  const fs::path config = fs::absolute(yaml_file);
+  for (const auto& [gpus, group] : by_gpus) {
+    std::string array;
+    for (size_t c : group) array += (array.empty() ? "" : ",") + std::to_string(c);
+    std::ostringstream script;
+    script << "#!/bin/bash\n"
+           << "# trainbench: cells " << array << " of " << config.string() << ", one per array task.\n"
+           << "#SBATCH --job-name=" << Quote("trainbench-" + e.name) << "\n"
+           << "#SBATCH --array=" << array << "\n"
+           << "#SBATCH --output=" << Quote((out / "slurm" / "task-%a.out").string()) << "\n"
+           << "#SBATCH --ntasks=1\n";
+    if (gpus > 0) script << "#SBATCH --gres=gpu:" << gpus << "\n";
+    if (!options.partition.empty()) script << "#SBATCH --partition=" << options.partition << "\n";
+    if (!options.time_limit.empty()) script << "#SBATCH --time=" << options.time_limit << "\n";
+    script << "export NCCL_NVLS_ENABLE=0\n"
+           << "exec " << Quote(trainbench.string()) << " run " << Quote(config.string())
+           << " --cells \"$SLURM_ARRAY_TASK_ID\" --out " << Quote((out / "tasks").string()) << "/cell-\"$SLURM_ARRAY_TASK_ID\"";
+    for (const auto& d : engine.plugin_dirs()) script << " --plugin-dir " << Quote(fs::absolute(d).string());
+    if (engine.allow_insecure_plugins()) script << " --allow-insecure-plugins";
+    if (!options.metrics_file_sd.empty()) {
+      script << " --metrics-addr 0.0.0.0:0 --metrics-file-sd " << Quote(fs::absolute(options.metrics_file_sd).string());
+    }
+    if (!options.metrics_push_url.empty()) script << " --metrics-push " << Quote(options.metrics_push_url);
+    script << "\n";
+    const fs::path script_file = out / "slurm" / fmt::format("job-{}-{}gpu.sh", jobs.size(), gpus);
+    WriteFileAtomically(script_file, script.str());
+
+    std::vector<std::string> argv = {"sbatch", "--parsable"};
+    if (options.hold) argv.push_back("--hold");
+    argv.insert(argv.end(), options.sbatch_args.begin(), options.sbatch_args.end());
+    argv.push_back(script_file.string());
+    const auto [code, text] = Capture(argv);
+    if (code != 0) {
+      throw EngineError("sbatch " + script_file.string() + " failed (exit " + std::to_string(code) +
+                            "): " + Trim(text).substr(0, 500) + (code == 127 ? " (is Slurm installed?)" : ""),
+                        kExitError);
+    }
+    // --parsable prints "JOBID" or "JOBID;CLUSTER" (after any warnings).
+    std::string last = Trim(text);
+    last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+    const std::string job_id = last.substr(0, last.find(';'));
+    jobs.push_back({{"job_id", job_id}, {"cells", group}, {"gpus", gpus}, {"script", script_file.string()},
+                    {"config", config.string()}});
+    WriteFileAtomically(out / "slurm" / "jobs.json", jobs.dump(2) + "\n");
+    spdlog::info("submitted job {}: cells {}{}", job_id, array, gpus > 0 ? fmt::format(" ({} GPU(s) each)", gpus) : "");
+    submission.job_ids.push_back(job_id);
+    submission.cells.insert(submission.cells.end(), group.begin(), group.end());
+  }
+  return submission;
+}
+
+void SlurmWait(const fs::path& out_dir, double poll_seconds) {
+  const json jobs = ReadJobs(fs::absolute(out_dir));
+  while (!QueuedTasks(jobs).empty() && g_stop_signal.load() == 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(poll_seconds));
+  }
+}
+
+SlurmGathered SlurmGather(const ExperimentPlan& plan, const fs::path& out_dir) {
+  const Experiment& e = plan.impl().experiment;
+  const fs::path out = fs::absolute(out_dir);
+  const json jobs = ReadJobs(out);
+  const auto queued = QueuedTasks(jobs);
+  const auto cells = Cells(e);
+
+  json system;
+  for (size_t i = 0; i < cells.size() && system.is_null(); ++i) {
+    const json doc = ReadJson(TaskResults(out, i));
+    if (doc.is_object() && doc.contains("system")) system = doc["system"];
+  }
+  Results results(out, e.ToJson(), system.is_null() ? json::object() : system, e.measurement.baseline);
+  SlurmGathered gathered;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const auto& [model, device] = cells[i];
+    json cell = TaskCell(out, i);
+    const json job = JobOf(jobs, i);
+    const std::string job_id = job.is_object() ? job.value("job_id", "") : "";
+    const std::string task = job_id + "_" + std::to_string(i);
+    const std::string status = cell.is_object() ? cell.value("status", "") : "";
+    if (!cell.is_object() || status == "pending" || status == "interrupted" || status.empty()) {
+      const std::string previous_reason = cell.is_object() ? cell.value("reason", "") : "";
+      cell = {{"model", model->label}, {"model_plugin", model->plugin}, {"device", device->label},
+              {"device_plugin", device->plugin}, {"index", i}};
+      if (job_id.empty()) {
+        cell["status"] = "pending";
+        cell["reason"] = "not submitted yet (trainbench slurm submit)";
+      } else if (auto q = queued.find(task); q != queued.end()) {
+        cell["status"] = q->second.first == "RUNNING" ? "running" : "pending";
+        cell["reason"] = "Slurm " + task + ": " + q->second.first + " (" + q->second.second + ")";
+        ++gathered.queued;
+      } else {
+        const std::string state = SlurmState(job_id, i);
+        cell["status"] = "failed";
+        cell["reason"] = "Slurm task " + task + " ended without a result: " +
+                         (state.empty() ? "no longer known to slurmctld (cancelled before it started, or purged "
+                                          "after MinJobAge)"
+                                        : state) +
+                         (previous_reason.empty() ? "" : "; " + previous_reason) + "; see " +
+                         (out / "slurm" / fmt::format("task-{}.out", i)).string();
+      }
+    }
+    if (!job_id.empty()) cell["slurm"] = {{"job_id", job_id}, {"array_task_id", i}};
+    cell["index"] = i;
+    if (cell.value("status", "") == "ok") ++gathered.done;
+    if (cell.value("status", "") == "failed") ++gathered.failed;
+    results.cells().push_back(cell);
+  }
+  results.ComputeSpeedups();
+  results.Write();
+  gathered.summary.results = results.doc();
+  gathered.summary.table = results.Table();
+  gathered.summary.results_json = out / "results.json";
+  gathered.summary.exit_code = gathered.failed > 0 ? kExitCellsFailed : kExitOk;
+  for (const auto& cell : gathered.summary.results["cells"]) gathered.summary.cells.push_back(ToCellResult(cell));
+  return gathered;
+}
+
+}  // namespace trainbench
