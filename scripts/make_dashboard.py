@@ -58,6 +58,10 @@ panel("timeseries", "Epoch duration", "Wall time of each finished epoch, evaluat
       [ts(f'trainbench_epoch_duration_seconds{{{SEL}}}', LEG)], 0, 48)
 panel("timeseries", "Steps per second", "Optimizer steps per second of each cell.", "suffix: steps/s",
       [ts(f'rate(trainbench_steps_total{{{SEL}}}[$__rate_interval])', LEG)], 12, 48)
+panel("bargauge", "Data-parallel scaling efficiency", "Samples/s of each data-parallel cell over N times its one-GPU twin's (same model and device options): 1 = perfect scaling.",
+      "percentunit", [{"expr": f'max by (model, variant) (trainbench_scaling_efficiency_ratio{{{SEL}}})', "legendFormat": "{{model}} on {{variant}}", "instant": True}], 0, 56)
+panel("bargauge", "Samples/s per GPU (data parallel)", "Each rank's (GPU's) share of a finished data-parallel cell's throughput.",
+      "suffix: samples/s", [{"expr": f'max by (model, variant, rank) (trainbench_rank_samples_per_second{{{SEL}}})', "legendFormat": "{{model}} on {{variant}} rank {{rank}}", "instant": True}], 12, 56)
 
 def var(name, label, query):
     return {"name": name, "label": label, "type": "query", "datasource": DS, "query": {"query": query, "refId": name},

@@ -120,6 +120,12 @@ struct MetricsExporter::Impl {
       .Help("Samples/s over the baseline device's for the same model").Register(*registry);
   Family<Gauge>& cell_samples_per_second = prometheus::BuildGauge().Name("trainbench_cell_samples_per_second")
       .Help("Steady-state samples/s of a finished cell").Register(*registry);
+  Family<Gauge>& ranks = prometheus::BuildGauge().Name("trainbench_cell_ranks")
+      .Help("Worker processes (GPUs) of a finished data-parallel cell").Register(*registry);
+  Family<Gauge>& rank_samples_per_second = prometheus::BuildGauge().Name("trainbench_rank_samples_per_second")
+      .Help("Steady-state samples/s of one rank (GPU) of a finished data-parallel cell").Register(*registry);
+  Family<Gauge>& scaling_efficiency = prometheus::BuildGauge().Name("trainbench_scaling_efficiency_ratio")
+      .Help("Samples/s of a data-parallel cell over N times the one-rank cell's, 0-1").Register(*registry);
   Family<Gauge>& params = prometheus::BuildGauge().Name("trainbench_model_parameters")
       .Help("Trainable parameters of the model").Register(*registry);
   Family<Gauge>& memory = prometheus::BuildGauge().Name("trainbench_device_memory_bytes")
@@ -323,6 +329,15 @@ void MetricsExporter::OnCellFinished(size_t, const nlohmann::json& cell) {
   if (cell.value("status", "") == "ok") i.cell_samples_per_second.Add(l).Set(cell.value("samples_per_second", 0.0));
   if (cell.contains("speedup") && !cell["speedup"].is_null()) i.speedup.Add(l).Set(cell["speedup"].get<double>());
   if (cell.value("loss_nan", false)) i.loss.Add(l).Set(std::numeric_limits<double>::quiet_NaN());
+  if (cell.value("status", "") == "ok" && cell.value("ranks", int64_t{1}) > 1) {
+    i.ranks.Add(l).Set(static_cast<double>(cell.value("ranks", int64_t{1})));
+    const auto& per_rank = cell.value("rank_samples_per_second", nlohmann::json::array());
+    for (size_t r = 0; r < per_rank.size(); ++r) {
+      Labels rl = l;
+      rl["rank"] = std::to_string(r);
+      i.rank_samples_per_second.Add(rl).Set(per_rank[r].get<double>());
+    }
+  }
   if (cell.value("status", "") != "skipped") {
     // Finished, whatever the outcome: nothing more will come from this cell.
     i.progress.Add(l).Set(1);
@@ -336,6 +351,9 @@ void MetricsExporter::OnRunFinished(const Results& results) {
   for (const auto& cell : results.doc().at("cells")) {
     if (cell.contains("speedup") && !cell["speedup"].is_null())
       i.speedup.Add(i.LabelsOf(cell)).Set(cell["speedup"].get<double>());
+    // Known once the one-rank cell of the same model has run too.
+    if (cell.contains("scaling_efficiency") && cell["scaling_efficiency"].is_number())
+      i.scaling_efficiency.Add(i.LabelsOf(cell)).Set(cell["scaling_efficiency"].get<double>());
   }
   i.cell_labels.clear();  // the sampler stops attributing usage to a cell
 }
