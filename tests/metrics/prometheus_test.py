@@ -37,7 +37,8 @@ class PrometheusScrapesTrainbench(unittest.TestCase):
             f.write(f"""name: promtest
 dataset: {{kind: cifar10, path: {DATA}}}
 models: [simple_cnn, resnet18]
-devices: [{{plugin: cpu, label: cpu-1thread, options: {{threads: 1}}}}, cpu]
+devices: [{{plugin: cpu, label: cpu-1thread, options: {{threads: 1}}}}, cpu,
+          {{plugin: cpu, label: cpu-2ranks, processes: 2, options: {{threads: 1}}}}]
 training: {{epochs: 2, batch_size: 50}}
 measurement: {{warmup_steps: 2, progress_interval_seconds: 0.5, time_budget_seconds: 6, baseline: cpu-1thread}}
 """)
