@@ -362,6 +362,48 @@ TEST_F(EndToEnd, PluginsListsRejectionsAndSurvivesACrashingPlugin) {
 
 // Data parallelism on the CPU (Gloo): the same code path as several GPUs
 // with NCCL, which docs/results/h200-data-parallel.md measures.
+// A disk that fills up mid-run: results.json.tmp made a link to /dev/full
+// after the first cell, so the next write gets ENOSPC from the kernel.
+TEST_F(EndToEnd, AFullDiskMidRunIsReportedAndTheLastResultsStay) {
+  const std::string config = Config(R"(name: diskfull
+models: [simple_cnn, {plugin: simple_cnn, label: again}]
+devices: [cpu]
+training: {epochs: 1, batch_size: 50}
+measurement: {warmup_steps: 1, max_steps: 30}
+)");
+  const fs::path out = dir_ / "out";
+  const std::string command = (BinDir() / "trainbench").string() + " run " + config + " --out " + out.string() +
+                              Plugins() + " > " + (dir_ / "log").string() + " 2>&1";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool first_done = false;
+  for (int i = 0; i < 600 && !first_done; ++i) {
+    usleep(50000);
+    std::ifstream in(out / "results.json");
+    if (!in) continue;
+    const json r = json::parse(in, nullptr, false);
+    first_done = !r.is_discarded() && r["cells"][0]["status"] == "ok";
+  }
+  ASSERT_TRUE(first_done);
+  fs::create_symlink("/dev/full", out / "results.json.tmp");
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream log_in(dir_ / "log");
+  std::stringstream log;
+  log << log_in.rdbuf();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << log.str();
+  EXPECT_NE(log.str().find("results.json.tmp: write failed: No space left on device"), std::string::npos) << log.str();
+  fs::remove(out / "results.json.tmp");
+  const json r = Results();  // the last good file, whole
+  EXPECT_EQ(r["cells"][0]["status"], "ok");
+  EXPECT_GT(r["cells"][0]["samples_per_second"].get<double>(), 0);
+}
+
 bool WorkerHasGloo() {
   const Outcome o = Worker("info");
   return o.output.find("\"gloo\"") != std::string::npos;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -18,9 +20,14 @@ void WriteFileAtomically(const fs::path& path, const std::string& content) {
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw std::runtime_error(tmp.string() + ": cannot write (check permissions and free space)");
+    errno = 0;
     out << content;
     out.flush();
-    if (!out) throw std::runtime_error(tmp.string() + ": write failed (disk full?)");
+    if (!out) {
+      throw std::runtime_error(tmp.string() + ": write failed: " +
+                               (errno != 0 ? std::strerror(errno) : "unknown error") +
+                               " (the previous " + path.filename().string() + " is kept)");
+    }
   }
   // fsync so that a power cut after the rename cannot leave an empty file.
   if (FILE* f = std::fopen(tmp.c_str(), "rb")) {
