@@ -90,6 +90,23 @@ TEST(ConfigLoader, ContradictionsAreErrors) {
             std::string::npos);
 }
 
+TEST(ConfigLoader, MetricsTlsAndDataParallelKeys) {
+  const std::string tls = std::string(kGood) + "metrics: {tls: {cert_file: c.pem, key_file: /etc/k.pem}}\n";
+  const Experiment e = ParseExperiment(tls, "exp.yaml", "/cfg");
+  EXPECT_EQ(e.metrics.tls_cert_file, "/cfg/c.pem");  // relative to the config's folder
+  EXPECT_EQ(e.metrics.tls_key_file, "/etc/k.pem");
+  EXPECT_NE(ErrorOf(std::string(kGood) + "metrics: {tls: {cert_file: c.pem}}\n").find("metrics.tls: needs both"),
+            std::string::npos);
+  const Experiment dp = ParseExperiment(Replace(kGood, "  - plugin: cpu\n", "  - plugin: cpu\n    processes: 2\n"),
+                                        "exp.yaml", "/tmp");
+  EXPECT_EQ(dp.devices[0].ranks, 2);
+  EXPECT_TRUE(dp.devices[0].device_indices.empty());
+  const Experiment gpus = ParseExperiment(Replace(kGood, "  - plugin: cpu\n", "  - plugin: cpu\n    gpus: [2, 3]\n"),
+                                          "exp.yaml", "/tmp");
+  EXPECT_EQ(gpus.devices[0].ranks, 2);
+  EXPECT_EQ(gpus.devices[0].device_indices, (std::vector<int64_t>{2, 3}));
+}
+
 TEST(ConfigLoader, DuplicateLabelsAreErrors) {
   const std::string error = ErrorOf(Replace(kGood, "models: [simple_cnn,", "models: [simple_cnn, simple_cnn,"));
   EXPECT_NE(error.find("label 'simple_cnn' is used twice"), std::string::npos) << error;

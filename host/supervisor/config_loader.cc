@@ -337,7 +337,16 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
     }
   }
   if (const YAML::Node m = root["metrics"]) {
-    v.Keys(m, "metrics", {"address", "linger_seconds", "basic_auth"});
+    v.Keys(m, "metrics", {"address", "linger_seconds", "basic_auth", "tls"});
+    if (const YAML::Node t = m["tls"]) {
+      v.Keys(t, "metrics.tls", {"cert_file", "key_file"});
+      if (!t["cert_file"] || !t["key_file"]) v.Fail(t, "metrics.tls", "needs both cert_file and key_file (PEM)");
+      auto resolve = [&](const std::string& f) {
+        return fs::path(f).is_relative() ? (fs::path(base_dir) / f).string() : f;
+      };
+      e.metrics.tls_cert_file = resolve(v.String(t["cert_file"], "metrics.tls.cert_file"));
+      e.metrics.tls_key_file = resolve(v.String(t["key_file"], "metrics.tls.key_file"));
+    }
     if (!Absent(m["address"])) e.metrics.address = v.String(m["address"], "metrics.address");
     if (const YAML::Node a = m["basic_auth"]) {
       v.Keys(a, "metrics.basic_auth", {"username", "password_file"});

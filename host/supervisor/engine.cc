@@ -3,9 +3,6 @@
 
 #include "trainbench/engine.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config_loader.h"
+#include "net.h"
 #include "plan_impl.h"
 #include "plugin_catalog.h"
 #include "report.h"
@@ -160,22 +158,6 @@ ExperimentPlan MakePlan(const PluginCatalog& catalog, F&& load) {
   }
 }
 
-// A TCP port free on this machine now.
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  if (fd >= 0) ::close(fd);
-  if (port == 0) throw EngineError("no free TCP port for the metrics endpoint", kExitError);
-  return port;
-}
-
 // A Prometheus file_sd target file naming this process's /metrics while it
 // lives: how Prometheus finds Slurm tasks (docs/slurm.md).
 class FileSdTarget {
@@ -314,6 +296,12 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
   if (options.metrics_linger_seconds) experiment.metrics.linger_seconds = *options.metrics_linger_seconds;
   if (!options.metrics_username.empty()) experiment.metrics.username = options.metrics_username;
   if (!options.metrics_password_file.empty()) experiment.metrics.password_file = options.metrics_password_file;
+  if (!options.metrics_tls_cert_file.empty()) experiment.metrics.tls_cert_file = options.metrics_tls_cert_file;
+  if (!options.metrics_tls_key_file.empty()) experiment.metrics.tls_key_file = options.metrics_tls_key_file;
+  if (experiment.metrics.tls_cert_file.empty() != experiment.metrics.tls_key_file.empty()) {
+    throw EngineError("TLS for /metrics needs both a certificate and a key file (--metrics-tls-cert, --metrics-tls-key)",
+                      kExitConfig);
+  }
   if (!experiment.metrics.username.empty() && experiment.metrics.password_file.empty()) {
     throw EngineError("a metrics user needs a password file (passwords are never given on the command line)",
                       kExitConfig);
@@ -323,7 +311,7 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
   std::vector<RunObserver*> observers{&callback};
   if (const auto colon = experiment.metrics.address.rfind(':');
       colon != std::string::npos && experiment.metrics.address.substr(colon + 1) == "0") {
-    experiment.metrics.address = experiment.metrics.address.substr(0, colon + 1) + std::to_string(FreePort());
+    experiment.metrics.address = experiment.metrics.address.substr(0, colon + 1) + std::to_string(FreeTcpPort());
   }
 #ifdef TRAINBENCH_WITH_PROMETHEUS
   // Bound before any training, so a taken port fails fast.
@@ -331,7 +319,8 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
   if (!experiment.metrics.address.empty() || !options.metrics_push_url.empty()) {
     MetricsOptions metrics_options{experiment.metrics.address, experiment.metrics.linger_seconds,
                                    options.metrics_push_url, experiment.metrics.username,
-                                   experiment.metrics.password_file};
+                                   experiment.metrics.password_file, experiment.metrics.tls_cert_file,
+                                   experiment.metrics.tls_key_file};
     try {
       metrics = std::make_unique<MetricsExporter>(metrics_options);
     } catch (const std::exception& e) {
@@ -339,8 +328,8 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
     }
     observers.push_back(metrics.get());
     if (!metrics->address().empty()) {
-      spdlog::info("metrics on http://{}/metrics{}", metrics->address(),
-                   experiment.metrics.username.empty() ? "" : " (basic authentication)");
+      spdlog::info("metrics on {}://{}/metrics{}", experiment.metrics.tls_cert_file.empty() ? "http" : "https",
+                   metrics->address(), experiment.metrics.username.empty() ? "" : " (basic authentication)");
     }
   }
 #else

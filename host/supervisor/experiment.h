@@ -74,6 +74,8 @@ struct MetricsSpec {
   double linger_seconds = 0;  ///< keep serving this long after the run
   std::string username;       ///< basic authentication user; empty: none
   std::string password_file;  ///< its password, first line of this file
+  std::string tls_cert_file;  ///< serve HTTPS with this PEM certificate (chain)
+  std::string tls_key_file;   ///< and this PEM private key
 };
 
 struct Experiment {

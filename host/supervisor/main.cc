@@ -90,6 +90,9 @@ int main(int argc, char** argv) {
   run->add_option("--metrics-user", run_options.metrics_username, "require HTTP basic authentication with this user for /metrics");
   run->add_option("--metrics-password-file", run_options.metrics_password_file,
                   "file whose first line is the basic-authentication password");
+  run->add_option("--metrics-tls-cert", run_options.metrics_tls_cert_file,
+                  "serve /metrics over HTTPS with this PEM certificate (chain)");
+  run->add_option("--metrics-tls-key", run_options.metrics_tls_key_file, "the certificate's PEM private key");
   run->add_option("--cells", run_options.cells, "run only these cells (indices in run order, comma-separated)")
       ->delimiter(',');
   run->add_option("--metrics-file-sd", run_options.metrics_file_sd,

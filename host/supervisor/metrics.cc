@@ -1,5 +1,8 @@
 #include "metrics.h"
 
+#include "net.h"
+#include "tls_front.h"
+
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
@@ -81,6 +84,7 @@ struct MetricsExporter::Impl {
   MetricsOptions options;
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<TlsFront> tls;  // HTTPS in front of the exposer, when asked
 
   Family<Gauge>& info = prometheus::BuildGauge().Name("trainbench_info")
       .Help("Build and run metadata; always 1").Register(*registry);
@@ -223,16 +227,24 @@ MetricsExporter::MetricsExporter(const MetricsOptions& options) : impl_(std::mak
   if (!options.address.empty()) impl_->options.address = NormaliseListenAddress(options.address);
   std::string password;
   if (!options.username.empty()) password = ReadPassword(options.password_file);
-  // No TLS here: Debian 12's civetweb (1.15) with OpenSSL 3 kills the process
-  // on the first HTTPS request (seen 2026-12-01); terminate TLS in a reverse
-  // proxy instead (docs/metrics.md).
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty())
+    throw std::runtime_error("TLS for /metrics needs both a certificate and a key file");
+  // With TLS, civetweb serves plain HTTP on a loopback port and TlsFront
+  // holds the public address (civetweb's own TLS cannot work with OpenSSL 3:
+  // see tls_front.h).
+  const bool tls = !options.tls_cert_file.empty() && !impl_->options.address.empty();
+  const std::string http_address =
+      tls ? "127.0.0.1:" + std::to_string(FreeTcpPort()) : impl_->options.address;
   try {
     // No address: push only (--metrics-push), nothing served.
-    if (!impl_->options.address.empty())
-      impl_->exposer = std::make_unique<prometheus::Exposer>(impl_->options.address, 2);
+    if (!http_address.empty()) impl_->exposer = std::make_unique<prometheus::Exposer>(http_address, 2);
   } catch (const std::exception& e) {
-    throw std::runtime_error("metrics address " + impl_->options.address + ": cannot listen (" + e.what() +
+    throw std::runtime_error("metrics address " + http_address + ": cannot listen (" + e.what() +
                              "); is the port in use? choose another with --metrics-addr");
+  }
+  if (tls) {
+    impl_->tls = std::make_unique<TlsFront>(impl_->options.address, http_address, options.tls_cert_file,
+                                            options.tls_key_file);
   }
   if (!options.username.empty() && impl_->exposer) {
     impl_->exposer->RegisterAuth(
@@ -373,7 +385,8 @@ void MetricsExporter::Finish() {
     }
   }
   if (impl_->options.linger_seconds > 0 && impl_->exposer) {
-    spdlog::info("serving final metrics on http://{}/metrics for {:.0f} s", impl_->options.address,
+    spdlog::info("serving final metrics on {}://{}/metrics for {:.0f} s", impl_->tls ? "https" : "http",
+                 impl_->options.address,
                  impl_->options.linger_seconds);
     const auto end = std::chrono::steady_clock::now() +
                      std::chrono::duration<double>(impl_->options.linger_seconds);

@@ -4,15 +4,9 @@
 #include <csignal>
 #include <fstream>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cstring>
-
 #include <spdlog/spdlog.h>
 
+#include "net.h"
 #include "worker_client.h"
 
 namespace trainbench {
@@ -46,24 +40,6 @@ json CellSpecJson(const Experiment& e, const PluginUse& model, const PluginUse& 
             {"eval_batch_size", e.measurement.eval_batch_size}}}};
 }
 
-// A TCP port free on the loopback now, for a data-parallel cell's store.
-int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  if (port == 0) throw std::runtime_error("no free loopback port for the data-parallel store");
-  return port;
-}
-
 // The worker launches of one attempt: one, or one per rank of a
 // data-parallel cell (rank 0 writes `log`, rank r LOG-rankR.log).
 std::vector<WorkerLaunch> Launches(const json& spec, const fs::path& log) {
@@ -74,7 +50,7 @@ std::vector<WorkerLaunch> Launches(const json& spec, const fs::path& log) {
     if (gpus.is_array() && !gpus.empty()) one["device"]["options"]["device_index"] = gpus[0];
     return {WorkerLaunch{{"run"}, one.dump(), log, {}}};
   }
-  const int port = FreeLoopbackPort();
+  const int port = FreeTcpPort();
   std::vector<WorkerLaunch> launches;
   for (int64_t r = 0; r < ranks; ++r) {
     json rank_spec = spec;

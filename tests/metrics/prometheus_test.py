@@ -164,40 +164,58 @@ scrape_configs:
 
 
 class PrometheusScrapesWithCredentials(unittest.TestCase):
-    """/metrics behind HTTP basic authentication: curl-like checks, then a
-    real Prometheus scraping with the credentials; the password never shows
-    in logs or results."""
+    """/metrics behind HTTP basic authentication, over HTTP and over TLS:
+    client checks (401 without or with wrong credentials, 200 with them; over
+    TLS, a client that does not trust the certificate or speaks plain HTTP
+    gets nothing), then a real Prometheus scraping with the credentials (and
+    the CA); the password never shows in logs or results."""
 
     PASSWORD = "tb-Secret-8731"
 
     def test_basic_authentication(self):
+        self.scrape_with_credentials(tls=False)
+
+    def test_tls_with_basic_authentication(self):
+        self.scrape_with_credentials(tls=True)
+
+    def scrape_with_credentials(self, tls):
+        import base64
+        import ssl
         tmp = tempfile.mkdtemp(prefix="tb-auth-")
         try:
             port, prom_port = free_port(), free_port()
             with open(os.path.join(tmp, "password"), "w") as f:
                 f.write(self.PASSWORD + "\n")
+            tls_yaml = ""
+            if tls:
+                subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                                "-keyout", os.path.join(tmp, "key.pem"), "-out", os.path.join(tmp, "cert.pem"),
+                                "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                tls_yaml = ", tls: {cert_file: cert.pem, key_file: key.pem}"
             with open(os.path.join(tmp, "exp.yaml"), "w") as f:
                 f.write(f"""name: authtest
 dataset: {{kind: cifar10, path: {DATA}}}
 models: [simple_cnn]
 devices: [cpu]
 measurement: {{warmup_steps: 1, max_steps: 20}}
-metrics: {{basic_auth: {{username: prom, password_file: password}}}}
+metrics: {{basic_auth: {{username: prom, password_file: password}}{tls_yaml}}}
 """)
             log = open(os.path.join(tmp, "trainbench.log"), "w")
             run = subprocess.Popen([os.path.join(BIN, "trainbench"), "run", os.path.join(tmp, "exp.yaml"),
                                     "--out", os.path.join(tmp, "out"), "--metrics-addr", f"127.0.0.1:{port}",
                                     "--metrics-linger", "60"], stdout=log, stderr=subprocess.STDOUT)
-            url = f"http://127.0.0.1:{port}/metrics"
+            scheme = "https" if tls else "http"
+            url = f"{scheme}://127.0.0.1:{port}/metrics"
+            trusted = ssl.create_default_context(cafile=os.path.join(tmp, "cert.pem")) if tls else None
 
-            def status(user=None, password=None):
-                request = urllib.request.Request(url)
+            def status(user=None, password=None, context=trusted, address=url):
+                request = urllib.request.Request(address)
                 if user is not None:
-                    import base64
                     token = base64.b64encode(f"{user}:{password}".encode()).decode()
                     request.add_header("Authorization", "Basic " + token)
                 try:
-                    with urllib.request.urlopen(request, timeout=5) as r:
+                    with urllib.request.urlopen(request, timeout=5, context=context) as r:
                         return r.status
                 except urllib.error.HTTPError as e:
                     return e.code
@@ -213,27 +231,35 @@ metrics: {{basic_auth: {{username: prom, password_file: password}}}}
             self.assertEqual(status("prom", "wrong"), 401)
             self.assertEqual(status("someone", self.PASSWORD), 401)
             self.assertEqual(status("prom", self.PASSWORD), 200)
+            if tls:
+                with self.assertRaises(OSError):  # certificate not trusted
+                    status("prom", self.PASSWORD, context=ssl.create_default_context())
+                with self.assertRaises(OSError):  # plain HTTP to the TLS port
+                    status("prom", self.PASSWORD, context=None, address=f"http://127.0.0.1:{port}/metrics")
 
+            tls_config = f"\n    scheme: https\n    tls_config: {{ca_file: {tmp}/cert.pem}}" if tls else ""
             with open(os.path.join(tmp, "prometheus.yml"), "w") as f:
                 f.write(f"""global: {{scrape_interval: 1s}}
 scrape_configs:
   - job_name: trainbench
-    basic_auth: {{username: prom, password_file: {tmp}/password}}
+    basic_auth: {{username: prom, password_file: {tmp}/password}}{tls_config}
     static_configs: [{{targets: ["127.0.0.1:{port}"]}}]
 """)
             prom = subprocess.Popen(["prometheus", f"--config.file={tmp}/prometheus.yml",
                                      f"--storage.tsdb.path={tmp}/tsdb", f"--web.listen-address=127.0.0.1:{prom_port}"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
-                deadline, up = time.time() + 60, False
-                while time.time() < deadline and not up:
+                deadline, up, samples = time.time() + 60, False, []
+                while time.time() < deadline and not (up and samples):
                     try:
                         r = json.loads(get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=up"))["data"]["result"]
                         up = bool(r) and r[0]["value"][1] == "1"
+                        samples = json.loads(get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=trainbench_info"))["data"]["result"]
                     except OSError:
                         pass
                     time.sleep(0.5)
-                self.assertTrue(up, "Prometheus could not scrape with the credentials")
+                self.assertTrue(up, f"Prometheus could not scrape {scheme} with the credentials")
+                self.assertTrue(samples, "no trainbench_info scraped")
             finally:
                 prom.terminate()
                 prom.wait(30)

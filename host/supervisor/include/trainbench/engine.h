@@ -149,6 +149,8 @@ struct RunOptions {
   std::optional<double> metrics_linger_seconds;
   std::string metrics_username;       ///< basic authentication for /metrics
   std::string metrics_password_file;  ///< its password: first line of this file
+  std::string metrics_tls_cert_file;  ///< serve /metrics over HTTPS with this PEM certificate (chain)
+  std::string metrics_tls_key_file;   ///< and this PEM private key
   /// While serving metrics, write a Prometheus file_sd target file for this
   /// run into this folder (removed at the end); with port 0 in the address,
   /// a free port is chosen. How Slurm tasks are found (docs/slurm.md).

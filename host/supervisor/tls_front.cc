@@ -1,0 +1,142 @@
+#include "tls_front.h"
+
+#include <array>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <spdlog/spdlog.h>
+
+namespace trainbench {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+tcp::endpoint Endpoint(const std::string& address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) throw std::runtime_error("metrics address " + address + ": expected HOST:PORT");
+  boost::system::error_code ec;
+  const auto ip = asio::ip::make_address(address.substr(0, colon), ec);
+  if (ec) throw std::runtime_error("metrics address " + address + ": not an IP address");
+  return {ip, static_cast<unsigned short>(std::stoi(address.substr(colon + 1)))};
+}
+
+// One client: TLS on the front socket, plain HTTP to the backend, bytes
+// copied both ways until either side closes.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, asio::ssl::context& ssl, tcp::endpoint backend)
+      : front_(std::move(socket), ssl), back_(front_.get_executor()), backend_(backend),
+        handshake_timer_(front_.get_executor()) {}
+
+  void Start() {
+    auto self = shared_from_this();
+    // A client that never finishes its handshake is dropped.
+    handshake_timer_.expires_after(std::chrono::seconds(10));
+    handshake_timer_.async_wait([self](const boost::system::error_code& ec) {
+      if (!ec) self->Close();
+    });
+    front_.async_handshake(asio::ssl::stream_base::server, [self](const boost::system::error_code& ec) {
+      self->handshake_timer_.cancel();
+      if (ec) return self->Close();
+      self->back_.async_connect(self->backend_, [self](const boost::system::error_code& ec2) {
+        if (ec2) return self->Close();
+        self->FrontToBack();
+        self->BackToFront();
+      });
+    });
+  }
+
+ private:
+  void FrontToBack() {
+    auto self = shared_from_this();
+    front_.async_read_some(asio::buffer(up_), [self](const boost::system::error_code& ec, size_t n) {
+      if (ec) return self->Close();
+      asio::async_write(self->back_, asio::buffer(self->up_, n), [self](const boost::system::error_code& ec2, size_t) {
+        if (ec2) return self->Close();
+        self->FrontToBack();
+      });
+    });
+  }
+
+  void BackToFront() {
+    auto self = shared_from_this();
+    back_.async_read_some(asio::buffer(down_), [self](const boost::system::error_code& ec, size_t n) {
+      if (ec) return self->Close();
+      asio::async_write(self->front_, asio::buffer(self->down_, n), [self](const boost::system::error_code& ec2, size_t) {
+        if (ec2) return self->Close();
+        self->BackToFront();
+      });
+    });
+  }
+
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    boost::system::error_code ignored;
+    back_.close(ignored);
+    front_.lowest_layer().close(ignored);
+  }
+
+  asio::ssl::stream<tcp::socket> front_;
+  tcp::socket back_;
+  tcp::endpoint backend_;
+  asio::steady_timer handshake_timer_;
+  std::array<char, 16384> up_{}, down_{};
+  bool closed_ = false;
+};
+
+}  // namespace
+
+struct TlsFront::Impl {
+  asio::io_context io;
+  asio::ssl::context ssl{asio::ssl::context::tls_server};
+  tcp::acceptor acceptor{io};
+  tcp::endpoint backend;
+  std::vector<std::thread> threads;
+
+  void Accept() {
+    acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec) std::make_shared<Connection>(std::move(socket), ssl, backend)->Start();
+      Accept();
+    });
+  }
+};
+
+TlsFront::TlsFront(const std::string& listen, const std::string& backend, const std::string& cert_file,
+                   const std::string& key_file)
+    : impl_(std::make_unique<Impl>()) {
+  auto& i = *impl_;
+  i.ssl.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                    asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+  boost::system::error_code ec;
+  i.ssl.use_certificate_chain_file(cert_file, ec);
+  if (ec) throw std::runtime_error(cert_file + ": not a PEM certificate (chain) for TLS: " + ec.message());
+  i.ssl.use_private_key_file(key_file, asio::ssl::context::pem, ec);
+  if (ec) throw std::runtime_error(key_file + ": not a PEM private key for TLS, or not " + cert_file + "'s: " + ec.message());
+  i.backend = Endpoint(backend);
+  const tcp::endpoint at = Endpoint(listen);
+  i.acceptor.open(at.protocol(), ec);
+  if (!ec) i.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) i.acceptor.bind(at, ec);
+  if (!ec) i.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw std::runtime_error("metrics address " + listen + ": cannot listen (" + ec.message() +
+                             "); is the port in use? choose another with --metrics-addr");
+  }
+  i.Accept();
+  // One thread: a TLS stream takes one read and one write at a time, unsynchronised.
+  i.threads.emplace_back([&i] { i.io.run(); });
+}
+
+TlsFront::~TlsFront() {
+  impl_->io.stop();
+  for (auto& t : impl_->threads) t.join();
+}
+
+}  // namespace trainbench
