@@ -232,6 +232,12 @@ metrics: {{basic_auth: {{username: prom, password_file: password}}{tls_yaml}}}
             self.assertEqual(status("someone", self.PASSWORD), 401)
             self.assertEqual(status("prom", self.PASSWORD), 200)
             if tls:
+                def curl(*args):
+                    return subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", *args, url],
+                                          capture_output=True, text=True).stdout
+                self.assertEqual(curl("--cacert", os.path.join(tmp, "cert.pem"), "-u", f"prom:{self.PASSWORD}"), "200")
+                self.assertEqual(curl("--cacert", os.path.join(tmp, "cert.pem"), "-u", "prom:wrong"), "401")
+                self.assertEqual(curl("-u", f"prom:{self.PASSWORD}"), "000")  # curl does not trust it
                 with self.assertRaises(OSError):  # certificate not trusted
                     status("prom", self.PASSWORD, context=ssl.create_default_context())
                 with self.assertRaises(OSError):  # plain HTTP to the TLS port
