@@ -100,8 +100,9 @@ std::map<std::string, std::pair<std::string, std::string>> QueuedTasks(const jso
 
 // What the controller still knows of a finished task: "CANCELLED (Reason=None, ExitCode=0:15)".
 std::string SlurmState(const std::string& job_id, size_t cell) {
-  const auto [code, text] = Capture({"scontrol", "-o", "show", "job", job_id + "_" + std::to_string(cell)});
-  if (code != 0) return "";
+  const auto result = Capture({"scontrol", "-o", "show", "job", job_id + "_" + std::to_string(cell)});
+  if (result.first != 0) return "";
+  const std::string& text = result.second;
   auto field = [&](const std::string& key) {
     const auto at = text.find(" " + key + "=");
     if (at == std::string::npos) return std::string();
