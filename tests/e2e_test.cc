@@ -65,6 +65,30 @@ class EndToEnd : public ::testing::Test {
     std::ifstream in(dir_ / "out" / "results.json");
     return json::parse(in);
   }
+  // Starts `trainbench run CONFIG --out DIR/out` in the background, output
+  // to DIR/log; returns its pid.
+  pid_t StartRun(const std::string& config) {
+    const std::string command = (BinDir() / "trainbench").string() + " run " + config + " --out " +
+                                (dir_ / "out").string() + Plugins() + " > " + (dir_ / "log").string() + " 2>&1";
+    const pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    return pid;
+  }
+  // Waits (up to a minute) until results.json, written after each cell,
+  // shows the first cell finished ok.
+  bool WaitForFirstCell() const {
+    for (int i = 0; i < 1200; ++i) {
+      usleep(50000);
+      std::ifstream in(dir_ / "out" / "results.json");
+      if (!in) continue;
+      const json r = json::parse(in, nullptr, false);
+      if (!r.is_discarded() && r["cells"][0]["status"] == "ok") return true;
+    }
+    return false;
+  }
   fs::path dir_;
 };
 
@@ -210,25 +234,10 @@ training: {epochs: 50, batch_size: 50}
 measurement: {warmup_steps: 1, time_budget_seconds: 8}
 )");
   const std::string out = (dir_ / "out").string();
-  const std::string command = (BinDir() / "trainbench").string() + " run " + config + " --out " + out +
-                              Plugins() + " > " + (dir_ / "log").string() + " 2>&1";
-  const pid_t pid = fork();
+  const pid_t pid = StartRun(config);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  // Wait until the first cell finished (results.json is written after each
-  // cell), then give the second a moment to start training.
-  bool first_done = false;
-  for (int i = 0; i < 600 && !first_done; ++i) {
-    usleep(100000);
-    std::ifstream in(dir_ / "out" / "results.json");
-    if (!in) continue;
-    const json r = json::parse(in, nullptr, false);
-    first_done = !r.is_discarded() && r["cells"][0]["status"] == "ok";
-  }
-  ASSERT_TRUE(first_done);
+  // Wait until the first cell finished, then give the second a moment to start training.
+  ASSERT_TRUE(WaitForFirstCell());
   usleep(3000000);  // into resnet18's 8-second budget
   kill(pid, SIGTERM);
   int status = 0;
@@ -372,23 +381,9 @@ training: {epochs: 1, batch_size: 50}
 measurement: {warmup_steps: 1, max_steps: 30}
 )");
   const fs::path out = dir_ / "out";
-  const std::string command = (BinDir() / "trainbench").string() + " run " + config + " --out " + out.string() +
-                              Plugins() + " > " + (dir_ / "log").string() + " 2>&1";
-  const pid_t pid = fork();
+  const pid_t pid = StartRun(config);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  bool first_done = false;
-  for (int i = 0; i < 600 && !first_done; ++i) {
-    usleep(50000);
-    std::ifstream in(out / "results.json");
-    if (!in) continue;
-    const json r = json::parse(in, nullptr, false);
-    first_done = !r.is_discarded() && r["cells"][0]["status"] == "ok";
-  }
-  ASSERT_TRUE(first_done);
+  ASSERT_TRUE(WaitForFirstCell());
   fs::create_symlink("/dev/full", out / "results.json.tmp");
   int status = 0;
   waitpid(pid, &status, 0);

@@ -45,31 +45,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (ec) return self->Close();
       self->back_.async_connect(self->backend_, [self](const boost::system::error_code& ec2) {
         if (ec2) return self->Close();
-        self->FrontToBack();
-        self->BackToFront();
+        self->Relay(self->front_, self->back_, self->up_);
+        self->Relay(self->back_, self->front_, self->down_);
       });
     });
   }
 
  private:
-  void FrontToBack() {
+  // Copies what `from` reads to `to`, until either side fails or closes.
+  template <typename From, typename To, typename Buffer>
+  void Relay(From& from, To& to, Buffer& buffer) {
     auto self = shared_from_this();
-    front_.async_read_some(asio::buffer(up_), [self](const boost::system::error_code& ec, size_t n) {
+    from.async_read_some(asio::buffer(buffer), [self, &from, &to, &buffer](const boost::system::error_code& ec, size_t n) {
       if (ec) return self->Close();
-      asio::async_write(self->back_, asio::buffer(self->up_, n), [self](const boost::system::error_code& ec2, size_t) {
+      asio::async_write(to, asio::buffer(buffer, n), [self, &from, &to, &buffer](const boost::system::error_code& ec2, size_t) {
         if (ec2) return self->Close();
-        self->FrontToBack();
-      });
-    });
-  }
-
-  void BackToFront() {
-    auto self = shared_from_this();
-    back_.async_read_some(asio::buffer(down_), [self](const boost::system::error_code& ec, size_t n) {
-      if (ec) return self->Close();
-      asio::async_write(self->front_, asio::buffer(self->down_, n), [self](const boost::system::error_code& ec2, size_t) {
-        if (ec2) return self->Close();
-        self->BackToFront();
+        self->Relay(from, to, buffer);
       });
     });
   }

@@ -6,13 +6,9 @@
 # and results. Also checks that a bad experiment built in code is a one-line
 # error naming the key.
 #   embed_test.sh SOURCE_DIR BUILD_DIR DATA_DIR
-set -euo pipefail
-SRC=$1; BUILD=$2; DATA=$3
-TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
-cmake --install "$BUILD" --prefix "$TMP/prefix" > "$TMP/install.log"
-cmake -S "$SRC/examples/embed_engine" -B "$TMP/example" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$TMP/prefix" > "$TMP/configure.log" 2>&1 || { cat "$TMP/configure.log"; exit 1; }
-cmake --build "$TMP/example" > "$TMP/build.log" 2>&1 || { cat "$TMP/build.log"; exit 1; }
+DATA=$3
+source "$(dirname "$0")/lib.sh" "$1" "$2"
+build_against_install "$SRC/examples/embed_engine" "$TMP/example"
 if ldd "$TMP/example/embed_engine" | grep -q torch; then
   echo "the embedding program links LibTorch:"; ldd "$TMP/example/embed_engine"; exit 1
 fi
@@ -61,8 +57,7 @@ find_package(trainbench REQUIRED COMPONENTS engine)
 add_executable(bad main.cc)
 target_link_libraries(bad PRIVATE trainbench::engine)
 CM
-cmake -S "$TMP/bad" -B "$TMP/bad/build" -DCMAKE_PREFIX_PATH="$TMP/prefix" > /dev/null 2>&1
-cmake --build "$TMP/bad/build" > "$TMP/bad.log" 2>&1 || { cat "$TMP/bad.log"; exit 1; }
+build_against_install "$TMP/bad" "$TMP/bad/build"
 "$TMP/bad/build/bad" > "$TMP/bad.txt" 2>/dev/null
 cat "$TMP/bad.txt"
 [ "$(wc -l < "$TMP/bad.txt")" -eq 1 ]

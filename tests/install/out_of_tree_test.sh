@@ -4,13 +4,9 @@
 # .so into a plugin folder and runs an experiment with it from the installed
 # copy, with no rebuild of the host. Checks VGG-11's published parameter count.
 #   out_of_tree_test.sh SOURCE_DIR BUILD_DIR DATA_DIR
-set -euo pipefail
-SRC=$1; BUILD=$2; DATA=$3
-TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
-cmake --install "$BUILD" --prefix "$TMP/prefix" > "$TMP/install.log"
-cmake -S "$SRC/examples/vgg11_plugin" -B "$TMP/example" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$TMP/prefix" > "$TMP/configure.log" 2>&1 || { cat "$TMP/configure.log"; exit 1; }
-cmake --build "$TMP/example" > "$TMP/build.log" 2>&1 || { cat "$TMP/build.log"; exit 1; }
+DATA=$3
+source "$(dirname "$0")/lib.sh" "$1" "$2"
+build_against_install "$SRC/examples/vgg11_plugin" "$TMP/example"
 mkdir -m 0755 "$TMP/plugins"
 cp "$TMP/example/libtrainbench_vgg11.so" "$TMP/plugins/"
 # The installed host finds its own plugins with no flags, and the new one in the folder.
