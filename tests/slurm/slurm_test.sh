@@ -7,9 +7,9 @@
 #     ones failed with Slurm's reason;
 #  3. a resubmission runs only the missing cells; gathered again, every cell
 #     is ok and the speedups are computed across tasks.
-#   slurm_test.sh BUILD_DIR DATA_DIR
+#   slurm_test.sh BUILD_DIR DATA_DIR [METRICS]   (METRICS: ON unless the build has no exporter)
 set -euo pipefail
-BUILD=$1; DATA=$2
+BUILD=$1; DATA=$2; METRICS=${3:-ON}
 for tool in slurmctld slurmd munged sbatch; do
   command -v "$tool" > /dev/null || [ -x "/usr/sbin/$tool" ] || { echo "skipped: $tool not installed (Debian: slurmctld slurmd slurm-client munge)"; exit 77; }
 done
@@ -64,20 +64,25 @@ assert cells[0]["slurm"] == {"job_id": job, "array_task_id": 0}, cells[0]
 PY
 
 # The resubmitted tasks serve /metrics on free ports and announce themselves
-# with Prometheus file_sd target files, found here as Prometheus would.
-"$TB" slurm submit "$TMP/exp.yaml" --out "$OUT" --metrics-file-sd "$TMP/targets" > "$TMP/submit2.log" 2>&1 \
+# with Prometheus file_sd target files, found here as Prometheus would (in a
+# build with the exporter).
+SD_ARGS=(); [ "$METRICS" = ON ] && SD_ARGS=(--metrics-file-sd "$TMP/targets")
+mkdir -p "$TMP/targets"
+"$TB" slurm submit "$TMP/exp.yaml" --out "$OUT" "${SD_ARGS[@]}" > "$TMP/submit2.log" 2>&1 \
   || { cat "$TMP/submit2.log"; fail "resubmission"; }
-found=""
-for _ in $(seq 1 120); do
-  for f in "$TMP"/targets/*.json; do
-    [ -f "$f" ] || continue
-    target=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))[0]; assert t["labels"]["slurm_job_id"]; print(t["targets"][0].replace(t["labels"]["host"], "127.0.0.1"))' "$f") || continue
-    if curl -sf "http://$target/metrics" | grep -q '^trainbench_info{'; then found=$target; break 2; fi
+if [ "$METRICS" = ON ]; then
+  found=""
+  for _ in $(seq 1 240); do
+    for f in "$TMP"/targets/*.json; do
+      [ -f "$f" ] || continue
+      target=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))[0]; assert t["labels"]["slurm_job_id"]; print(t["targets"][0].replace(t["labels"]["host"], "127.0.0.1"))' "$f") || continue
+      if curl -sf "http://$target/metrics" | grep -q '^trainbench_info{'; then found=$target; break 2; fi
+    done
+    sleep 0.25
   done
-  sleep 0.25
-done
-[ -n "$found" ] || fail "no task's /metrics found through $TMP/targets"
-echo "a running task's metrics answered at $found (file_sd target)"
+  [ -n "$found" ] || fail "no task's /metrics found through $TMP/targets"
+  echo "a running task's metrics answered at $found (file_sd target)"
+fi
 "$TB" slurm gather "$TMP/exp.yaml" --out "$OUT" --wait >> "$TMP/submit2.log" 2>&1 || { cat "$TMP/submit2.log"; fail "gather 2"; }
 cat "$TMP/submit2.log"
 [ -z "$(ls -A "$TMP/targets")" ] || fail "target files left behind: $(ls "$TMP/targets")"
