@@ -197,8 +197,11 @@ SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, co
     argv.push_back(script_file.string());
     const auto [code, text] = Capture(argv);
     if (code != 0) {
-      throw EngineError("sbatch " + script_file.string() + " failed (exit " + std::to_string(code) +
-                            "): " + Trim(text).substr(0, 500) + (code == 127 ? " (is Slurm installed?)" : ""),
+      std::string said = Trim(text).substr(0, 500);
+      for (auto& c : said)
+        if (c == '\n') c = ' ';  // one line
+      throw EngineError("sbatch " + script_file.string() + " failed (exit " + std::to_string(code) + "): " + said +
+                            (code == 127 ? " (is Slurm installed?)" : ""),
                         kExitError);
     }
     // --parsable prints "JOBID" or "JOBID;CLUSTER" (after any warnings).
