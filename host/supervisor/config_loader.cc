@@ -338,12 +338,13 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
   }
   if (const YAML::Node m = root["metrics"]) {
     v.Keys(m, "metrics", {"address", "linger_seconds", "basic_auth", "tls"});
+    // Files named here are relative to the config's folder.
+    auto resolve = [&](const std::string& f) {
+      return fs::path(f).is_relative() ? (fs::path(base_dir) / f).string() : f;
+    };
     if (const YAML::Node t = m["tls"]) {
       v.Keys(t, "metrics.tls", {"cert_file", "key_file"});
       if (!t["cert_file"] || !t["key_file"]) v.Fail(t, "metrics.tls", "needs both cert_file and key_file (PEM)");
-      auto resolve = [&](const std::string& f) {
-        return fs::path(f).is_relative() ? (fs::path(base_dir) / f).string() : f;
-      };
       e.metrics.tls_cert_file = resolve(v.String(t["cert_file"], "metrics.tls.cert_file"));
       e.metrics.tls_key_file = resolve(v.String(t["key_file"], "metrics.tls.key_file"));
     }
@@ -353,9 +354,7 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
       if (!a["username"] || !a["password_file"])
         v.Fail(a, "metrics.basic_auth", "needs both username and password_file (the password itself never goes in a config)");
       e.metrics.username = v.String(a["username"], "metrics.basic_auth.username");
-      e.metrics.password_file = v.String(a["password_file"], "metrics.basic_auth.password_file");
-      if (fs::path(e.metrics.password_file).is_relative())
-        e.metrics.password_file = (fs::path(base_dir) / e.metrics.password_file).string();
+      e.metrics.password_file = resolve(v.String(a["password_file"], "metrics.basic_auth.password_file"));
     }
 
     if (m["linger_seconds"]) e.metrics.linger_seconds = v.Float(m["linger_seconds"], "metrics.linger_seconds", 0, 86400);

@@ -5,7 +5,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 
 #include <spdlog/spdlog.h>
 
@@ -225,11 +224,7 @@ CellResult ToCellResult(const json& cell) {
   r.reason = cell.value("reason", "");
   if (cell.contains("samples_per_second") && cell["samples_per_second"].is_number())
     r.samples_per_second = cell["samples_per_second"].get<double>();
-  if (cell.contains("epoch_seconds") && cell["epoch_seconds"].is_array() && !cell["epoch_seconds"].empty()) {
-    std::vector<double> epochs = cell["epoch_seconds"].get<std::vector<double>>();
-    std::sort(epochs.begin(), epochs.end());
-    r.median_epoch_seconds = epochs[epochs.size() / 2];
-  }
+  r.median_epoch_seconds = MedianEpochSeconds(cell);
   if (cell.contains("test_accuracy") && cell["test_accuracy"].is_array() && !cell["test_accuracy"].empty() &&
       cell["test_accuracy"].back().is_number())
     r.test_accuracy = cell["test_accuracy"].back().get<double>();
@@ -306,6 +301,14 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
     throw EngineError("a metrics user needs a password file (passwords are never given on the command line)",
                       kExitConfig);
   }
+  const size_t total = experiment.models.size() * experiment.devices.size();
+  for (size_t c : options.cells) {
+    if (c >= total) {
+      throw EngineError("cell " + std::to_string(c) + " does not exist: the experiment has " + std::to_string(total) +
+                            " cells (0-" + std::to_string(total - 1) + ")",
+                        kExitConfig);
+    }
+  }
 
   CallbackObserver callback(on_event);
   std::vector<RunObserver*> observers{&callback};
@@ -348,18 +351,8 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
   } catch (const std::exception& e) {
     throw EngineError(e.what(), kExitError);
   }
-  spdlog::info("experiment '{}': {} cell(s), results in {}", experiment.name,
-               experiment.models.size() * experiment.devices.size(), options.out_dir.string());
+  spdlog::info("experiment '{}': {} cell(s), results in {}", experiment.name, total, options.out_dir.string());
 
-  RunSummary summary;
-  for (size_t c : options.cells) {
-    const size_t total = experiment.models.size() * experiment.devices.size();
-    if (c >= total) {
-      throw EngineError("cell " + std::to_string(c) + " does not exist: the experiment has " + std::to_string(total) +
-                            " cells (0-" + std::to_string(total - 1) + ")",
-                        kExitConfig);
-    }
-  }
   std::unique_ptr<FileSdTarget> target;
 #ifdef TRAINBENCH_WITH_PROMETHEUS
   if (metrics && !options.metrics_file_sd.empty() && !metrics->address().empty()) {
@@ -372,6 +365,7 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
   if (metrics) metrics->Finish();  // lingers unless the run was stopped
 #endif
   ClearStopRequest();  // a later Run starts afresh
+  RunSummary summary;
   summary.exit_code = outcome.exit_code;
   summary.results = std::move(outcome.results);
   summary.table = std::move(outcome.table);

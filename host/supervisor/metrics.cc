@@ -227,8 +227,6 @@ MetricsExporter::MetricsExporter(const MetricsOptions& options) : impl_(std::mak
   if (!options.address.empty()) impl_->options.address = NormaliseListenAddress(options.address);
   std::string password;
   if (!options.username.empty()) password = ReadPassword(options.password_file);
-  if (options.tls_cert_file.empty() != options.tls_key_file.empty())
-    throw std::runtime_error("TLS for /metrics needs both a certificate and a key file");
   // With TLS, civetweb serves plain HTTP on a loopback port and TlsFront
   // holds the public address (civetweb's own TLS cannot work with OpenSSL 3:
   // see tls_front.h).

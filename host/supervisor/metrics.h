@@ -18,7 +18,7 @@ struct MetricsOptions {
   std::string username;         ///< HTTP basic authentication user, or empty: none
   std::string password_file;    ///< file whose first line is the password
   std::string tls_cert_file;    ///< PEM certificate (chain): serve HTTPS; empty: HTTP
-  std::string tls_key_file;     ///< its PEM private key
+  std::string tls_key_file;     ///< its PEM private key (both or neither: checked by the engine)
 };
 
 /// Normalises "9464" / ":9464" to "127.0.0.1:9464"; throws

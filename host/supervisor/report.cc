@@ -1,4 +1,5 @@
 #include "report.h"
+#include "results.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -19,13 +20,6 @@ using nlohmann::json;
 
 namespace {
 
-double MedianEpoch(const json& cell) {
-  std::vector<double> e = cell.value("epoch_seconds", std::vector<double>{});
-  if (e.empty()) return 0;
-  std::sort(e.begin(), e.end());
-  return e[e.size() / 2];
-}
-
 struct Row {
   std::string run, model, device, status;
   double params = 0, sps = 0, epoch = 0, accuracy = -1;
@@ -44,7 +38,7 @@ std::vector<Row> Rows(const std::vector<LoadedResults>& runs) {
       row.status = c.value("status", "");
       row.params = c.value("params", 0.0);
       row.sps = c.value("samples_per_second", 0.0);
-      row.epoch = MedianEpoch(c);
+      row.epoch = MedianEpochSeconds(c);
       if (c.contains("test_accuracy") && !c["test_accuracy"].empty()) row.accuracy = c["test_accuracy"].back();
       row.projected = c.value("projected", false);
       row.speedup = c.value("speedup", json());

@@ -39,6 +39,20 @@ void WriteFileAtomically(const fs::path& path, const std::string& content) {
   if (ec) throw std::runtime_error(path.string() + ": cannot replace: " + ec.message());
 }
 
+json ReadJsonFile(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return json();
+  json doc = json::parse(in, nullptr, false);
+  return doc.is_discarded() ? json() : doc;
+}
+
+double MedianEpochSeconds(const json& cell) {
+  std::vector<double> e = cell.value("epoch_seconds", std::vector<double>{});
+  if (e.empty()) return 0;
+  std::sort(e.begin(), e.end());
+  return e[e.size() / 2];
+}
+
 Results::Results(fs::path out_dir, json experiment, json system, std::string baseline)
     : out_dir_(std::move(out_dir)), baseline_(std::move(baseline)) {
   doc_ = {{"format", "trainbench-results/1"},
@@ -133,12 +147,9 @@ std::string Results::Table() const {
     const bool ok = c.value("status", "") == "ok";
     std::string params = c.contains("params") ? fmt::format("{:.2f}M", c["params"].get<double>() / 1e6) : "-";
     std::string sps = ok ? fmt::format("{:.1f}", c.value("samples_per_second", 0.0)) : "-";
-    // The median epoch: the first includes warm-up (cuDNN autotuning on a GPU).
     std::string epoch = "-";
     if (ok && !c["epoch_seconds"].empty()) {
-      std::vector<double> e = c["epoch_seconds"].get<std::vector<double>>();
-      std::sort(e.begin(), e.end());
-      epoch = fmt::format("{:.2f} s{}", e[e.size() / 2], c.value("projected", false) ? "*" : "");
+      epoch = fmt::format("{:.2f} s{}", MedianEpochSeconds(c), c.value("projected", false) ? "*" : "");
     }
     std::string acc = ok && !c["test_accuracy"].empty()
                           ? fmt::format("{:.1f}%", 100.0 * c["test_accuracy"].back().get<double>())

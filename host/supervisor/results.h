@@ -14,6 +14,14 @@ namespace trainbench {
 /// std::runtime_error naming the file on failure (disk full, no permission).
 void WriteFileAtomically(const std::filesystem::path& path, const std::string& content);
 
+/// The JSON document in `path`, or null when it is missing or not JSON.
+nlohmann::json ReadJsonFile(const std::filesystem::path& path);
+
+/// A results.json cell's median epoch time (its `epoch_seconds`), or 0 when
+/// it has none. The median, because the first epoch includes warm-up such
+/// as cuDNN's autotuning.
+double MedianEpochSeconds(const nlohmann::json& cell);
+
 /// The results document of one run. Not thread-safe.
 class Results {
  public:

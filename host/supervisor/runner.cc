@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <csignal>
-#include <fstream>
 
 #include <spdlog/spdlog.h>
 
@@ -43,28 +42,26 @@ json CellSpecJson(const Experiment& e, const PluginUse& model, const PluginUse& 
 // The worker launches of one attempt: one, or one per rank of a
 // data-parallel cell (rank 0 writes `log`, rank r LOG-rankR.log).
 std::vector<WorkerLaunch> Launches(const json& spec, const fs::path& log) {
-  const int64_t ranks = spec["device"].value("ranks", int64_t{1});
-  if (ranks <= 1) {
-    json one = spec;
-    const auto& gpus = spec["device"]["gpus"];
-    if (gpus.is_array() && !gpus.empty()) one["device"]["options"]["device_index"] = gpus[0];
-    return {WorkerLaunch{{"run"}, one.dump(), log, {}}};
-  }
-  const int port = FreeTcpPort();
+  const int64_t ranks = std::max<int64_t>(spec["device"].value("ranks", int64_t{1}), 1);
+  const json& gpus = spec["device"]["gpus"];  // rank r's device_index, when listed
+  const int port = ranks > 1 ? FreeTcpPort() : 0;
   std::vector<WorkerLaunch> launches;
   for (int64_t r = 0; r < ranks; ++r) {
+    WorkerLaunch launch{{"run"}, "", log, {}};
     json rank_spec = spec;
-    rank_spec["distributed"] = {{"rank", r}, {"world_size", ranks}, {"store_host", "127.0.0.1"}, {"store_port", port}};
-    const auto& gpus = spec["device"]["gpus"];
     if (gpus.is_array() && static_cast<int64_t>(gpus.size()) == ranks)
       rank_spec["device"]["options"]["device_index"] = gpus[r];
-    fs::path rank_log = log;
-    if (r > 0) rank_log.replace_filename(log.stem().string() + "-rank" + std::to_string(r) + log.extension().string());
-    // NVLink multicast (NVLS) stays off: see docs/architecture.md.
-    launches.push_back(WorkerLaunch{{"run"}, rank_spec.dump(), rank_log,
-                                    {{"NCCL_NVLS_ENABLE", "0"},
-                                     {"TRAINBENCH_RANK", std::to_string(r)},
-                                     {"TRAINBENCH_WORLD_SIZE", std::to_string(ranks)}}});
+    if (ranks > 1) {
+      rank_spec["distributed"] = {{"rank", r}, {"world_size", ranks}, {"store_host", "127.0.0.1"}, {"store_port", port}};
+      if (r > 0)
+        launch.stderr_log.replace_filename(log.stem().string() + "-rank" + std::to_string(r) + log.extension().string());
+      // NVLink multicast (NVLS) stays off: see docs/architecture.md.
+      launch.env = {{"NCCL_NVLS_ENABLE", "0"},
+                    {"TRAINBENCH_RANK", std::to_string(r)},
+                    {"TRAINBENCH_WORLD_SIZE", std::to_string(ranks)}};
+    }
+    launch.stdin_text = rank_spec.dump();
+    launches.push_back(std::move(launch));
   }
   return launches;
 }
@@ -194,13 +191,10 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
   // Finished cells of an earlier run into the same folder, by configuration.
   std::vector<json> earlier;
   if (resume) {
-    std::ifstream in(out_dir / "results.json");
-    if (in) {
-      json previous = json::parse(in, nullptr, false);
-      if (!previous.is_discarded() && previous.contains("cells")) {
-        for (const auto& c : previous["cells"])
-          if (c.value("status", "") == "ok" && c.contains("config")) earlier.push_back(c);
-      }
+    const json previous = ReadJsonFile(out_dir / "results.json");
+    if (previous.is_object() && previous.contains("cells")) {
+      for (const auto& c : previous["cells"])
+        if (c.value("status", "") == "ok" && c.contains("config")) earlier.push_back(c);
     }
     spdlog::info("--resume: {} finished cell(s) in {}", earlier.size(), (out_dir / "results.json").string());
   }

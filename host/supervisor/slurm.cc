@@ -7,9 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
-#include <set>
 #include <sstream>
 #include <thread>
 
@@ -55,27 +53,20 @@ std::string Trim(std::string s) {
   return s;
 }
 
-fs::path TaskResults(const fs::path& out_dir, size_t cell) {
-  return out_dir / "tasks" / fmt::format("cell-{}", cell) / "results.json";
-}
-
-json ReadJson(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) return json();
-  json doc = json::parse(in, nullptr, false);
-  return doc.is_discarded() ? json() : doc;
-}
-
 // The jobs submitted for this output folder, oldest first:
 // [{job_id, cells: [...], gpus, script}].
 json ReadJobs(const fs::path& out_dir) {
-  json jobs = ReadJson(out_dir / "slurm" / "jobs.json");
+  json jobs = ReadJsonFile(out_dir / "slurm" / "jobs.json");
   return jobs.is_array() ? jobs : json::array();
 }
 
-// The cell's own entry in its task's results, or null.
-json TaskCell(const fs::path& out_dir, size_t cell) {
-  const json doc = ReadJson(TaskResults(out_dir, cell));
+// The results.json of the task that ran `cell`, or null.
+json TaskResults(const fs::path& out_dir, size_t cell) {
+  return ReadJsonFile(out_dir / "tasks" / fmt::format("cell-{}", cell) / "results.json");
+}
+
+// The cell's own entry in its task's results (`doc`), or null.
+json TaskCell(const json& doc, size_t cell) {
   if (!doc.is_object() || !doc.contains("cells") || doc["cells"].size() <= cell) return json();
   return doc["cells"][cell];
 }
@@ -151,7 +142,7 @@ SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, co
   std::map<int64_t, std::vector<size_t>> by_gpus;
   const auto cells = Cells(e);
   for (size_t i = 0; i < cells.size(); ++i) {
-    const json done = TaskCell(out, i);
+    const json done = TaskCell(TaskResults(out, i), i);
     if (done.is_object() && done.value("status", "") == "ok") continue;
     const json job = JobOf(jobs, i);
     if (job.is_object() && queued.count(job.value("job_id", "") + "_" + std::to_string(i))) {
@@ -232,16 +223,18 @@ SlurmGathered SlurmGather(const ExperimentPlan& plan, const fs::path& out_dir) {
   const auto queued = QueuedTasks(jobs);
   const auto cells = Cells(e);
 
+  // Each task's results, read once; the system block is the first task's.
+  std::vector<json> docs;
   json system;
-  for (size_t i = 0; i < cells.size() && system.is_null(); ++i) {
-    const json doc = ReadJson(TaskResults(out, i));
-    if (doc.is_object() && doc.contains("system")) system = doc["system"];
+  for (size_t i = 0; i < cells.size(); ++i) {
+    docs.push_back(TaskResults(out, i));
+    if (system.is_null() && docs.back().is_object() && docs.back().contains("system")) system = docs.back()["system"];
   }
   Results results(out, e.ToJson(), system.is_null() ? json::object() : system, e.measurement.baseline);
   SlurmGathered gathered;
   for (size_t i = 0; i < cells.size(); ++i) {
     const auto& [model, device] = cells[i];
-    json cell = TaskCell(out, i);
+    json cell = TaskCell(docs[i], i);
     const json job = JobOf(jobs, i);
     const std::string job_id = job.is_object() ? job.value("job_id", "") : "";
     const std::string task = job_id + "_" + std::to_string(i);

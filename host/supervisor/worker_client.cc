@@ -98,10 +98,6 @@ void MakePipe(Fd& read_end, Fd& write_end) {
   write_end.fd = fds[1];
 }
 
-}  // namespace
-
-namespace {
-
 // One started worker: its pid and the read end of its stdout.
 struct Started {
   pid_t pid = 0;
@@ -209,7 +205,6 @@ std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches,
   }
 
   std::vector<WorkerExit> exits(workers.size());
-  std::vector<bool> reaped(workers.size(), false);
   bool timed_out = false;
   size_t open = workers.size();
   char chunk[65536];
