@@ -24,6 +24,30 @@ def get(url, timeout=5):
         return r.read().decode()
 
 
+def write_small_experiment(folder, name, max_steps, extra=""):
+    """One SimpleCNN cell on the CPU, as FOLDER/exp.yaml; returns its path."""
+    path = os.path.join(folder, "exp.yaml")
+    with open(path, "w") as f:
+        f.write(f"""name: {name}
+dataset: {{kind: cifar10, path: {DATA}}}
+models: [simple_cnn]
+devices: [cpu]
+measurement: {{warmup_steps: 1, max_steps: {max_steps}}}
+{extra}""")
+    return path
+
+
+def wait_until_answers(call, seconds=30):
+    """Calls `call` until it stops raising OSError (a server coming up)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            call()
+            return
+        except OSError:
+            time.sleep(0.3)
+
+
 class PrometheusScrapesTrainbench(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -193,14 +217,8 @@ class PrometheusScrapesWithCredentials(unittest.TestCase):
                                 "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
                                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 tls_yaml = ", tls: {cert_file: cert.pem, key_file: key.pem}"
-            with open(os.path.join(tmp, "exp.yaml"), "w") as f:
-                f.write(f"""name: authtest
-dataset: {{kind: cifar10, path: {DATA}}}
-models: [simple_cnn]
-devices: [cpu]
-measurement: {{warmup_steps: 1, max_steps: 20}}
-metrics: {{basic_auth: {{username: prom, password_file: password}}{tls_yaml}}}
-""")
+            write_small_experiment(tmp, "authtest", 20,
+                                   f"metrics: {{basic_auth: {{username: prom, password_file: password}}{tls_yaml}}}\n")
             log = open(os.path.join(tmp, "trainbench.log"), "w")
             run = subprocess.Popen([os.path.join(BIN, "trainbench"), "run", os.path.join(tmp, "exp.yaml"),
                                     "--out", os.path.join(tmp, "out"), "--metrics-addr", f"127.0.0.1:{port}",
@@ -220,13 +238,7 @@ metrics: {{basic_auth: {{username: prom, password_file: password}}{tls_yaml}}}
                 except urllib.error.HTTPError as e:
                     return e.code
 
-            deadline = time.time() + 30
-            while time.time() < deadline:
-                try:
-                    status()
-                    break
-                except OSError:
-                    time.sleep(0.3)
+            wait_until_answers(status)
             self.assertEqual(status(), 401)
             self.assertEqual(status("prom", "wrong"), 401)
             self.assertEqual(status("someone", self.PASSWORD), 401)
@@ -294,20 +306,8 @@ class PushgatewayReceivesTheFinalValues(unittest.TestCase):
         gateway = subprocess.Popen(["prometheus-pushgateway", f"--web.listen-address=127.0.0.1:{port}"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            deadline = time.time() + 30
-            while time.time() < deadline:
-                try:
-                    get(f"http://127.0.0.1:{port}/metrics")
-                    break
-                except OSError:
-                    time.sleep(0.3)
-            with open(os.path.join(tmp, "exp.yaml"), "w") as f:
-                f.write(f"""name: pushtest
-dataset: {{kind: cifar10, path: {DATA}}}
-models: [simple_cnn]
-devices: [cpu]
-measurement: {{warmup_steps: 1, max_steps: 5}}
-""")
+            wait_until_answers(lambda: get(f"http://127.0.0.1:{port}/metrics"))
+            write_small_experiment(tmp, "pushtest", 5)
             r = subprocess.run([os.path.join(BIN, "trainbench"), "run", os.path.join(tmp, "exp.yaml"), "--out",
                                 os.path.join(tmp, "out"), "--metrics-push", f"http://127.0.0.1:{port}"],
                                capture_output=True, text=True, timeout=120)
