@@ -9,11 +9,14 @@
 DATA=$3
 source "$(dirname "$0")/lib.sh" "$1" "$2"
 build_against_install "$SRC/examples/embed_engine" "$TMP/example"
-if ldd "$TMP/example/embed_engine" | grep -q torch; then
-  echo "the embedding program links LibTorch:"; ldd "$TMP/example/embed_engine"; exit 1
+# ldd's output is kept first: `ldd | grep -q` under pipefail fails at random
+# when grep stops reading early and ldd dies of SIGPIPE.
+LINKED=$(ldd "$TMP/example/embed_engine")
+if grep -q torch <<< "$LINKED"; then
+  echo "the embedding program links LibTorch:"; echo "$LINKED"; exit 1
 fi
-ldd "$TMP/example/embed_engine" | grep -q "$TMP/prefix/lib.*/libtrainbench.so.1" \
-  || { echo "not linked to the installed libtrainbench.so.1:"; ldd "$TMP/example/embed_engine"; exit 1; }
+grep -q "$TMP/prefix/lib.*/libtrainbench.so.1" <<< "$LINKED" \
+  || { echo "not linked to the installed libtrainbench.so.1:"; echo "$LINKED"; exit 1; }
 "$TMP/example/embed_engine" "$DATA" "$TMP/out" > "$TMP/run.log" 2> "$TMP/stderr.log" \
   || { cat "$TMP/run.log" "$TMP/stderr.log"; exit 1; }
 cat "$TMP/run.log"

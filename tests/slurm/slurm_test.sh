@@ -35,7 +35,9 @@ OUT=$TMP/out
 fail() { echo "FAIL: $*"; for f in "$OUT"/slurm/task-*.out; do echo "== $f"; tail -5 "$f"; done; exit 1; }
 wait_state() {  # TASK STATE
   for _ in $(seq 1 120); do
-    squeue -h -r -o '%i %T' | grep -qx "$1 $2" && return 0
+    # Output kept first: `| grep -q` under pipefail can fail when the writer gets SIGPIPE.
+    queue=$(squeue -h -r -o '%i %T')
+    grep -qx "$1 $2" <<< "$queue" && return 0
     sleep 0.5
   done
   fail "task $1 never reached $2: $(squeue -r)"
@@ -76,7 +78,8 @@ if [ "$METRICS" = ON ]; then
     for f in "$TMP"/targets/*.json; do
       [ -f "$f" ] || continue
       target=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))[0]; assert t["labels"]["slurm_job_id"]; print(t["targets"][0].replace(t["labels"]["host"], "127.0.0.1"))' "$f") || continue
-      if curl -sf "http://$target/metrics" | grep -q '^trainbench_info{'; then found=$target; break 2; fi
+      page=$(curl -sf "http://$target/metrics") || continue
+      if grep -q '^trainbench_info{' <<< "$page"; then found=$target; break 2; fi
     done
     sleep 0.25
   done
