@@ -129,7 +129,7 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
       use.options_node = YAML::Node(YAML::NodeType::Map);
     } else {
       std::vector<std::string> keys = {"plugin", "label", "options"};
-      if (device) keys.insert(keys.end(), {"max_steps", "time_budget_seconds", "gpus", "processes"});
+      if (device) keys.insert(keys.end(), {"max_steps", "time_budget_seconds", "gpus", "processes", "sync_batchnorm"});
       v.Keys(item, item_path, keys);
       if (!item["plugin"]) v.Fail(item, item_path, "missing key 'plugin' (the plugin's name)");
       use.plugin = v.String(item["plugin"], item_path + ".plugin");
@@ -161,6 +161,8 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
       } else if (!Absent(processes)) {
         use.ranks = v.Int(processes, item_path + ".processes", 1, 1024);
       }
+      if (!Absent(item["sync_batchnorm"]))
+        use.sync_batchnorm = v.Bool(item["sync_batchnorm"], item_path + ".sync_batchnorm");
     }
     if (use.label.empty()) use.label = use.plugin;
     if (!labels.insert(use.label).second) {
@@ -538,6 +540,7 @@ nlohmann::json Experiment::ToJson() const {
       if (u.ranks > 1 || !u.device_indices.empty()) {
         j["ranks"] = u.ranks;
         if (!u.device_indices.empty()) j["gpus"] = u.device_indices;
+        if (u.ranks > 1) j["sync_batchnorm"] = u.sync_batchnorm;
       }
       out.push_back(j);
     }

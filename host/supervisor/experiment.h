@@ -29,6 +29,8 @@ struct PluginUse {
   // as its device_index when the list is not empty.
   int64_t ranks = 1;
   std::vector<int64_t> device_indices;
+  // `sync_batchnorm: true`: batch normalisation over the combined batch.
+  bool sync_batchnorm = false;
 };
 
 struct DatasetSpec {

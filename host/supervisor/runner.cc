@@ -23,7 +23,7 @@ json CellSpecJson(const Experiment& e, const PluginUse& model, const PluginUse& 
   const auto max_steps = device.max_steps ? device.max_steps : e.measurement.max_steps;
   const auto budget = device.time_budget_seconds ? device.time_budget_seconds : e.measurement.time_budget_seconds;
   const json resolved = e.ToJson();  // dataset and training exactly as recorded in results.json
-  return {{"experiment", e.name},
+  json spec = {{"experiment", e.name},
           {"cell_index", index},
           {"seed", e.seed},
           {"model", {{"name", model.plugin}, {"path", model.path}, {"options", model.options}}},
@@ -37,6 +37,8 @@ json CellSpecJson(const Experiment& e, const PluginUse& model, const PluginUse& 
             {"time_budget_seconds", opt(budget)},
             {"progress_interval_seconds", e.measurement.progress_interval_seconds},
             {"eval_batch_size", e.measurement.eval_batch_size}}}};
+  if (device.ranks > 1) spec["device"]["sync_batchnorm"] = device.sync_batchnorm;
+  return spec;
 }
 
 // The worker launches of one attempt: one, or one per rank of a
@@ -52,7 +54,8 @@ std::vector<WorkerLaunch> Launches(const json& spec, const fs::path& log) {
     if (gpus.is_array() && static_cast<int64_t>(gpus.size()) == ranks)
       rank_spec["device"]["options"]["device_index"] = gpus[r];
     if (ranks > 1) {
-      rank_spec["distributed"] = {{"rank", r}, {"world_size", ranks}, {"store_host", "127.0.0.1"}, {"store_port", port}};
+      rank_spec["distributed"] = {{"rank", r}, {"world_size", ranks}, {"store_host", "127.0.0.1"}, {"store_port", port},
+                                  {"sync_batchnorm", spec["device"].value("sync_batchnorm", false)}};
       if (r > 0)
         launch.stderr_log.replace_filename(log.stem().string() + "-rank" + std::to_string(r) + log.extension().string());
       // NVLink multicast (NVLS) stays off: see docs/architecture.md.

@@ -52,6 +52,7 @@ CellSpec CellSpec::FromJson(const nlohmann::json& j) {
     d.store_host = it->value("store_host", d.store_host);
     d.store_port = it->at("store_port").get<int>();
     d.timeout_seconds = it->value("timeout_seconds", d.timeout_seconds);
+    d.sync_batchnorm = it->value("sync_batchnorm", false);
     s.distributed = d;
   }
   return s;

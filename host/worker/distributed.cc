@@ -47,6 +47,13 @@ class GroupCollective : public Collective {
     std::map<c10::ScalarType, std::vector<torch::Tensor>> by_type;
     for (const auto& t : tensors) by_type[t.scalar_type()].push_back(t);
     for (auto& [type, group] : by_type) {
+      if (group.size() == 1 && group[0].is_contiguous()) {
+        // One tensor: reduced where it is.
+        std::vector<torch::Tensor> one{group[0]};
+        group_->allreduce(one)->wait();
+        if (scale != 1.0) one[0].mul_(scale);
+        continue;
+      }
       std::vector<torch::Tensor> flat_parts;
       for (const auto& t : group) flat_parts.push_back(t.reshape({-1}));
       std::vector<torch::Tensor> buffer{torch::cat(flat_parts)};

@@ -12,6 +12,8 @@
 
 #include <torch/types.h>
 
+#include "trainbench/sdk/batch_norm.h"
+
 namespace trainbench::worker {
 
 struct DistributedSpec {
@@ -20,6 +22,8 @@ struct DistributedSpec {
   std::string store_host = "127.0.0.1";
   int store_port = 0;
   double timeout_seconds = 600;
+  /// Batch normalisation over the combined batch (sdk::BatchNorm2d layers).
+  bool sync_batchnorm = false;
 };
 
 /// Collectives over the ranks of one cell. All calls are collective: every
@@ -36,6 +40,18 @@ class Collective {
   virtual void AllReduceSum(const std::vector<torch::Tensor>& tensors, double scale = 1.0) = 0;
   /// Copies rank 0's `tensors` into every rank's, in place.
   virtual void Broadcast(const std::vector<torch::Tensor>& tensors) = 0;
+};
+
+/// The SDK's cross-rank sum (for sdk::BatchNorm2d) over a Collective.
+class CollectiveSum : public sdk::CrossRankSum {
+ public:
+  explicit CollectiveSum(Collective& collective) : collective_(collective) {}
+  void SumInPlace(torch::Tensor& t) override { collective_.AllReduceSum({t}); }
+  int Rank() const noexcept override { return collective_.rank(); }
+  int WorldSize() const noexcept override { return collective_.world_size(); }
+
+ private:
+  Collective& collective_;
 };
 
 /// Which backends this worker was built with ("nccl", "gloo"), for messages.

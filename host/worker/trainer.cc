@@ -122,6 +122,15 @@ class CellRun {
       collective_->Broadcast(module.parameters());
       collective_->Broadcast(module.buffers());
     }
+    if (collective_ && s_.distributed->sync_batchnorm) {
+      if (model_plugin.descriptor->abi_minor < 1) {
+        throw CellError("sync_batchnorm: model plugin '" + s_.model.name + "' was built against SDK ABI 1." +
+                        std::to_string(model_plugin.descriptor->abi_minor) +
+                        ", which cannot synchronise batch normalisation; rebuild it against SDK 1.1 or newer");
+      }
+      cross_rank_sum_ = std::make_unique<CollectiveSum>(*collective_);
+      Check(model_->SyncBatchNorm(cross_rank_sum_.get()), "sync_batchnorm: model '" + s_.model.name + "'");
+    }
     optimizer_ = MakeOptimizer(s_, module.parameters());
 
     const int64_t steps_per_epoch = train_->size() / s_.batch_size;
@@ -157,7 +166,7 @@ class CellRun {
     }
     double total = 0;
     for (double e : epoch_seconds) total += e;
-    sink_.Emit({{"event", "result"},
+    json result = {{"event", "result"},
                 {"params", params},
                 {"flops_per_sample", flops},
                 {"samples_per_second", sps},
@@ -176,7 +185,9 @@ class CellRun {
                 {"ranks", world_},
                 {"rank", rank_},
                 {"backend", collective_ ? collective_->backend() : std::string()},
-                {"hardware", json::parse(device_->DescribeJson(), nullptr, false)}});
+                {"hardware", json::parse(device_->DescribeJson(), nullptr, false)}};
+    if (collective_) result["sync_batchnorm"] = cross_rank_sum_ != nullptr;
+    sink_.Emit(result);
     return 0;
   }
 
@@ -414,6 +425,7 @@ class CellRun {
   std::unique_ptr<StepTimer> timer_;
   std::unique_ptr<GraphedStep> graphed_;
   std::unique_ptr<Collective> collective_;  // data parallel; null when alone
+  std::unique_ptr<CollectiveSum> cross_rank_sum_;  // sync_batchnorm; null otherwise
   int world_ = 1, rank_ = 0;
   int64_t local_batch_ = 0;  // samples per step on this rank
   torch::Tensor order_, batches_, cursor_, loss_sum_;

@@ -15,7 +15,7 @@ namespace {
 
 using sdk::CountedConv2d;
 using sdk::CountedLinear;
-using torch::nn::BatchNorm2d;
+using sdk::BatchNorm2d;  // torch::nn::BatchNorm2d that can normalise across ranks
 using torch::nn::Conv2dOptions;
 
 CountedConv2d Conv3x3(int64_t in, int64_t out, int64_t stride) {
@@ -108,7 +108,7 @@ class ResNetImpl : public torch::nn::Module {
     for (auto& m : modules(/*include_self=*/false)) {
       if (auto* conv = m->as<torch::nn::Conv2dImpl>()) {
         torch::nn::init::kaiming_normal_(conv->weight, 0.0, torch::kFanOut, torch::kReLU);
-      } else if (auto* bn = m->as<torch::nn::BatchNorm2dImpl>()) {
+      } else if (auto* bn = m->as<sdk::BatchNorm2dImpl>()) {
         torch::nn::init::ones_(bn->weight);
         torch::nn::init::zeros_(bn->bias);
       }

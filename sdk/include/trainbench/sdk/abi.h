@@ -21,7 +21,8 @@
 /// ABI major version of this SDK. Host and plugin must agree exactly.
 #define TRAINBENCH_SDK_ABI_MAJOR 1
 /// ABI minor version of this SDK. A plugin's minor must be <= the host's.
-#define TRAINBENCH_SDK_ABI_MINOR 0
+/// 1.1 appended Model::SyncBatchNorm() (called only on plugins of 1.1+).
+#define TRAINBENCH_SDK_ABI_MINOR 1
 
 /// Name of the one symbol a plugin exports (a Boost.DLL alias).
 #define TRAINBENCH_PLUGIN_ENTRY_NAME "trainbench_plugin_entry"

@@ -12,6 +12,8 @@
 
 namespace trainbench::sdk {
 
+class CrossRankSum;  // batch_norm.h
+
 /// A classification network made by a model plugin (TB_PLUGIN_MODEL).
 ///
 /// Created by the plugin's TbCreateFn, owned by the host, which keeps the
@@ -47,6 +49,18 @@ class Model {
   /// Floating-point operations of one training step (forward and backward)
   /// per sample, measured by running the network (see flops.h), not typed in.
   virtual Status TrainingFlopsPerSample(int64_t* flops) noexcept = 0;
+
+  /// SDK ABI 1.1. Data-parallel cells with `sync_batchnorm: true`: make every
+  /// batch normalisation use the statistics of the combined batch of all
+  /// ranks, summed through `sum` (kept alive by the host while training;
+  /// see batch_norm.h). A model without batch normalisation returns Ok. The
+  /// default refuses; ModuleModel implements it for networks built from
+  /// trainbench::sdk::BatchNorm2d. The host calls it only on plugins built
+  /// against ABI 1.1 or newer, before the first Forward().
+  virtual Status SyncBatchNorm(CrossRankSum* sum) noexcept {
+    (void)sum;
+    return Status::Error("this model cannot synchronise batch normalisation across ranks");
+  }
 };
 
 }  // namespace trainbench::sdk

@@ -7,8 +7,12 @@
 #include <array>
 #include <cstdint>
 #include <exception>
+#include <string>
 #include <utility>
 
+#include <torch/nn/modules/batchnorm.h>
+
+#include "trainbench/sdk/batch_norm.h"
 #include "trainbench/sdk/flops.h"
 #include "trainbench/sdk/model.h"
 
@@ -40,6 +44,30 @@ class ModuleModel : public Model {
     return MeasureTrainingFlops(
         *net_, [this](const torch::Tensor& x) { return net_->forward(x); }, input_shape_,
         flops);
+  }
+
+  /// Switches every trainbench::sdk::BatchNorm2d to cross-rank statistics;
+  /// refuses a network that also has plain torch::nn batch normalisation
+  /// (it would silently stay per rank).
+  Status SyncBatchNorm(CrossRankSum* sum) noexcept override {
+    try {
+      for (const auto& item : net_->named_modules("", /*include_self=*/false)) {
+        torch::nn::Module& m = *item.value();
+        if (m.template as<sdk::BatchNorm2dImpl>() != nullptr) continue;
+        if (m.template as<torch::nn::BatchNorm1dImpl>() != nullptr || m.template as<torch::nn::BatchNorm2dImpl>() != nullptr ||
+            m.template as<torch::nn::BatchNorm3dImpl>() != nullptr) {
+          return Status::Error("layer '" + item.key() +
+                               "' is a torch::nn batch normalisation; build it from trainbench::sdk::BatchNorm2d "
+                               "to synchronise it across ranks");
+        }
+      }
+      for (const auto& m : net_->modules(/*include_self=*/false)) {
+        if (auto* bn = m->template as<sdk::BatchNorm2dImpl>()) bn->SetCrossRankSum(sum);
+      }
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return Status::Error(e.what());
+    }
   }
 
   /// The wrapped network.
