@@ -15,5 +15,30 @@ for bs in batches:
             print(f"| {c['model']} | {c['device']} | {bs} | {c.get('status')}: {c.get('reason','')[:60]} | {ref or 0:.0f} | - | - | - |")
             continue
         sps = c["samples_per_second"]; tf = c["achieved_tflops"]
-        peak = PEAK_FP32 if c["device"] == "fp32" else PEAK_BF16
+        peak = PEAK_FP32 if c["device"].startswith("fp32") else PEAK_BF16
         print(f"| {c['model']} | {c['device']} | {bs} | {sps:.0f} | {ref or 0:.0f} | {sps / ref if ref else 0:.2f} | {tf:.1f} | {100 * tf / peak:.1f}% |")
+
+# The goal: trainbench's best figure at least the best Python figure,
+# per model, batch and precision. Python's best is the best of this run's rows
+# and of the stored reference run (bench/reference/h200-pytorch-2.11.json:
+# eager, CUDA graph and torch.compile(mode="reduce-overhead"), measured on an
+# H200 with the shared baseline scripts).
+ref = json.load(open(pathlib.Path(__file__).parent / "reference" / "h200-pytorch-2.11.json"))["results"]
+STORED = {"fp32": ("gpu_fp32_bs{}", "graph_fp32_bs{}"),
+          "bf16": ("gpu_bf16_cl_bs{}", "graph_bf16_cl_bs{}", "compile_ro_bf16_bs{}")}
+print()
+print("| model | precision | batch | trainbench best | Python best (this run) | Python best (stored, source) | ratio to the higher | goal |")
+print("|---|---|---|---|---|---|---|---|")
+for bs in batches:
+    f = out / f"trainbench-b{bs}" / "results.json"
+    cells = json.load(open(f))["cells"] if f.exists() else []
+    for model in ("simple_cnn", "resnet18", "resnet50"):
+        for prec in ("fp32", "bf16"):
+            ours = max([c["samples_per_second"] for c in cells if c["model"] == model and c.get("status") == "ok"
+                        and c["device"].startswith(prec)] or [0])
+            run_best = max([v for k, v in py.items() if k.startswith(f"{model}/{prec}") and k.endswith(f"/b{bs}")] or [0])
+            stored = {k.format(bs): ref.get(model, {}).get(k.format(bs), 0) for k in STORED[prec]}
+            src, stored_best = max(stored.items(), key=lambda kv: kv[1])
+            target = max(run_best, stored_best)
+            ratio = ours / target if target else 0
+            print(f"| {model} | {prec} | {bs} | {ours:.0f} | {run_best:.0f} | {stored_best:.0f} ({src}) | {ratio:.2f} | {'met' if ratio >= 1 else 'not met'} |")

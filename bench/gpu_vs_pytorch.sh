@@ -21,6 +21,7 @@ dataset: {kind: synthetic, train_size: $(( bs * (steps + 5) )), test_size: 1000}
 models: [simple_cnn, resnet18, resnet50]
 devices:
   - {plugin: cuda, label: fp32, options: {amp: none}}
+  - {plugin: cuda, label: fp32-graph, options: {amp: none, cuda_graph: true}}
   - {plugin: cuda, label: bf16-cl, options: {amp: bf16, channels_last: true}}
   - {plugin: cuda, label: bf16-cl-graph, options: {amp: bf16, channels_last: true, cuda_graph: true}}
 training: {epochs: 1, batch_size: $bs, augment: true, optimizer: {name: sgd, lr: 0.01, momentum: 0.9, weight_decay: 0}}

@@ -17,13 +17,17 @@ DeviceDataset::DeviceDataset(const data::ImageSet& set, c10::Device device, bool
   // Normalise on the device, one slice at a time, to keep host memory flat.
   // The border is black, as with torchvision's RandomCrop(32, padding=4)
   // before Normalize.
-  padded_ = torch::zeros({set.count, 3, 40, 40}, f32.device(device));
-  padded_ += ((-mean) / std).to(device);
+  // Stored NHWC for channels_last cells, so that a batch gathered from it is
+  // already in the layout the model wants (no copy per step).
+  padded_ = channels_last ? torch::zeros({set.count, 40, 40, 3}, f32.device(device))
+                          : torch::zeros({set.count, 3, 40, 40}, f32.device(device));
+  torch::Tensor padded_nchw = channels_last ? padded_.permute({0, 3, 1, 2}) : padded_;
+  padded_nchw += ((-mean) / std).to(device);
   const int64_t chunk = 4096;
   for (int64_t start = 0; start < set.count; start += chunk) {
     const int64_t end = std::min(start + chunk, set.count);
     torch::Tensor part = images.slice(0, start, end).to(device).to(torch::kFloat32);
-    padded_.slice(0, start, end).slice(2, 4, 36).slice(3, 4, 36).copy_(
+    padded_nchw.slice(0, start, end).slice(2, 4, 36).slice(3, 4, 36).copy_(
         (part - mean.to(device)) / std.to(device));
   }
   labels_ = torch::from_blob(const_cast<uint8_t*>(set.labels.data()), {set.count}, u8)
@@ -55,10 +59,14 @@ torch::Tensor DeviceDataset::Images(const torch::Tensor& indices, bool augment) 
   }
   // One gather does selection, crop and flip: out[n,c,i,j] =
   // padded[indices[n], c, rows[n,i], cols[n,j]].
-  torch::Tensor out = padded_.index(
+  if (channels_last_) {
+    // NHWC: whole pixels (3 channels) gathered; the [B,3,32,32] view of the
+    // [B,32,32,3] result has channels_last strides.
+    return padded_.index({indices.view({b, 1, 1}), rows.view({b, 32, 1}), cols.view({b, 1, 32})})
+        .permute({0, 3, 1, 2});
+  }
+  return padded_.index(
       {indices.view({b, 1, 1, 1}), channels_, rows.view({b, 1, 32, 1}), cols.view({b, 1, 1, 32})});
-  if (channels_last_) out = out.contiguous(torch::MemoryFormat::ChannelsLast);
-  return out;
 }
 
 data::ImageSet SyntheticImageSet(int64_t count, uint64_t seed) {

@@ -4,11 +4,18 @@
 # go to $OUT (default ./gpu-out).
 #   scripts/gpu/run-all.sh [stage...]   stages: plugins test bench metrics correctness paper dp faults
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
-# Everything under $OUT is also packed into $OUT/gpu-results.tar.gz.
+# Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
+# build's into 0-build.tar.gz), so that a call cut short by its time limit
+# still brings back the stages it finished, as a few files.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
+RESULTS=${OUT:-$PWD/gpu-out}
+OUT=$(mktemp -d /tmp/trainbench-gpu.XXXXXX)
+mkdir -p "$RESULTS"
+n=0
+pack() {  # pack NAME: move everything in $OUT into $RESULTS/NAME.tar.gz
+  tar -czf "$RESULTS/$1.tar.gz" -C "$OUT" . && rm -rf "${OUT:?}"/*
+}
 export NCCL_NVLS_ENABLE=0
 export TRAINBENCH_DATA=$PWD/.data/cifar-10-10k
 STAGES=${*:-test bench}
@@ -21,6 +28,7 @@ if ! scripts/gpu/build.sh build-gpu > "$OUT/build.log" 2>&1; then
   scripts/gpu/build.sh build-gpu -DTRAINBENCH_DISTRIBUTED=OFF > "$OUT/build-nodist.log" 2>&1 || { tail -50 "$OUT/build-nodist.log"; exit 1; }
 fi
 echo "build: $(( $(date +%s) - t0 )) s"
+pack 0-build
 source build-gpu/env.sh
 for stage in $STAGES; do
   t0=$(date +%s)
@@ -82,6 +90,7 @@ for stage in $STAGES; do
     *) echo "unknown stage $stage" ;;
   esac
   echo "$stage: $(( $(date +%s) - t0 )) s"
+  n=$((n + 1))
+  pack "$n-$stage"
 done
-tar -czf /tmp/0-gpu-results.tar.gz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/0-gpu-results.tar.gz "$OUT/"
-# Only the tarball comes back: a fetch brings a bounded number of files.
+rmdir "$OUT"
