@@ -2,11 +2,13 @@
 
 #include <torch/optim/adam.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 namespace trainbench::worker {
 namespace {
 
-// torch.optim.SGD's multi-tensor algorithm, same arithmetic.
+// torch.optim.SGD's multi-tensor algorithm, same arithmetic; its fused
+// variant on CUDA with LibTorch 2.x.
 class ForeachSgd : public Optimizer {
  public:
   ForeachSgd(std::vector<torch::Tensor> params, double lr, double momentum, double weight_decay,
@@ -23,6 +25,21 @@ class ForeachSgd : public Optimizer {
       grads.push_back(p.grad());
     }
     if (params.empty()) return;
+#if TORCH_VERSION_MAJOR >= 2
+    if (Fusable(params)) {
+      // torch.optim.SGD(fused=True): one multi-tensor kernel reads each
+      // parameter, gradient and momentum buffer once (the three foreach
+      // passes below read and write the buffers twice).
+      const bool first = momentum_ != 0 && buffers_.size() != params.size();
+      if (first) {
+        buffers_.clear();
+        for (const auto& p : params) buffers_.push_back(torch::empty_like(p));
+      }
+      at::_fused_sgd_(params, grads, momentum_ != 0 ? buffers_ : std::vector<torch::Tensor>{}, weight_decay_,
+                      momentum_, lr_, /*dampening=*/0.0, nesterov_, /*maximize=*/false, /*is_first_step=*/first);
+      return;
+    }
+#endif
     if (weight_decay_ != 0) grads = at::_foreach_add(grads, params, weight_decay_);
     if (momentum_ != 0) {
       if (buffers_.size() != grads.size()) {
@@ -40,6 +57,14 @@ class ForeachSgd : public Optimizer {
   void SetLearningRate(double lr) override { lr_ = lr; }
 
  private:
+  // The fused kernel: CUDA, one device and dtype (LibTorch 2.x).
+  static bool Fusable(const std::vector<torch::Tensor>& params) {
+    for (const auto& p : params) {
+      if (!p.is_cuda() || p.device() != params[0].device() || p.scalar_type() != params[0].scalar_type()) return false;
+    }
+    return true;
+  }
+
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> buffers_;
   double lr_, momentum_, weight_decay_;

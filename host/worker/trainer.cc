@@ -283,13 +283,30 @@ class CellRun {
     return false;
   }
 
-  // One step on the next batch of the epoch's order. Everything stays on the
-  // device (the batch cursor too), so the same code runs eagerly or inside a
-  // CUDA graph.
+  // The epoch's batches, augmented, in one pass at the start of the epoch
+  // (a few large kernels instead of a handful of small ones per step; the
+  // pass counts in the epoch's time, not in any step's). In place: a
+  // captured graph reads these very tensors.
+  void PrepareEpochBatches() {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor idx = batches_.reshape({-1});
+    const torch::Tensor images = train_->Images(idx, s_.augment);  // NCHW, or an NHWC-strided view
+    // Row s of epoch_images_ is batch s, in the layout the model takes.
+    const torch::Tensor dense = settings_.channels_last ? images.permute({0, 2, 3, 1}) : images;
+    epoch_images_.view(dense.sizes()).copy_(dense);
+    epoch_labels_.view({-1}).copy_(train_->Labels(idx));
+  }
+
+  // One step on the next prepared batch. Everything stays on the device (the
+  // batch cursor too), so the same code runs eagerly or inside a CUDA graph.
   void TrainStep(bool for_graph) {
-    torch::Tensor idx = batches_.index_select(0, cursor_).view({-1});
+    const torch::Tensor row = epoch_images_.index_select(0, cursor_);
+    const torch::Tensor x = settings_.channels_last
+                                ? row.view({local_batch_, 32, 32, 3}).permute({0, 3, 1, 2})
+                                : row.view({local_batch_, 3, 32, 32});
+    const torch::Tensor y = epoch_labels_.index_select(0, cursor_).view({-1});
     cursor_ += 1;
-    loss_sum_ += Step(train_->Images(idx, s_.augment), train_->Labels(idx), for_graph);
+    loss_sum_ += Step(x, y, for_graph);
   }
 
   // Adds the durations of the steps timed since the last call; returns the
@@ -319,6 +336,9 @@ class CellRun {
                    .view({steps_per_epoch, s_.batch_size})
                    .narrow(1, rank_ * local_batch_, local_batch_);
     cursor_ = torch::zeros({1}, i64);
+    epoch_images_ = torch::empty({steps_per_epoch, local_batch_ * 3 * 32 * 32},
+                                 torch::TensorOptions().device(settings_.device));
+    epoch_labels_ = torch::empty({steps_per_epoch, local_batch_}, i64);
     loss_sum_ = torch::zeros({}, torch::TensorOptions().device(settings_.device));
     timer_ = MakeStepTimer(settings_, *device_);
     if (settings_.cuda_graph) graphed_ = MakeGraphedStep([this] { TrainStep(/*for_graph=*/true); });
@@ -341,6 +361,7 @@ class CellRun {
       int64_t epoch_steps = 0;
       Check(device_->Synchronize(), "device synchronize");
       const Clock::time_point epoch_start = Clock::now();
+      PrepareEpochBatches();
       timer_->Begin();
       while (epoch_steps < steps_per_epoch) {
         int64_t ran = 1;
@@ -429,6 +450,7 @@ class CellRun {
   int world_ = 1, rank_ = 0;
   int64_t local_batch_ = 0;  // samples per step on this rank
   torch::Tensor order_, batches_, cursor_, loss_sum_;
+  torch::Tensor epoch_images_, epoch_labels_;  // [steps, one batch flat], [steps, batch]
   bool in_graph_step_ = false;
   torch::Tensor scale_, growth_tracker_, found_inf_;
   int64_t steps_done_ = 0;

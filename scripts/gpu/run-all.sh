@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test bench metrics correctness paper dp faults
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test bench epochs metrics correctness paper dp faults
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -39,6 +39,9 @@ for stage in $STAGES; do
     test) ctest --test-dir build-gpu --output-on-failure -j 8 -E "Metrics|Dashboards|Install" > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?"; tail -5 "$OUT/ctest.log"; grep -E "FAILED|Failure" -A5 "$OUT/ctest.log" | head -40 ;;
     bench) bench/gpu_vs_pytorch.sh build-gpu "$OUT/bench" ${BENCH_BATCHES:-128 1024} > "$OUT/bench.log" 2>&1; echo "bench rc=$?"; cat "$OUT/bench/comparison.md" ;;
     plugins) build-gpu/bin/trainbench plugins ;;
+    epochs)
+      build-gpu/bin/trainbench run bench/configs/epoch-rate.yaml --out "$OUT/epoch-rate" > "$OUT/epoch-rate.log" 2>&1
+      echo "epoch-rate run rc=$?"; python3 bench/epoch_rate.py "$OUT/epoch-rate/results.json" | tee "$OUT/epoch-rate.md" ;;
     metrics)
       # /metrics served by the host while a worker trains on the GPU with the
       # CUDA LibTorch loaded (civetweb cannot start in that process itself).
