@@ -38,7 +38,9 @@ def bench(name, bs, amp, cl, graph, steps, warm):
             for _ in range(warm): step()
         torch.cuda.current_stream().wait_stream(s)
         g = torch.cuda.CUDAGraph(); opt.zero_grad(set_to_none=True)
+        if a.graph_dump: g.enable_debug_mode()
         with torch.cuda.graph(g): body()
+        if a.graph_dump: g.debug_dump(f"{a.graph_dump}-{name}-{'bf16' if amp else 'fp32'}-b{bs}.dot")
         run = g.replay
     else:
         for _ in range(warm): step()
@@ -49,14 +51,18 @@ def bench(name, bs, amp, cl, graph, steps, warm):
     return bs * steps / (time.perf_counter() - t)
 
 p = argparse.ArgumentParser(); p.add_argument("--batches", type=int, nargs="+", default=[128, 1024])
-p.add_argument("--out", default="pytorch.json"); a = p.parse_args()
+p.add_argument("--out", default="pytorch.json")
+p.add_argument("--models", nargs="+", default=list(MODELS)); p.add_argument("--labels", nargs="+")
+p.add_argument("--graph-dump", help="write each captured graph as PREFIX-MODEL-PRECISION-bN.dot")
+a = p.parse_args()
 torch.backends.cudnn.benchmark = True
 res = {}
 for bs in a.batches:
     steps, warm = (60, 20) if bs >= 1024 else (200, 20)
-    for name in MODELS:
+    for name in a.models:
         for label, amp, cl, graph in (("fp32", False, False, False), ("fp32-graph", False, False, True),
                                       ("bf16-cl", True, True, False), ("bf16-cl-graph", True, True, True)):
+            if a.labels and label not in a.labels: continue
             r = bench(name, bs, amp, cl, graph, steps, warm)
             res[f"{name}/{label}/b{bs}"] = r
             print(f"pytorch {name:11s} {label:14s} b{bs:<5d} {r:12.0f} samples/s", flush=True)

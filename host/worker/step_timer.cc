@@ -1,10 +1,13 @@
 #include "step_timer.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <stdexcept>
+#include <string>
 
 #ifdef TRAINBENCH_WORKER_CUDA
+#include <torch/version.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -110,15 +113,27 @@ class CudaGraphedStep : public GraphedStep {
       for (int i = 0; i < kCaptureSteps - 1; ++i) step_();
       side.synchronize();
       graph_ = std::make_unique<at::cuda::CUDAGraph>();
+      // TRAINBENCH_GRAPH_DUMP=PREFIX writes the captured graph as Graphviz
+      // (PREFIX-N.dot), to compare its kernels with another program's.
+      const char* dump = std::getenv("TRAINBENCH_GRAPH_DUMP");
+#if TORCH_VERSION_MAJOR >= 2
+      if (dump != nullptr) graph_->enable_debug_mode();
+#endif
       graph_->capture_begin();
       step_();
       graph_->capture_end();
+#if TORCH_VERSION_MAJOR >= 2
+      if (dump != nullptr) graph_->debug_dump(std::string(dump) + "-" + std::to_string(captures_++) + ".dot");
+#else
+      (void)dump;
+#endif
     }
     cudaDeviceSynchronize();
   }
 
   std::function<void()> step_;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
+  int captures_ = 0;
 };
 #endif
 

@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test bench epochs metrics correctness paper dp faults
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test bench epochs graphdump metrics correctness paper dp faults
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -39,6 +39,19 @@ for stage in $STAGES; do
     test) ctest --test-dir build-gpu --output-on-failure -j 8 -E "Metrics|Dashboards|Install" > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?"; tail -5 "$OUT/ctest.log"; grep -E "FAILED|Failure" -A5 "$OUT/ctest.log" | head -40 ;;
     bench) bench/gpu_vs_pytorch.sh build-gpu "$OUT/bench" ${BENCH_BATCHES:-128 1024} > "$OUT/bench.log" 2>&1; echo "bench rc=$?"; cat "$OUT/bench/comparison.md" ;;
     plugins) build-gpu/bin/trainbench plugins ;;
+    graphdump)
+      # The captured training step of trainbench and of plain PyTorch, as
+      # Graphviz files, for ResNet18 bf16 at batch 128 (bench/graph_kernels.py
+      # compares their kernels).
+      mkdir -p "$OUT/graphs"
+      sed -e 's/^name: .*/name: graphdump/' -e 's/models: .*/models: [resnet18]/' bench/configs/epoch-rate.yaml \
+        | grep -v "fp32-graph" > "$OUT/graphdump.yaml"
+      sed -i 's/epochs: 4/epochs: 1/; s/^measurement: .*/measurement: {warmup_steps: 10, max_steps: 40, baseline: bf16-cl-graph}/' "$OUT/graphdump.yaml"
+      TRAINBENCH_GRAPH_DUMP=$OUT/graphs/trainbench build-gpu/bin/trainbench run "$OUT/graphdump.yaml" --out "$OUT/graphdump" > "$OUT/graphdump.log" 2>&1
+      echo "trainbench rc=$?"
+      python3 bench/pytorch_reference.py --batches 128 --models resnet18 --labels bf16-cl-graph \
+        --graph-dump "$OUT/graphs/pytorch" --out "$OUT/graphs/pytorch.json"
+      ls -la "$OUT/graphs"; python3 bench/graph_kernels.py "$OUT"/graphs/trainbench-0.dot "$OUT"/graphs/pytorch-resnet18-bf16-b128.dot ;;
     epochs)
       build-gpu/bin/trainbench run bench/configs/epoch-rate.yaml --out "$OUT/epoch-rate" > "$OUT/epoch-rate.log" 2>&1
       echo "epoch-rate run rc=$?"; python3 bench/epoch_rate.py "$OUT/epoch-rate/results.json" | tee "$OUT/epoch-rate.md" ;;
