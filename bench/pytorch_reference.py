@@ -37,10 +37,11 @@ def bench(name, bs, amp, cl, graph, steps, warm):
         with torch.cuda.stream(s):
             for _ in range(warm): step()
         torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph(); opt.zero_grad(set_to_none=True)
-        if a.graph_dump: g.enable_debug_mode()
+        g = torch.cuda.CUDAGraph(keep_graph=True) if a.graph_dump else torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
         with torch.cuda.graph(g): body()
-        if a.graph_dump: g.debug_dump(f"{a.graph_dump}-{name}-{'bf16' if amp else 'fp32'}-b{bs}.dot")
+        if a.graph_dump:
+            g.debug_dump(f"{a.graph_dump}-{name}-{'bf16' if amp else 'fp32'}-b{bs}.dot"); g.instantiate()
         run = g.replay
     else:
         for _ in range(warm): step()

@@ -5,9 +5,9 @@
 #include <deque>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #ifdef TRAINBENCH_WORKER_CUDA
-#include <torch/version.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -86,6 +86,27 @@ class CudaEventTimer : public StepTimer {
   std::vector<at::cuda::CUDAEvent> spare_;
 };
 
+// LibTorch versions differ: a graph kept after capture (for a dump) exists
+// in newer ones only; older ones get a plain graph and no dump.
+template <class G>
+std::unique_ptr<G> MakeGraph(bool keep) {
+  if constexpr (std::is_constructible_v<G, bool>) return std::make_unique<G>(keep);
+  (void)keep;
+  return std::make_unique<G>();
+}
+template <class G>
+auto DebugDump(G& g, const std::string& path, int) -> decltype(g.debug_dump(path), void()) {
+  g.debug_dump(path);
+}
+template <class G>
+void DebugDump(G&, const std::string&, long) {}
+template <class G>
+auto Instantiate(G& g, int) -> decltype(g.instantiate(), void()) {
+  g.instantiate();
+}
+template <class G>
+void Instantiate(G&, long) {}
+
 class CudaGraphedStep : public GraphedStep {
  public:
   explicit CudaGraphedStep(std::function<void()> step) : step_(std::move(step)) {}
@@ -112,21 +133,17 @@ class CudaGraphedStep : public GraphedStep {
       c10::cuda::CUDAStreamGuard guard(side);
       for (int i = 0; i < kCaptureSteps - 1; ++i) step_();
       side.synchronize();
-      graph_ = std::make_unique<at::cuda::CUDAGraph>();
       // TRAINBENCH_GRAPH_DUMP=PREFIX writes the captured graph as Graphviz
       // (PREFIX-N.dot), to compare its kernels with another program's.
       const char* dump = std::getenv("TRAINBENCH_GRAPH_DUMP");
-#if TORCH_VERSION_MAJOR >= 2
-      if (dump != nullptr) graph_->enable_debug_mode();
-#endif
+      graph_ = MakeGraph<at::cuda::CUDAGraph>(/*keep_graph=*/dump != nullptr);
       graph_->capture_begin();
       step_();
       graph_->capture_end();
-#if TORCH_VERSION_MAJOR >= 2
-      if (dump != nullptr) graph_->debug_dump(std::string(dump) + "-" + std::to_string(captures_++) + ".dot");
-#else
-      (void)dump;
-#endif
+      if (dump != nullptr) {
+        DebugDump(*graph_, std::string(dump) + "-" + std::to_string(captures_++) + ".dot", 0);
+        Instantiate(*graph_, 0);
+      }
     }
     cudaDeviceSynchronize();
   }
