@@ -7,19 +7,21 @@ import collections, re, subprocess, sys
 def nodes(path):
     text = open(path, errors="replace").read()
     kinds, kernels = collections.Counter(), collections.Counter()
-    for m in re.finditer(r'\[\s*shape="?record"?[^\]]*label="(.*?)"\s*\]', text, re.S):
+    for m in re.finditer(r'shape="record" label="\{(.*?)\}"\];', text, re.S):
         label = m.group(1)
         kind = re.search(r"(KERNEL|MEMSET|MEMCPY|EVENT_RECORD|WAIT_EVENT|EMPTY|HOST|MEM_ALLOC|MEM_FREE)", label)
         kinds[kind.group(1) if kind else "OTHER"] += 1
         if kind and kind.group(1) == "KERNEL":
-            name = re.search(r"(_Z[\w$]+)", label)
-            kernels[name.group(1) if name else label[:80]] += 1
+            name = re.search(r"topoId: \d+\) \| (.*?)\\<\\<\\<", label, re.S)
+            kernels[name.group(1).strip() if name else label[:80]] += 1
     return kinds, kernels
 
 def demangle(names):
     try:
         out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
-        return {n: re.sub(r"\(.*", "", d)[:110] for n, d in zip(names, out)}
+        # Template arguments and parameter lists make names long: keep the
+        # qualified name and the first template argument.
+        return {n: re.sub(r"\(anonymous namespace\)::", "", d)[:110] for n, d in zip(names, out)}
     except OSError:
         return {n: n[:110] for n in names}
 

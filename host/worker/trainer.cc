@@ -69,11 +69,20 @@ double LearningRate(const CellSpec& s, int64_t epoch) {
   return s.lr;
 }
 
-// Converts 4-D parameters and buffers to NHWC in place.
+// Converts 4-D parameters to NHWC in place. Always restrided, as PyTorch's
+// Module.to(memory_format=...) does: a 1x1 convolution's NCHW weight also
+// passes as channels_last-contiguous (size-1 dimensions are not checked), so
+// .contiguous(ChannelsLast) would keep its NCHW strides, and cuDNN then
+// converted that layer's weight gradient from NHWC to NCHW every step (seen
+// in the captured ResNet18 graph: three transposes, three copies and a slower
+// weight-gradient kernel for its three 1x1 downsample convolutions).
 void ToChannelsLast(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
   for (auto& p : module.parameters()) {
-    if (p.dim() == 4) p.set_data(p.data().contiguous(torch::MemoryFormat::ChannelsLast));
+    if (p.dim() != 4) continue;
+    torch::Tensor nhwc = torch::empty_like(p.data(), torch::MemoryFormat::ChannelsLast);
+    nhwc.copy_(p.data());
+    p.set_data(nhwc);
   }
 }
 
