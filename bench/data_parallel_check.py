@@ -9,7 +9,8 @@ With --noise (the same experiment with another seed), the bounds become
 twice the seed-to-seed gap of the one-rank cells, when that is larger: a
 model with batch normalisation normalises over each rank's half of the
 batch, as PyTorch's DistributedDataParallel does without SyncBatchNorm, so
-its curves match one GPU's only within run-to-run noise.
+its curves match one GPU's only within run-to-run noise; cells with
+sync_batchnorm normalise over the combined batch and are marked "sync".
 """
 import argparse
 import json
@@ -51,7 +52,8 @@ def main():
         good = max(gaps) <= loss_bound and acc_gap <= acc_bound
         ok &= good
         print(f"| {cell['model']} | {twin['device']} | {cell['device']} | {cell['ranks']} | "
-              f"{twin['samples_per_second']:.0f} -> {cell['samples_per_second']:.0f} | "
+              f"{twin['samples_per_second']:.0f} -> {cell['samples_per_second']:.0f}"
+              f"{' (sync BN)' if cell.get('sync_batchnorm') else ''} | "
               f"{100 * (cell.get('scaling_efficiency') or 0):.0f}% | {max(gaps):.4f}{noise} | "
               f"{100 * twin['test_accuracy'][-1]:.2f}% / {100 * cell['test_accuracy'][-1]:.2f}%"
               f"{'' if good else ' FAIL'} |")
