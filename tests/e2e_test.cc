@@ -475,6 +475,34 @@ measurement: {warmup_steps: 1, baseline: one}
       << local["train_loss"].dump() << " vs " << one["train_loss"].dump();
 }
 
+// A model plugin built against SDK ABI 1.0 predates Model::SyncBatchNorm():
+// it still loads and trains, also data parallel, and a sync_batchnorm cell
+// of it fails with what to do (the host never calls the missing method).
+TEST_F(EndToEnd, OlderPluginsRunButCannotSyncBatchNorm) {
+  if (!WorkerHasGloo()) GTEST_SKIP() << "trainbench-worker built without Gloo (libgloo-dev)";
+  const std::string config = Config(R"(name: old-abi
+models: [old_abi_model]
+devices:
+  - {plugin: cpu, label: alone, options: {threads: 1}}
+  - {plugin: cpu, label: two, processes: 2, options: {threads: 1}}
+  - {plugin: cpu, label: two-sync, processes: 2, sync_batchnorm: true, options: {threads: 1}}
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3, baseline: alone}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  EXPECT_EQ(o.exit_code, 3) << o.output;  // a cell failed
+  const json cells = Results()["cells"];
+  ASSERT_EQ(cells.size(), 3u);
+  EXPECT_EQ(cells[0]["status"], "ok") << cells[0].dump(2);
+  EXPECT_EQ(cells[0]["plugins"][0]["abi"], "1.0");
+  EXPECT_EQ(cells[1]["status"], "ok") << cells[1].dump(2);
+  EXPECT_EQ(cells[2]["status"], "failed");
+  EXPECT_NE(cells[2].value("reason", "").find("sync_batchnorm: model plugin 'old_abi_model' was built against SDK ABI "
+                                              "1.0, which cannot synchronise batch normalisation; rebuild it"),
+            std::string::npos)
+      << cells[2].value("reason", "");
+}
+
 TEST_F(EndToEnd, ACrashInOneRankFailsItsCellAndTheNextRuns) {
   if (!WorkerHasGloo()) GTEST_SKIP() << "trainbench-worker built without Gloo (libgloo-dev)";
   const std::string config = Config(R"(name: dp-fault
