@@ -32,7 +32,7 @@ print("|---|---|---|---|---|---|---|---|")
 for bs in batches:
     f = out / f"trainbench-b{bs}" / "results.json"
     cells = json.load(open(f))["cells"] if f.exists() else []
-    for model in ("simple_cnn", "resnet18", "resnet50"):
+    for model in [m for m in ("simple_cnn", "resnet18", "resnet50") if any(c["model"] == m for c in cells)]:
         for prec in ("fp32", "bf16"):
             ours = max([c["samples_per_second"] for c in cells if c["model"] == model and c.get("status") == "ok"
                         and c["device"].startswith(prec)] or [0])

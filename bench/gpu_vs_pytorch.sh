@@ -10,6 +10,7 @@
 set -euo pipefail
 BUILD=${1:?build dir}; OUT=${2:?out dir}; shift 2
 BATCHES=${*:-128 1024}
+MODELS=${BENCH_MODELS:-simple_cnn resnet18 resnet50}  # a subset for a quicker run
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 for bs in $BATCHES; do
@@ -18,7 +19,7 @@ for bs in $BATCHES; do
 name: bench-b$bs
 seed: 0
 dataset: {kind: synthetic, train_size: $(( bs * (steps + 5) )), test_size: 1000}
-models: [simple_cnn, resnet18, resnet50]
+models: [${MODELS// /, }]
 devices:
   - {plugin: cuda, label: fp32, options: {amp: none}}
   - {plugin: cuda, label: fp32-graph, options: {amp: none, cuda_graph: true}}
@@ -29,5 +30,5 @@ measurement: {warmup_steps: 20, max_steps: $steps, baseline: fp32, eval_batch_si
 YAML
   "$BUILD/bin/trainbench" run "$OUT/bench-b$bs.yaml" --out "$OUT/trainbench-b$bs" || true
 done
-python3 "$HERE/pytorch_reference.py" --batches $BATCHES --out "$OUT/pytorch.json"
+python3 "$HERE/pytorch_reference.py" --batches $BATCHES --models $MODELS --out "$OUT/pytorch.json"
 python3 "$HERE/compare.py" "$OUT" $BATCHES | tee "$OUT/comparison.md"

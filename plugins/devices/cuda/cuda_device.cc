@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
+#include <torch/version.h>
 
 #include "trainbench/sdk/plugin.h"
 
@@ -27,10 +28,11 @@ std::string CudaVersionText(int v) {
 
 class CudaDevice : public trainbench::sdk::Device {
  public:
-  CudaDevice(int64_t index, bool cudnn_benchmark, bool tf32, Amp amp, bool channels_last,
-             bool cuda_graph)
+  CudaDevice(int64_t index, bool cudnn_benchmark, int64_t benchmark_limit, bool tf32, Amp amp,
+             bool channels_last, bool cuda_graph)
       : index_(static_cast<c10::DeviceIndex>(index)),
         cudnn_benchmark_(cudnn_benchmark),
+        benchmark_limit_(benchmark_limit),
         tf32_(tf32),
         amp_(amp),
         channels_last_(channels_last),
@@ -59,6 +61,10 @@ class CudaDevice : public trainbench::sdk::Device {
     try {
       c10::cuda::set_device(index_);
       at::globalContext().setBenchmarkCuDNN(cudnn_benchmark_);
+#if TORCH_VERSION_MAJOR >= 2
+      // How many of cuDNN's candidate engines autotuning times per shape.
+      at::globalContext().setBenchmarkLimitCuDNN(static_cast<int>(benchmark_limit_));
+#endif
       // PyTorch's defaults: cuDNN may use TF32 for fp32 convolutions
       // (torch.backends.cudnn.allow_tf32 = True), matrix products stay fp32.
       at::globalContext().setAllowTF32CuBLAS(false);
@@ -96,6 +102,7 @@ class CudaDevice : public trainbench::sdk::Device {
       const long cudnn = at::detail::getCUDAHooks().versionCuDNN();
       j["cudnn_version"] = cudnn > 0 ? std::to_string(cudnn) : "none";
       j["cudnn_benchmark"] = cudnn_benchmark_;
+      j["cudnn_benchmark_limit"] = benchmark_limit_;
       j["tf32_convolutions"] = tf32_;
       j["amp"] = trainbench::sdk::AmpName(amp_);
       j["channels_last"] = channels_last_;
@@ -138,6 +145,7 @@ class CudaDevice : public trainbench::sdk::Device {
  private:
   c10::DeviceIndex index_;
   bool cudnn_benchmark_;
+  int64_t benchmark_limit_;
   bool tf32_;
   Amp amp_;
   bool channels_last_;
@@ -148,6 +156,9 @@ const TbParamSpec kParams[] = {
     {"device_index", TB_PARAM_INT, "0", "which CUDA GPU", nullptr, 1, 0, 1024},
     {"cudnn_benchmark", TB_PARAM_BOOL, "true", "let cuDNN autotune convolution algorithms",
      nullptr, 0, 0, 0},
+    {"cudnn_benchmark_limit", TB_PARAM_INT, "0",
+     "cuDNN engines timed per convolution shape when autotuning (0: all; PyTorch's default is 10)",
+     nullptr, 1, 0, 10000},
     {"tf32", TB_PARAM_BOOL, "true",
      "let cuDNN use TF32 for fp32 convolutions (PyTorch's default); matrix products stay fp32",
      nullptr, 0, 0, 0},
@@ -169,6 +180,7 @@ std::unique_ptr<trainbench::sdk::Device> Make(const trainbench::sdk::Options& op
   }
   return std::make_unique<CudaDevice>(options.GetInt("device_index"),
                                       options.GetBool("cudnn_benchmark"),
+                                      options.GetInt("cudnn_benchmark_limit"),
                                       options.GetBool("tf32"), amp,
                                       options.GetBool("channels_last"),
                                       options.GetBool("cuda_graph"));
