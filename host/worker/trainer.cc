@@ -72,10 +72,9 @@ double LearningRate(const CellSpec& s, int64_t epoch) {
 // Converts 4-D parameters to NHWC in place. Always restrided, as PyTorch's
 // Module.to(memory_format=...) does: a 1x1 convolution's NCHW weight also
 // passes as channels_last-contiguous (size-1 dimensions are not checked), so
-// .contiguous(ChannelsLast) would keep its NCHW strides, and cuDNN then
-// converted that layer's weight gradient from NHWC to NCHW every step (seen
-// in the captured ResNet18 graph: three transposes, three copies and a slower
-// weight-gradient kernel for its three 1x1 downsample convolutions).
+// .contiguous(ChannelsLast) would keep its NCHW strides, unlike PyTorch's.
+// (Suspected, wrongly, of the weight-gradient transposes in trainbench's
+// ResNet18 graph: docs/results/gpu-optimisation-notes.md, change 8.)
 void ToChannelsLast(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
   for (auto& p : module.parameters()) {
