@@ -29,9 +29,6 @@ def demangle(names):
 print(f"nodes: {sys.argv[1]}: {dict(ka)} total {sum(ka.values())}")
 print(f"nodes: {sys.argv[2]}: {dict(kb)} total {sum(kb.values())}")
 names = demangle(sorted(set(a) | set(b)))
-merged = collections.Counter()
-for n in set(a) | set(b):
-    merged[names[n]] += 0
 ca, cb = collections.Counter(), collections.Counter()
 for n, c in a.items(): ca[names[n]] += c
 for n, c in b.items(): cb[names[n]] += c

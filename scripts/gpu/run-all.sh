@@ -44,10 +44,7 @@ for stage in $STAGES; do
       # Graphviz files, for ResNet18 bf16 at batch 128 (bench/graph_kernels.py
       # compares their kernels).
       mkdir -p "$OUT/graphs"
-      sed -e 's/^name: .*/name: graphdump/' -e 's/models: .*/models: [resnet18]/' bench/configs/epoch-rate.yaml \
-        | grep -v "label: fp32-graph" > "$OUT/graphdump.yaml"
-      sed -i 's/epochs: 4/epochs: 1/; s/^measurement: .*/measurement: {warmup_steps: 10, max_steps: 40, baseline: bf16-cl-graph}/' "$OUT/graphdump.yaml"
-      TRAINBENCH_GRAPH_DUMP=$OUT/graphs/trainbench build-gpu/bin/trainbench run "$OUT/graphdump.yaml" --out "$OUT/graphdump" > "$OUT/graphdump.log" 2>&1
+      TRAINBENCH_GRAPH_DUMP=$OUT/graphs/trainbench build-gpu/bin/trainbench run bench/configs/graph-dump.yaml --out "$OUT/graphdump" > "$OUT/graphdump.log" 2>&1
       echo "trainbench rc=$?"
       python3 bench/pytorch_reference.py --batches 128 --models resnet18 --labels bf16-cl-graph \
         --graph-dump "$OUT/graphs/pytorch" --out "$OUT/graphs/pytorch.json"

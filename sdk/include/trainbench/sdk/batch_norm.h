@@ -6,20 +6,19 @@
 /// In a data-parallel cell each rank sees a slice of every batch, so a plain
 /// BatchNorm normalises with its slice's statistics: the training is then not
 /// the one-GPU training with the combined batch, only close to it. A model
-/// built from trainbench::sdk::BatchNorm2d (a drop-in subclass of
-/// torch::nn::BatchNorm2dImpl: same options, parameters and buffers) lets the
+/// built from trainbench::sdk::BatchNorm2d (a drop-in replacement for
+/// torch::nn::BatchNorm2d: same options, parameters and buffers) lets the
 /// host switch it to cross-rank statistics (`sync_batchnorm: true` on a device
 /// entry): per channel, every rank's mean and variance are gathered with one
 /// all-reduce in the forward pass and combined, and the sums of dy and
 /// dy*(x-mean) are added with one in the backward pass (as
-/// torch.nn.SyncBatchNorm does). Running statistics then come from the combined batch
-/// and are the same on every rank. Outside a data-parallel cell, and in eval
+/// torch.nn.SyncBatchNorm does). Running statistics then come from the
+/// combined batch and are the same on every rank. Outside a data-parallel cell, and in eval
 /// mode, it is exactly torch::nn::BatchNorm2d.
 
 #include <cstdint>
-#include <vector>
-
 #include <ostream>
+#include <vector>
 
 #include <torch/autograd.h>
 #include <torch/nn/functional/batchnorm.h>
@@ -110,10 +109,7 @@ class BatchNorm2dImpl : public torch::nn::NormImplBase<2, BatchNorm2dImpl, torch
     if (cross_rank_ != nullptr && is_training()) return CrossRankForward(input);
     // torch::nn::BatchNorm2d's forward.
     double momentum = options.momentum().value_or(0.0);
-    if (is_training() && options.track_running_stats() && num_batches_tracked.defined()) {
-      num_batches_tracked.add_(1);
-      if (!options.momentum().has_value()) momentum = 1.0 / num_batches_tracked.item<double>();
-    }
+    if (is_training() && options.track_running_stats() && num_batches_tracked.defined()) momentum = CountBatch();
     return torch::nn::functional::detail::batch_norm(input, running_mean, running_var, weight, bias,
                                                      is_training() || !options.track_running_stats(), momentum,
                                                      options.eps());
@@ -128,11 +124,17 @@ class BatchNorm2dImpl : public torch::nn::NormImplBase<2, BatchNorm2dImpl, torch
   /// Normalise over all ranks with `sum` (null: this rank's batch only). The
   /// host keeps `sum` alive while the model trains.
   void SetCrossRankSum(CrossRankSum* sum) noexcept { cross_rank_ = sum; }
-  bool cross_rank() const noexcept { return cross_rank_ != nullptr; }
 
  private:
   void _check_input_dim(const torch::Tensor& input) override {
     TORCH_CHECK(input.dim() == 4, "BatchNorm2d: expected a 4-D input, got ", input.dim(), "-D");
+  }
+
+  // Counts one training batch; returns the running statistics' update
+  // factor: the momentum, or a cumulative average without one.
+  double CountBatch() {
+    num_batches_tracked.add_(1);
+    return options.momentum().has_value() ? *options.momentum() : 1.0 / num_batches_tracked.item<double>();
   }
 
   torch::Tensor CrossRankForward(const torch::Tensor& input) {
@@ -161,10 +163,7 @@ class BatchNorm2dImpl : public torch::nn::NormImplBase<2, BatchNorm2dImpl, torch
       var = var64.to(compute);
       count = total.to(compute);
       if (options.track_running_stats()) {
-        num_batches_tracked.add_(1);
-        const double momentum = options.momentum().has_value()
-                                    ? *options.momentum()
-                                    : 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
+        const double momentum = CountBatch();
         // The running variance is the unbiased one, as in torch::nn::BatchNorm.
         const torch::Tensor unbiased = var64 * total / (total - 1).clamp_min(1.0);
         running_mean.mul_(1.0 - momentum).add_(mean64.to(running_mean.dtype()), momentum);

@@ -9,6 +9,7 @@
 #include <exception>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <torch/nn/modules/batchnorm.h>
 
@@ -51,19 +52,20 @@ class ModuleModel : public Model {
   /// (it would silently stay per rank).
   Status SyncBatchNorm(CrossRankSum* sum) noexcept override {
     try {
+      std::vector<sdk::BatchNorm2dImpl*> layers;
       for (const auto& item : net_->named_modules("", /*include_self=*/false)) {
         torch::nn::Module& m = *item.value();
-        if (m.template as<sdk::BatchNorm2dImpl>() != nullptr) continue;
-        if (m.template as<torch::nn::BatchNorm1dImpl>() != nullptr || m.template as<torch::nn::BatchNorm2dImpl>() != nullptr ||
-            m.template as<torch::nn::BatchNorm3dImpl>() != nullptr) {
+        if (auto* bn = m.template as<sdk::BatchNorm2dImpl>()) {
+          layers.push_back(bn);
+        } else if (m.template as<torch::nn::BatchNorm1dImpl>() != nullptr ||
+                   m.template as<torch::nn::BatchNorm2dImpl>() != nullptr ||
+                   m.template as<torch::nn::BatchNorm3dImpl>() != nullptr) {
           return Status::Error("layer '" + item.key() +
                                "' is a torch::nn batch normalisation; build it from trainbench::sdk::BatchNorm2d "
                                "to synchronise it across ranks");
         }
       }
-      for (const auto& m : net_->modules(/*include_self=*/false)) {
-        if (auto* bn = m->template as<sdk::BatchNorm2dImpl>()) bn->SetCrossRankSum(sum);
-      }
+      for (auto* bn : layers) bn->SetCrossRankSum(sum);
       return Status::Ok();
     } catch (const std::exception& e) {
       return Status::Error(e.what());
