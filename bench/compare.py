@@ -3,13 +3,17 @@ import json, sys, pathlib
 out = pathlib.Path(sys.argv[1]); batches = [int(b) for b in sys.argv[2:]] or [128, 1024]
 py = json.load(open(out / "pytorch.json"))
 PEAK_BF16, PEAK_FP32 = 790.0, 67.0  # TFLOP/s: measured bf16 matmul on this H200; fp32 datasheet
+for k in sorted(k for k in py if "/bf16-compile/" in k):
+    print(f"PyTorch torch.compile (reduce-overhead, bf16, optimizer eager) {k}: {py[k]:.0f} samples/s")
+print()
 print("| model | precision | batch | trainbench samples/s | PyTorch samples/s | ratio | trainbench TFLOP/s | % of peak |")
 print("|---|---|---|---|---|---|---|---|")
 for bs in batches:
     f = out / f"trainbench-b{bs}" / "results.json"
     cells = json.load(open(f))["cells"] if f.exists() else []
     for c in cells:
-        key = f"{c['model']}/{c['device']}/b{bs}"
+        # A labelled variant (simple_cnn-composite) is compared with its model.
+        key = f"{c['model'].split('-')[0]}/{c['device']}/b{bs}"
         ref = py.get(key)
         if c.get("status") != "ok":
             print(f"| {c['model']} | {c['device']} | {bs} | {c.get('status')}: {c.get('reason','')[:60]} | {ref or 0:.0f} | - | - | - |")

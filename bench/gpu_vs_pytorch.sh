@@ -11,6 +11,14 @@ set -euo pipefail
 BUILD=${1:?build dir}; OUT=${2:?out dir}; shift 2
 BATCHES=${*:-128 1024}
 MODELS=${BENCH_MODELS:-simple_cnn resnet18 resnet50}  # a subset for a quicker run
+# torch.compile rows on the Python side (the best Python figure for SimpleCNN
+# bf16 b1024 in the stored reference); compiling takes 10-40 s per row.
+COMPILE_MODELS=${BENCH_COMPILE_MODELS-simple_cnn}
+# SimpleCNN also without its fused epilogue, to show what the kernels gain.
+MODEL_LIST=${MODELS// /, }
+case " $MODELS " in *" simple_cnn "*)
+  MODEL_LIST="$MODEL_LIST, {plugin: simple_cnn, label: simple_cnn-composite, options: {fused_epilogue: false}}" ;;
+esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 for bs in $BATCHES; do
@@ -19,7 +27,7 @@ for bs in $BATCHES; do
 name: bench-b$bs
 seed: 0
 dataset: {kind: synthetic, train_size: $(( bs * (steps + 5) )), test_size: 1000}
-models: [${MODELS// /, }]
+models: [$MODEL_LIST]
 devices:
   - {plugin: cuda, label: fp32, options: {amp: none}}
   - {plugin: cuda, label: fp32-graph, options: {amp: none, cuda_graph: true}}
@@ -30,5 +38,5 @@ measurement: {warmup_steps: 20, max_steps: $steps, baseline: fp32, eval_batch_si
 YAML
   "$BUILD/bin/trainbench" run "$OUT/bench-b$bs.yaml" --out "$OUT/trainbench-b$bs" || true
 done
-python3 "$HERE/pytorch_reference.py" --batches $BATCHES --models $MODELS --out "$OUT/pytorch.json"
+python3 "$HERE/pytorch_reference.py" --batches $BATCHES --models $MODELS --compile $COMPILE_MODELS --out "$OUT/pytorch.json"
 python3 "$HERE/compare.py" "$OUT" $BATCHES | tee "$OUT/comparison.md"

@@ -16,7 +16,7 @@ MODELS = {"simple_cnn": simple_cnn,
           "resnet18": lambda: torchvision.models.resnet18(num_classes=10),
           "resnet50": lambda: torchvision.models.resnet50(num_classes=10)}
 
-def bench(name, bs, amp, cl, graph, steps, warm):
+def bench(name, bs, amp, cl, graph, steps, warm, graph_dump=None):
     torch.manual_seed(0)
     m = MODELS[name]().cuda()
     if cl: m = m.to(memory_format=torch.channels_last)
@@ -37,11 +37,11 @@ def bench(name, bs, amp, cl, graph, steps, warm):
         with torch.cuda.stream(s):
             for _ in range(warm): step()
         torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph(keep_graph=True) if a.graph_dump else torch.cuda.CUDAGraph()
+        g = torch.cuda.CUDAGraph(keep_graph=True) if graph_dump else torch.cuda.CUDAGraph()
         opt.zero_grad(set_to_none=True)
         with torch.cuda.graph(g): body()
-        if a.graph_dump:
-            g.debug_dump(f"{a.graph_dump}-{name}-{'bf16' if amp else 'fp32'}-b{bs}.dot"); g.instantiate()
+        if graph_dump:
+            g.debug_dump(f"{graph_dump}-{name}-{'bf16' if amp else 'fp32'}-b{bs}.dot"); g.instantiate()
         run = g.replay
     else:
         for _ in range(warm): step()
@@ -51,20 +51,51 @@ def bench(name, bs, amp, cl, graph, steps, warm):
     torch.cuda.synchronize()
     return bs * steps / (time.perf_counter() - t)
 
-p = argparse.ArgumentParser(); p.add_argument("--batches", type=int, nargs="+", default=[128, 1024])
-p.add_argument("--out", default="pytorch.json")
-p.add_argument("--models", nargs="+", default=list(MODELS)); p.add_argument("--labels", nargs="+")
-p.add_argument("--graph-dump", help="write each captured graph as PREFIX-MODEL-PRECISION-bN.dot")
-a = p.parse_args()
-torch.backends.cudnn.benchmark = True
-res = {}
-for bs in a.batches:
-    steps, warm = (60, 20) if bs >= 1024 else (200, 20)
-    for name in a.models:
-        for label, amp, cl, graph in (("fp32", False, False, False), ("fp32-graph", False, False, True),
-                                      ("bf16-cl", True, True, False), ("bf16-cl-graph", True, True, True)):
-            if a.labels and label not in a.labels: continue
-            r = bench(name, bs, amp, cl, graph, steps, warm)
-            res[f"{name}/{label}/b{bs}"] = r
-            print(f"pytorch {name:11s} {label:14s} b{bs:<5d} {r:12.0f} samples/s", flush=True)
-json.dump(res, open(a.out, "w"), indent=1)
+def bench_compiled(name, bs, steps, warm):
+    """torch.compile(mode="reduce-overhead") of forward + backward with bf16
+    autocast, NCHW input, the optimizer step eager: as the stored reference
+    (../shared/baselines/pytorch_python_graph_compile.py), whose SimpleCNN b1024
+    figure is the best Python figure of the issue's table."""
+    torch.manual_seed(0)
+    m = MODELS[name]().cuda()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(bs, 3, 32, 32, device="cuda"); y = torch.randint(0, 10, (bs,), device="cuda")
+    lossf = nn.CrossEntropyLoss()
+    @torch.compile(mode="reduce-overhead")
+    def fwd_bwd(x, y):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = lossf(m(x), y)
+        loss.backward()
+        return loss
+    def step():
+        opt.zero_grad(set_to_none=True); fwd_bwd(x, y); opt.step()
+    for _ in range(max(warm, 15)): step()
+    torch.cuda.synchronize(); t = time.perf_counter()
+    for _ in range(steps): step()
+    torch.cuda.synchronize()
+    return bs * steps / (time.perf_counter() - t)
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(); p.add_argument("--batches", type=int, nargs="+", default=[128, 1024])
+    p.add_argument("--out", default="pytorch.json")
+    p.add_argument("--models", nargs="+", default=list(MODELS)); p.add_argument("--labels", nargs="+")
+    p.add_argument("--compile", nargs="*", default=[], metavar="MODEL",
+                   help="also time torch.compile(mode='reduce-overhead') bf16 for these models")
+    p.add_argument("--graph-dump", help="write each captured graph as PREFIX-MODEL-PRECISION-bN.dot")
+    a = p.parse_args()
+    torch.backends.cudnn.benchmark = True
+    res = {}
+    for bs in a.batches:
+        steps, warm = (60, 20) if bs >= 1024 else (200, 20)
+        for name in a.models:
+            for label, amp, cl, graph in (("fp32", False, False, False), ("fp32-graph", False, False, True),
+                                          ("bf16-cl", True, True, False), ("bf16-cl-graph", True, True, True)):
+                if a.labels and label not in a.labels: continue
+                r = bench(name, bs, amp, cl, graph, steps, warm, a.graph_dump)
+                res[f"{name}/{label}/b{bs}"] = r
+                print(f"pytorch {name:11s} {label:14s} b{bs:<5d} {r:12.0f} samples/s", flush=True)
+            if name in a.compile:
+                r = bench_compiled(name, bs, steps, warm)
+                res[f"{name}/bf16-compile/b{bs}"] = r
+                print(f"pytorch {name:11s} {'bf16-compile':14s} b{bs:<5d} {r:12.0f} samples/s", flush=True)
+    json.dump(res, open(a.out, "w"), indent=1)

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "autocast_scope.h"
 #include "plugin_loader.h"
 #include "test_env.h"
 
@@ -12,7 +13,7 @@ namespace {
 
 std::shared_ptr<sdk::Model> Make(const std::string& name, int64_t classes) {
   nlohmann::json options{{"num_classes", classes}};
-  if (name == "simple_cnn") options["hidden"] = 192;
+  if (name == "simple_cnn") options.update({{"hidden", 192}, {"fused_epilogue", true}});
   else options["stem"] = "imagenet";
   return CreateModel(LoadPlugin(trainbench::testing::PluginFile(name)), options);
 }
@@ -79,6 +80,64 @@ TEST(Models, UnknownStemIsACreationError) {
   EXPECT_THROW(CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
                            {{"num_classes", 10}, {"stem", "tiny"}}),
                PluginError);
+}
+
+// SimpleCNN's fused convolution epilogue (bias + ReLU + max-pool as one CUDA
+// kernel, and one for the backward) against the composite path of the same
+// plugin with the same weights: the same logits, loss and gradients.
+void ExpectFusedEpilogueMatchesComposite(sdk::Amp amp, bool channels_last, double tolerance) {
+  auto fused = Make("simple_cnn", 10);
+  auto composite = CreateModel(LoadPlugin(trainbench::testing::PluginFile("simple_cnn")),
+                               {{"num_classes", 10}, {"hidden", 192}, {"fused_epilogue", false}});
+  const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  for (auto* m : {&fused, &composite}) {
+    (*m)->module().to(torch::kCUDA);
+    for (auto& p : (*m)->module().parameters())
+      if (p.dim() == 4) p.set_data(p.contiguous(format));
+  }
+  {
+    torch::NoGradGuard no_grad;
+    auto from = composite->module().named_parameters();
+    for (auto& item : fused->module().named_parameters()) item.value().copy_(from[item.key()]);
+  }
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({64, 3, 32, 32}, torch::kCUDA).contiguous(format);
+  const torch::Tensor y = torch::randint(0, 10, {64}, torch::TensorOptions(torch::kCUDA).dtype(torch::kLong));
+  auto run = [&](sdk::Model& model) {
+    torch::Tensor logits;
+    {
+      AutocastScope autocast(c10::kCUDA, amp);
+      EXPECT_TRUE(model.Forward(x, &logits).ok());
+    }
+    torch::Tensor loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), y);
+    loss.backward();
+    return std::make_pair(logits.to(torch::kFloat), loss);
+  };
+  const auto [fused_logits, fused_loss] = run(*fused);
+  const auto [ref_logits, ref_loss] = run(*composite);
+  EXPECT_TRUE(torch::allclose(fused_logits, ref_logits, tolerance, tolerance))
+      << "max difference " << (fused_logits - ref_logits).abs().max().item<double>();
+  EXPECT_NEAR(fused_loss.item<double>(), ref_loss.item<double>(), tolerance);
+  auto ref_params = composite->module().named_parameters();
+  for (const auto& item : fused->module().named_parameters()) {
+    const torch::Tensor& g = item.value().grad();
+    const torch::Tensor& r = ref_params[item.key()].grad();
+    ASSERT_TRUE(g.defined() && r.defined()) << item.key();
+    const double scale = r.abs().max().item<double>();
+    EXPECT_LE((g - r).abs().max().item<double>(), tolerance * scale + 1e-7) << item.key();
+  }
+}
+
+TEST(Models, SimpleCnnFusedEpilogueOnCudaMatchesTheCompositeFp32) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ExpectFusedEpilogueMatchesComposite(sdk::Amp::kNone, false, 1e-4);
+}
+
+TEST(Models, SimpleCnnFusedEpilogueOnCudaMatchesTheCompositeBf16ChannelsLast) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  // bf16 rounding: one ReLU input within rounding of zero or one changed
+  // maximum moves a gradient element, so the bound is loose.
+  ExpectFusedEpilogueMatchesComposite(sdk::Amp::kBf16, true, 3e-2);
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ TEST(PluginLoader, LibraryStaysLoadedWhileItsObjectsLive) {
   std::shared_ptr<sdk::Model> model;
   {
     LoadedPlugin plugin = LoadPlugin(path);
-    model = CreateModel(plugin, {{"num_classes", 10}, {"hidden", 192}});
+    model = CreateModel(plugin, {{"num_classes", 10}, {"hidden", 192}, {"fused_epilogue", true}});
   }  // the LoadedPlugin is gone; the model must still hold the library
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   ASSERT_NE(handle, nullptr) << "library was unloaded while its model lived";

@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test bench epochs graphdump metrics correctness paper dp faults
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test kernels profile bench epochs graphdump metrics correctness paper dp faults
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -37,6 +37,15 @@ for stage in $STAGES; do
     # the install tests a system-wide prefix for the dependencies (here they
     # are in a private one): CI runs them.
     test) ctest --test-dir build-gpu --output-on-failure -j 8 -E "Metrics|Dashboards|Install" > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?"; tail -5 "$OUT/ctest.log"; grep -E "FAILED|Failure" -A5 "$OUT/ctest.log" | head -40 ;;
+    # SimpleCNN's fused CUDA epilogue: its tests alone (a subset of `test`).
+    kernels) ctest --test-dir build-gpu --output-on-failure -R "BiasReluMaxPool|Models\." > "$OUT/kernels.log" 2>&1
+      echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60 ;;
+    # Plain PyTorch's SimpleCNN step kernel by kernel, eager and torch.compile.
+    profile)
+      for mode in eager compile; do
+        python3 bench/kernel_profile.py --model simple_cnn --batch 1024 --mode $mode --channels-last \
+          > "$OUT/profile-simple_cnn-b1024-bf16-$mode.md" 2> "$OUT/profile-$mode.err"; head -3 "$OUT/profile-simple_cnn-b1024-bf16-$mode.md"
+      done ;;
     bench) bench/gpu_vs_pytorch.sh build-gpu "$OUT/bench" ${BENCH_BATCHES:-128 1024} > "$OUT/bench.log" 2>&1; echo "bench rc=$?"; cat "$OUT/bench/comparison.md" ;;
     plugins) build-gpu/bin/trainbench plugins ;;
     graphdump)

@@ -7,6 +7,11 @@
 //   conv3 64->128, 3x3, pad 1, ReLU, max-pool 2 -> 128x4x4
 //   flatten (2048), fc1 2048->hidden (192), ReLU, fc2 hidden->num_classes
 // With the defaults: 488,586 parameters, 62,532,864 training FLOPs per image.
+//
+// `fused_epilogue` (default on): on CUDA each convolution runs without its
+// bias, and bias + ReLU + max-pool run as one kernel, with one kernel for
+// their backward (bias_relu_pool.h). The same function and gradients; the
+// parameters keep their names and shapes.
 
 #include <memory>
 
@@ -14,6 +19,7 @@
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/module.h>
 
+#include "bias_relu_pool.h"
 #include "trainbench/sdk/module_model.h"
 #include "trainbench/sdk/plugin.h"
 
@@ -25,23 +31,35 @@ using trainbench::sdk::CountedLinear;
 
 class SimpleCnnImpl : public torch::nn::Module {
  public:
-  SimpleCnnImpl(int64_t hidden, int64_t num_classes)
-      : conv1_(register_module("conv1", CountedConv2d(torch::nn::Conv2dOptions(3, 32, 3).padding(1)))),
+  SimpleCnnImpl(int64_t hidden, int64_t num_classes, bool fused_epilogue)
+      : fused_(fused_epilogue && simple_cnn::FusedKernelsBuilt()),
+        conv1_(register_module("conv1", CountedConv2d(torch::nn::Conv2dOptions(3, 32, 3).padding(1)))),
         conv2_(register_module("conv2", CountedConv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)))),
         conv3_(register_module("conv3", CountedConv2d(torch::nn::Conv2dOptions(64, 128, 3).padding(1)))),
         fc1_(register_module("fc1", CountedLinear(128 * 4 * 4, hidden))),
         fc2_(register_module("fc2", CountedLinear(hidden, num_classes))) {}
 
   torch::Tensor forward(torch::Tensor x) {
-    const auto pool = F::MaxPool2dFuncOptions(2);
-    x = F::max_pool2d(torch::relu(conv1_(x)), pool);
-    x = F::max_pool2d(torch::relu(conv2_(x)), pool);
-    x = F::max_pool2d(torch::relu(conv3_(x)), pool);
+    x = Block(conv1_, x);
+    x = Block(conv2_, x);
+    x = Block(conv3_, x);
     x = torch::relu(fc1_(x.flatten(1)));
     return fc2_(x);
   }
 
  private:
+  // max_pool2d(relu(conv(x)), 2)
+  torch::Tensor Block(CountedConv2d& conv, const torch::Tensor& x) {
+    // FLOPs are measured on the CPU (sdk::MeasureTrainingFlops), through the
+    // counted layer of the composite path.
+    if (fused_ && x.is_cuda()) {
+      return simple_cnn::BiasReluMaxPool(torch::conv2d(x, conv->weight, /*bias=*/{}, /*stride=*/1, /*padding=*/1),
+                                         conv->bias);
+    }
+    return F::max_pool2d(torch::relu(conv(x)), F::MaxPool2dFuncOptions(2));
+  }
+
+  bool fused_;
   CountedConv2d conv1_, conv2_, conv3_;
   CountedLinear fc1_, fc2_;
 };
@@ -51,15 +69,18 @@ const TbParamSpec kParams[] = {
     {"num_classes", TB_PARAM_INT, "10", "number of output classes", nullptr, 1, 2, 100000},
     {"hidden", TB_PARAM_INT, "192", "width of the hidden fully connected layer", nullptr, 1, 1,
      65536},
+    {"fused_epilogue", TB_PARAM_BOOL, "true",
+     "on CUDA, bias + ReLU + max-pool of each convolution as one kernel (and one for their backward)", nullptr, 0,
+     0, 0},
 };
 
 std::unique_ptr<trainbench::sdk::Model> Make(const trainbench::sdk::Options& options) {
   const int64_t classes = options.GetInt("num_classes");
   return std::make_unique<trainbench::sdk::ModuleModel<SimpleCnn>>(
-      SimpleCnn(options.GetInt("hidden"), classes), std::array<int64_t, 3>{3, 32, 32}, classes);
+      SimpleCnn(options.GetInt("hidden"), classes, options.GetBool("fused_epilogue")), std::array<int64_t, 3>{3, 32, 32}, classes);
 }
 
 }  // namespace
 
-TRAINBENCH_MODEL_PLUGIN("simple_cnn", "1.0.0",
+TRAINBENCH_MODEL_PLUGIN("simple_cnn", "1.1.0",
                         "SimpleCNN: 3 conv + 2 fc layers, about 0.5M parameters", kParams, Make)
