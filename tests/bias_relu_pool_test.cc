@@ -43,6 +43,13 @@ TEST_P(BiasReluMaxPool, EqualsTheCompositeForwardAndBackward) {
   const torch::Tensor fused = simple_cnn::BiasReluMaxPool(y1, b1);
   const torch::Tensor ref =
       F::max_pool2d(torch::relu(y2 + b2.to(c.dtype).view({1, -1, 1, 1})), F::MaxPool2dFuncOptions(2));
+  {
+    // Without gradients (evaluation) the forward kernel alone, no offsets kept.
+    torch::NoGradGuard no_grad;
+    const torch::Tensor inference = simple_cnn::BiasReluMaxPool(base, bias0);
+    EXPECT_FALSE(inference.grad_fn());
+    EXPECT_TRUE(torch::equal(inference, ref));
+  }
   ASSERT_TRUE(fused.grad_fn());
   EXPECT_EQ(fused.grad_fn()->name().find("Fused") != std::string::npos, c.fused) << fused.grad_fn()->name();
   EXPECT_EQ(fused.scalar_type(), c.dtype);

@@ -46,24 +46,36 @@ c10::MemoryFormat Format(bool nhwc) {
   return nhwc ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
 }
 
+// channels_last when y is in it (a cuDNN output of channels_last input); a
+// tensor both layouts describe takes the NCHW kernel.
+bool IsNhwc(const torch::Tensor& y) {
+  return !y.is_contiguous() && y.is_contiguous(c10::MemoryFormat::ChannelsLast);
+}
+
+// The forward kernel; with `offsets`, also the window offsets (p's shape, int8).
+torch::Tensor Forward(const torch::Tensor& y_in, const torch::Tensor& bias, torch::Tensor* offsets) {
+  const c10::cuda::CUDAGuard guard(y_in.device());
+  const bool nhwc = IsNhwc(y_in);
+  const torch::Tensor y = y_in.contiguous(Format(nhwc));
+  const torch::Tensor b = bias.to(torch::kFloat).contiguous();
+  const auto options = y.options().memory_format(Format(nhwc));
+  const std::vector<int64_t> pooled{y.size(0), y.size(1), y.size(2) / 2, y.size(3) / 2};
+  torch::Tensor p = torch::empty(pooled, options);
+  if (offsets != nullptr) *offsets = torch::empty(pooled, options.dtype(torch::kChar));
+  C10_CUDA_CHECK(kernels::BiasReluMaxPoolForward(Problem(y, nhwc), y.data_ptr(), b.data_ptr<float>(),
+                                                 p.data_ptr(), offsets != nullptr ? offsets->data_ptr<int8_t>() : nullptr,
+                                                 c10::cuda::getCurrentCUDAStream()));
+  return p;
+}
+
 struct FusedBiasReluMaxPool : public torch::autograd::Function<FusedBiasReluMaxPool> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& y_in, const torch::Tensor& bias) {
-    const c10::cuda::CUDAGuard guard(y_in.device());
-    // channels_last when y is in it (a cuDNN output of channels_last input);
-    // a tensor both layouts describe takes the NCHW kernel.
-    const bool nhwc = !y_in.is_contiguous() && y_in.is_contiguous(c10::MemoryFormat::ChannelsLast);
-    const torch::Tensor y = y_in.contiguous(Format(nhwc));
-    const torch::Tensor b = bias.to(torch::kFloat).contiguous();
-    const auto options = y.options().memory_format(Format(nhwc));
-    const std::vector<int64_t> pooled{y.size(0), y.size(1), y.size(2) / 2, y.size(3) / 2};
-    torch::Tensor p = torch::empty(pooled, options);
-    torch::Tensor offsets = torch::empty(pooled, options.dtype(torch::kChar));
-    C10_CUDA_CHECK(kernels::BiasReluMaxPoolForward(Problem(y, nhwc), y.data_ptr(), b.data_ptr<float>(),
-                                                   p.data_ptr(), offsets.data_ptr<int8_t>(),
-                                                   c10::cuda::getCurrentCUDAStream()));
+    const bool nhwc = IsNhwc(y_in);
+    torch::Tensor offsets;
+    torch::Tensor p = Forward(y_in, bias, &offsets);
     ctx->save_for_backward({offsets});
     ctx->saved_data["nhwc"] = nhwc;
-    ctx->saved_data["y_sizes"] = y.sizes().vec();
+    ctx->saved_data["y_sizes"] = y_in.sizes().vec();
     ctx->saved_data["bias_type"] = static_cast<int64_t>(bias.scalar_type());
     return p;
   }
@@ -100,7 +112,12 @@ bool FusedKernelsBuilt() noexcept {
 
 torch::Tensor BiasReluMaxPool(const torch::Tensor& y, const torch::Tensor& bias) {
 #ifdef TRAINBENCH_SIMPLE_CNN_KERNELS
-  if (FusedApplies(y, bias)) return FusedBiasReluMaxPool::apply(y, bias);
+  if (FusedApplies(y, bias)) {
+    // Without a backward to come (evaluation), no window offsets are kept.
+    if (!torch::GradMode::is_enabled() || !(y.requires_grad() || bias.requires_grad()))
+      return Forward(y, bias, /*offsets=*/nullptr);
+    return FusedBiasReluMaxPool::apply(y, bias);
+  }
 #endif
   return Composite(y, bias);
 }

@@ -40,34 +40,52 @@ struct alignas(sizeof(T) * kVec) Pack {
   T v[kVec];
 };
 
+// Where pack i of pooled outputs reads its 2x2 windows: `base` is the first
+// element of the first window, Step(k) the offset of its element k (row-major).
+// NHWC: the pack is kVec channels of one pooled position; NCHW: kVec pooled
+// columns of one row (their windows are 2 * kVec consecutive elements of two
+// rows).
+template <int kVec, bool kNhwc, typename Index>
+struct Window {
+  __device__ __forceinline__ Window(Index i, Index c, Index h, Index w) : c_(c), w_(w) {
+    const Index ho = h / 2, wo = w / 2;
+    if constexpr (kNhwc) {
+      const Index packs_per_position = c / kVec;
+      Index r = i / packs_per_position;
+      channel = (i - r * packs_per_position) * kVec;
+      const Index x = r % wo;
+      r /= wo;
+      const Index row = r % ho, n = r / ho;
+      base = ((n * h + 2 * row) * w + 2 * x) * c + channel;
+    } else {
+      const Index packs_per_row = wo / kVec;
+      Index r = i / packs_per_row;
+      const Index x = (i - r * packs_per_row) * kVec;
+      const Index row = r % ho;
+      r /= ho;  // n * c + channel
+      channel = r % c;
+      base = (r * h + 2 * row) * w + 2 * x;
+    }
+  }
+  __device__ __forceinline__ Index Step(int k) const {
+    const Index col = kNhwc ? c_ : 1, row = kNhwc ? w_ * c_ : w_;
+    return (k >> 1) * row + (k & 1) * col;
+  }
+  Index base, channel;
+
+ private:
+  Index c_, w_;
+};
+
 // One thread: kVec neighbouring pooled outputs (channels in NHWC, columns in
 // NCHW). Index arithmetic in Index (32 bits when every offset fits).
 template <typename T, int kVec, bool kNhwc, typename Index>
 __global__ void ForwardKernel(const T* __restrict__ y, const float* __restrict__ bias, T* __restrict__ p,
                               int8_t* __restrict__ offsets, Index c, Index h, Index w, Index packs) {
-  const Index ho = h / 2, wo = w / 2;
   for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < packs;
        i += static_cast<Index>(gridDim.x) * blockDim.x) {
-    Index base, step[4], channel;
-    if constexpr (kNhwc) {
-      const Index cv = c / kVec;
-      Index r = i / cv;
-      channel = (i - r * cv) * kVec;
-      const Index x = r % wo;
-      r /= wo;
-      const Index row = r % ho, n = r / ho;
-      base = ((n * h + 2 * row) * w + 2 * x) * c + channel;
-      step[0] = 0, step[1] = c, step[2] = w * c, step[3] = w * c + c;
-    } else {
-      const Index xv = wo / kVec;
-      Index r = i / xv;
-      const Index x = (i - r * xv) * kVec;
-      const Index row = r % ho;
-      r /= ho;  // n * c + channel
-      channel = r % c;
-      base = (r * h + 2 * row) * w + 2 * x;
-      step[0] = 0, step[1] = 1, step[2] = w, step[3] = w + 1;
-    }
+    const Window<kVec, kNhwc, Index> win(i, c, h, w);
+    const Index base = win.base, channel = win.channel;
     float best[kVec] = {};
     int8_t at[kVec] = {};
     if constexpr (kNhwc) {
@@ -76,7 +94,7 @@ __global__ void ForwardKernel(const T* __restrict__ y, const float* __restrict__
       for (int j = 0; j < kVec; ++j) b[j] = Round<T>(bias[channel + j]);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const Pack<T, kVec> in = *reinterpret_cast<const Pack<T, kVec>*>(y + base + step[k]);
+        const Pack<T, kVec> in = *reinterpret_cast<const Pack<T, kVec>*>(y + base + win.Step(k));
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
           const float v = Round<T>(ToFloat(in.v[j]) + b[j]);
@@ -109,7 +127,7 @@ __global__ void ForwardKernel(const T* __restrict__ y, const float* __restrict__
       where.v[j] = live ? at[j] : static_cast<int8_t>(-1);
     }
     *reinterpret_cast<Pack<T, kVec>*>(p + i * kVec) = out;
-    *reinterpret_cast<Pack<int8_t, kVec>*>(offsets + i * kVec) = where;
+    if (offsets != nullptr) *reinterpret_cast<Pack<int8_t, kVec>*>(offsets + i * kVec) = where;
   }
 }
 
@@ -117,7 +135,6 @@ template <typename T, int kVec, bool kNhwc, typename Index>
 __global__ void BackwardKernel(const T* __restrict__ grad_p, const int8_t* __restrict__ offsets,
                                T* __restrict__ grad_y, T* __restrict__ grad_masked, Index c, Index h, Index w,
                                Index packs) {
-  const Index ho = h / 2, wo = w / 2;
   const T zero = FromFloat<T>(0.f);
   for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < packs;
        i += static_cast<Index>(gridDim.x) * blockDim.x) {
@@ -127,29 +144,16 @@ __global__ void BackwardKernel(const T* __restrict__ grad_p, const int8_t* __res
 #pragma unroll
     for (int j = 0; j < kVec; ++j) masked.v[j] = at.v[j] >= 0 ? g.v[j] : zero;
     *reinterpret_cast<Pack<T, kVec>*>(grad_masked + i * kVec) = masked;
+    const Window<kVec, kNhwc, Index> win(i, c, h, w);
     if constexpr (kNhwc) {
-      const Index cv = c / kVec;
-      Index r = i / cv;
-      const Index channel = (i - r * cv) * kVec;
-      const Index x = r % wo;
-      r /= wo;
-      const Index row = r % ho, n = r / ho;
-      const Index base = ((n * h + 2 * row) * w + 2 * x) * c + channel;
-      const Index step[4] = {0, c, w * c, w * c + c};
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         Pack<T, kVec> out;
 #pragma unroll
         for (int j = 0; j < kVec; ++j) out.v[j] = at.v[j] == k ? g.v[j] : zero;
-        *reinterpret_cast<Pack<T, kVec>*>(grad_y + base + step[k]) = out;
+        *reinterpret_cast<Pack<T, kVec>*>(grad_y + win.base + win.Step(k)) = out;
       }
     } else {
-      const Index xv = wo / kVec;
-      Index r = i / xv;
-      const Index x = (i - r * xv) * kVec;
-      const Index row = r % ho;
-      r /= ho;
-      const Index base = (r * h + 2 * row) * w + 2 * x;
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
         Pack<T, 2 * kVec> out;
@@ -158,7 +162,7 @@ __global__ void BackwardKernel(const T* __restrict__ grad_p, const int8_t* __res
 #pragma unroll
           for (int col = 0; col < 2; ++col) out.v[2 * j + col] = at.v[j] == 2 * rr + col ? g.v[j] : zero;
         }
-        *reinterpret_cast<Pack<T, 2 * kVec>*>(grad_y + base + rr * w) = out;
+        *reinterpret_cast<Pack<T, 2 * kVec>*>(grad_y + win.base + rr * w) = out;
       }
     }
   }
@@ -183,7 +187,7 @@ struct Buffers {
   const void* in;        // forward: y; backward: grad_p
   const float* bias;     // forward only
   void* out;             // forward: p; backward: grad_y
-  int8_t* offsets;       // written forward, read backward
+  int8_t* offsets;       // written forward (unless null), read backward
   void* grad_masked;     // backward only
 };
 

@@ -30,7 +30,8 @@ struct PoolProblem {
   int64_t n, c, h, w;  ///< y's sizes; p is (n, c, h / 2, w / 2) in the same layout
 };
 
-/// y, p: dtype; bias: float (C); offsets: int8, one per element of p.
+/// y, p: dtype; bias: float (C); offsets: int8, one per element of p, or
+/// null when no backward follows (inference).
 cudaError_t BiasReluMaxPoolForward(const PoolProblem& problem, const void* y, const float* bias, void* p,
                                    int8_t* offsets, cudaStream_t stream);
 
