@@ -440,6 +440,47 @@ measurement: {warmup_steps: 2, baseline: one}
   EXPECT_NE(o.output.find("data parallel: simple_cnn on two: 2 ranks (gloo backend)"), std::string::npos) << o.output;
 }
 
+// A budget spent before the warm-up ends (a slow or loaded machine) still
+// times one step: the cell measures something rather than failing.
+TEST_F(EndToEnd, ATimeBudgetSpentInTheWarmUpStillTimesOneStep) {
+  const std::string config = Config(R"(name: tiny-budget
+models: [simple_cnn]
+devices:
+  - {plugin: cpu, time_budget_seconds: 0.001}
+training: {epochs: 2, batch_size: 20}
+measurement: {warmup_steps: 3}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const json cell = Results()["cells"][0];
+  ASSERT_EQ(cell["status"], "ok") << cell.dump(2);
+  EXPECT_EQ(cell["steps"], 4);  // 3 warm-up steps and the one timed
+  EXPECT_EQ(cell["projected"], true);
+  EXPECT_GT(cell["samples_per_second"].get<double>(), 0);
+}
+
+// Each rank keeps its own clock: with a time budget they must still stop
+// after the same step, or their collectives pair up wrongly (Gloo aborted the
+// worker here before rank 0's decision was shared; NCCL would hang).
+TEST_F(EndToEnd, TwoRanksWithATimeBudgetStopAfterTheSameStep) {
+  if (!WorkerHasGloo()) GTEST_SKIP() << "trainbench-worker built without Gloo (libgloo-dev)";
+  const std::string config = Config(R"(name: dp-budget
+models: [simple_cnn]
+devices:
+  - {plugin: cpu, processes: 2, time_budget_seconds: 2}
+training: {epochs: 20, batch_size: 20}
+measurement: {warmup_steps: 2}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const json cell = Results()["cells"][0];
+  ASSERT_EQ(cell["status"], "ok") << cell.dump(2);
+  EXPECT_EQ(cell["projected"], true);
+  EXPECT_LT(cell["steps"].get<int64_t>(), 20 * 100);  // stopped by the budget
+  ASSERT_EQ(cell["rank_samples_per_second"].size(), 2u);
+  EXPECT_GT(cell["rank_samples_per_second"][1].get<double>(), 0);
+}
+
 // ResNet18 has batch normalisation: two ranks train like one process only
 // when it normalises over the combined batch (sync_batchnorm). One batch per
 // epoch, so each epoch's loss is one step's. Past a few steps, rounding

@@ -23,6 +23,8 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 constexpr size_t kMaxReportedSteps = 4096;
+// Data parallel with a time budget: how often the ranks agree whether it is spent.
+constexpr int64_t kBudgetCheckSteps = 4;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -164,7 +166,7 @@ class CellRun {
     Train(steps_per_epoch);
 
     const double sps = steady_seconds_ > 0 ? static_cast<double>(steady_samples_) / steady_seconds_ : 0.0;
-    if (sps <= 0) throw CellError("no steady-state steps were timed: raise max_steps/time_budget_seconds above warmup_steps");
+    if (sps <= 0) throw CellError("no steady-state steps were timed: raise max_steps (or epochs) above warmup_steps");
     std::vector<double> epoch_seconds = measured_epoch_seconds_;
     const bool projected = static_cast<int64_t>(measured_epoch_seconds_.size()) < s_.epochs;
     if (projected) {
@@ -284,11 +286,26 @@ class CellRun {
     return static_cast<double>(correct.item<int64_t>()) / static_cast<double>(test_->size());
   }
 
-  bool BudgetSpent(Clock::time_point train_start) const {
+  // Whether the cell's step or time budget is spent. Data parallel, every rank
+  // must stop after the same step (their collectives pair up in order), but
+  // each has its own clock: every kBudgetCheckSteps steps, rank 0's view of
+  // the time budget is broadcast.
+  bool BudgetSpent(Clock::time_point train_start) {
     if (s_.max_steps && steps_done_ >= *s_.max_steps) return true;
-    if (s_.time_budget_seconds && Seconds(Clock::now() - train_start) >= *s_.time_budget_seconds)
-      return true;
-    return false;
+    if (!s_.time_budget_seconds) return false;
+    if (!collective_) return TimeBudgetSpent(train_start);
+    if (steps_done_ - steps_at_budget_check_ < kBudgetCheckSteps) return false;
+    steps_at_budget_check_ = steps_done_;
+    torch::Tensor flag = torch::full({1}, TimeBudgetSpent(train_start) ? 1.0 : 0.0,
+                                     torch::TensorOptions().device(settings_.device));
+    collective_->Broadcast({flag});
+    return flag.item<double>() > 0;
+  }
+
+  // A time budget ends a cell only once a step after the warm-up was timed:
+  // a loaded or slow machine still measures something rather than nothing.
+  bool TimeBudgetSpent(Clock::time_point train_start) const {
+    return timed_steps_ > 0 && Seconds(Clock::now() - train_start) >= *s_.time_budget_seconds;
   }
 
   // The epoch's batches, augmented, in one pass at the start of the epoch
@@ -380,7 +397,9 @@ class CellRun {
           TrainStep(/*for_graph=*/false);
         }
         // Warm-up steps and a graph's capture are trained on but not timed.
-        timer_->Mark(/*timed=*/ran == 1 && steps_done_ >= s_.warmup_steps);
+        const bool timed = ran == 1 && steps_done_ >= s_.warmup_steps;
+        timer_->Mark(timed);
+        timed_steps_ += timed ? 1 : 0;
         steps_done_ += ran;
         epoch_steps += ran;
         stop = BudgetSpent(train_start);
@@ -462,6 +481,8 @@ class CellRun {
   bool in_graph_step_ = false;
   torch::Tensor scale_, growth_tracker_, found_inf_;
   int64_t steps_done_ = 0;
+  int64_t timed_steps_ = 0;  // steps after the warm-up, timed
+  int64_t steps_at_budget_check_ = 0;
   int64_t steady_samples_ = 0;
   double steady_seconds_ = 0;
   std::vector<double> step_seconds_, measured_epoch_seconds_, train_loss_, test_accuracy_;
