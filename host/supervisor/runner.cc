@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
 
 #include <spdlog/spdlog.h>
 
@@ -41,18 +42,31 @@ json CellSpecJson(const Experiment& e, const PluginUse& model, const PluginUse& 
   return spec;
 }
 
+// The GPUs of the Slurm job this process runs in (SLURM_JOB_GPUS, e.g.
+// "2,3"), when Slurm gave it some (--gres) and set CUDA_VISIBLE_DEVICES to
+// them; empty otherwise.
+std::string SlurmJobGpus() {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* gpus = std::getenv("SLURM_JOB_GPUS");
+  return job != nullptr && gpus != nullptr && std::getenv("CUDA_VISIBLE_DEVICES") != nullptr ? gpus : "";
+}
+
 // The worker launches of one attempt: one, or one per rank of a
 // data-parallel cell (rank 0 writes `log`, rank r LOG-rankR.log).
 std::vector<WorkerLaunch> Launches(const json& spec, const fs::path& log) {
   const int64_t ranks = std::max<int64_t>(spec["device"].value("ranks", int64_t{1}), 1);
   const json& gpus = spec["device"]["gpus"];  // rank r's device_index, when listed
+  // In a Slurm job with GPUs, CUDA sees only the job's, renumbered from 0:
+  // rank r takes the job's r-th GPU, whatever indices the config lists
+  // (those name GPUs of a machine, and Slurm chose which ones this job has).
+  const bool slurm_gpus = !SlurmJobGpus().empty();
   const int port = ranks > 1 ? FreeTcpPort() : 0;
   std::vector<WorkerLaunch> launches;
   for (int64_t r = 0; r < ranks; ++r) {
     WorkerLaunch launch{{"run"}, "", log, {}};
     json rank_spec = spec;
     if (gpus.is_array() && static_cast<int64_t>(gpus.size()) == ranks)
-      rank_spec["device"]["options"]["device_index"] = gpus[r];
+      rank_spec["device"]["options"]["device_index"] = slurm_gpus ? json(r) : gpus[r];
     if (ranks > 1) {
       rank_spec["distributed"] = {{"rank", r}, {"world_size", ranks}, {"store_host", "127.0.0.1"}, {"store_port", port},
                                   {"sync_batchnorm", spec["device"].value("sync_batchnorm", false)}};
@@ -271,6 +285,11 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
                      device.missing_reason);
       } else {
         spdlog::info("[{}/{}] {} on {}: starting", index + 1, total, model.label, device.label);
+        if (const std::string job_gpus = SlurmJobGpus(); !job_gpus.empty() && !device.device_indices.empty()) {
+          cell["slurm"] = {{"job_gpus", job_gpus}};
+          spdlog::info("[{}/{}] {} on {}: the Slurm job's GPUs {}, in that order for its {} rank(s)", index + 1,
+                       total, model.label, device.label, job_gpus, device.ranks);
+        }
         std::vector<json> attempts;
         for (int64_t r = 0; r < e.measurement.repeats && g_stop_signal.load() == 0; ++r) {
           const fs::path log = out_dir / "logs" /

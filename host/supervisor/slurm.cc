@@ -261,7 +261,13 @@ SlurmGathered SlurmGather(const ExperimentPlan& plan, const fs::path& out_dir) {
                          (out / "slurm" / fmt::format("task-{}.out", i)).string();
       }
     }
-    if (!job_id.empty()) cell["slurm"] = {{"job_id", job_id}, {"array_task_id", i}};
+    if (!job_id.empty()) {
+      // Beside what the task recorded of its job (the GPUs it was given).
+      json slurm = cell.contains("slurm") && cell["slurm"].is_object() ? cell["slurm"] : json::object();
+      slurm["job_id"] = job_id;
+      slurm["array_task_id"] = i;
+      cell["slurm"] = slurm;
+    }
     cell["index"] = i;
     if (cell.value("status", "") == "ok") ++gathered.done;
     if (cell.value("status", "") == "failed") ++gathered.failed;

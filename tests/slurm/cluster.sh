@@ -2,6 +2,9 @@
 # A one-node Slurm cluster on the loopback, private to one folder: its own
 # munge daemon (own key and socket), slurmctld and slurmd, as the current
 # user, on free ports. Debian 12 packages: slurmctld slurmd slurm-client munge.
+# The node declares two GPUs (GRES) backed by /dev/null and /dev/zero: Slurm
+# schedules --gres=gpu:N jobs on them and sets CUDA_VISIBLE_DEVICES and
+# SLURM_JOB_GPUS as on a GPU node (no cgroups here, so nothing is fenced).
 #   cluster.sh start DIR    writes DIR/slurm.conf and DIR/env.sh (source it for sbatch & co)
 #   cluster.sh stop DIR
 set -euo pipefail
@@ -61,9 +64,14 @@ ReturnToService=2
 MinJobAge=3600
 SlurmctldTimeout=30
 SlurmdTimeout=30
-NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$(hostname -s) CPUs=$CPUS RealMemory=1024 State=UNKNOWN
+GresTypes=gpu
+NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$(hostname -s) CPUs=$CPUS RealMemory=1024 Gres=gpu:2 State=UNKNOWN
 PartitionName=test Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF
+cat > "$DIR/gres.conf" <<GRES
+NodeName=$NODE Name=gpu File=/dev/null
+NodeName=$NODE Name=gpu File=/dev/zero
+GRES
 cat > "$DIR/env.sh" <<ENV
 export SLURM_CONF=$DIR/slurm.conf
 ENV

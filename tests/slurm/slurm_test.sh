@@ -103,3 +103,49 @@ for i in (1, 3):                                       # speedup of 'two' over '
 assert doc["system"]["hostname"]
 print("slurm: ok;", ", ".join(f"{c['model']}/{c['device']} {c['samples_per_second']:.0f}/s" for c in cells))
 PY
+
+# 4. GPU cells: `gpus: N` cells go out as --gres=gpu:N arrays and run on the
+#    node's two GPUs (GRES, cluster.sh). The tasks use the GPUs Slurm gave
+#    them, whatever indices the config names (a stand-in device, which
+#    fails as CUDA would when its device_index is not visible to it).
+PLUGINS=$BUILD/tests/test_plugins
+TWO=""
+"$BUILD/bin/trainbench-worker" info | grep -q '"gloo"' && TWO="  - {plugin: gpu_stand_in, label: two-gpus, gpus: 2}"
+cat > "$TMP/gpu.yaml" <<YAML
+name: slurm-gpu-test
+seed: 4
+dataset: {kind: cifar10, path: $DATA, train_size: 256, test_size: 100}
+models: [simple_cnn]
+devices:
+  - {plugin: gpu_stand_in, label: second-gpu, gpus: [1]}
+  - {plugin: gpu_stand_in, label: one-gpu, gpus: 1}
+$TWO
+training: {epochs: 2, batch_size: 64}
+measurement: {warmup_steps: 1, baseline: one-gpu}
+YAML
+OUT=$TMP/out-gpu
+"$TB" slurm submit "$TMP/gpu.yaml" --out "$OUT" --plugin-dir "$PLUGINS" > "$TMP/submit-gpu.log" 2>&1 \
+  || { cat "$TMP/submit-gpu.log"; fail "GPU submission"; }
+grep -q "^#SBATCH --gres=gpu:1$" "$OUT"/slurm/job-0-1gpu.sh || fail "1-GPU job: $(cat "$OUT"/slurm/job-0-1gpu.sh)"
+grep -q "^#SBATCH --array=0,1$" "$OUT"/slurm/job-0-1gpu.sh || fail "1-GPU array: $(cat "$OUT"/slurm/job-0-1gpu.sh)"
+if [ -n "$TWO" ]; then
+  grep -q "^#SBATCH --gres=gpu:2$" "$OUT"/slurm/job-1-2gpu.sh || fail "2-GPU job: $(ls "$OUT"/slurm)"
+fi
+"$TB" slurm gather "$TMP/gpu.yaml" --out "$OUT" --plugin-dir "$PLUGINS" --wait > "$TMP/gather-gpu.log" 2>&1 \
+  || { cat "$TMP/gather-gpu.log"; fail "GPU gather"; }
+cat "$TMP/gather-gpu.log"
+python3 - "$OUT/results.json" "$TWO" <<'PY'
+import json, sys
+cells = json.load(open(sys.argv[1]))["cells"]
+assert [c["status"] for c in cells] == ["ok"] * len(cells), [(c["status"], c.get("reason")) for c in cells]
+for c in cells:
+    given = c["slurm"]["job_gpus"]                      # what Slurm gave the task
+    hw = c["hardware"]
+    assert hw["cuda_visible_devices"] == given, (given, hw)
+    assert hw["device_index"] == 0, hw                  # rank 0 on the job's first GPU
+    assert len(given.split(",")) == c.get("ranks", 1), (given, c.get("ranks"))
+    assert set(given.split(",")) <= {"0", "1"}, given
+if sys.argv[2]:
+    assert cells[2]["ranks"] == 2 and cells[2]["slurm"]["job_gpus"] == "0,1", cells[2]
+print("slurm GPUs: ok;", ", ".join(f"{c['device']} on GPU {c['slurm']['job_gpus']}" for c in cells))
+PY
