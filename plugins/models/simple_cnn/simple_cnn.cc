@@ -51,7 +51,8 @@ class SimpleCnnImpl : public torch::nn::Module {
   // max_pool2d(relu(conv(x)), 2)
   torch::Tensor Block(CountedConv2d& conv, const torch::Tensor& x) {
     // FLOPs are measured on the CPU (sdk::MeasureTrainingFlops), through the
-    // counted layer of the composite path.
+    // counted layer of the composite path. The convolution as constructed
+    // above: 3x3, stride 1, padding 1.
     if (fused_ && x.is_cuda()) {
       return simple_cnn::BiasReluMaxPool(torch::conv2d(x, conv->weight, /*bias=*/{}, /*stride=*/1, /*padding=*/1),
                                          conv->bias);
@@ -77,7 +78,8 @@ const TbParamSpec kParams[] = {
 std::unique_ptr<trainbench::sdk::Model> Make(const trainbench::sdk::Options& options) {
   const int64_t classes = options.GetInt("num_classes");
   return std::make_unique<trainbench::sdk::ModuleModel<SimpleCnn>>(
-      SimpleCnn(options.GetInt("hidden"), classes, options.GetBool("fused_epilogue")), std::array<int64_t, 3>{3, 32, 32}, classes);
+      SimpleCnn(options.GetInt("hidden"), classes, options.GetBool("fused_epilogue")),
+      std::array<int64_t, 3>{3, 32, 32}, classes);
 }
 
 }  // namespace
