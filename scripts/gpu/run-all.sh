@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test kernels profile bench epochs graphdump metrics correctness paper dp faults
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test kernels profile bench engines epochs graphdump metrics correctness paper dp faults
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -58,6 +58,11 @@ for stage in $STAGES; do
       python3 bench/pytorch_reference.py --batches 128 --models resnet18 --labels bf16-cl-graph \
         --graph-dump "$OUT/graphs/pytorch" --out "$OUT/graphs/pytorch.json"
       ls -la "$OUT/graphs"; python3 bench/graph_kernels.py "$OUT"/graphs/trainbench-0.dot "$OUT"/graphs/pytorch-resnet18-bf16-b128.dot ;;
+    # ResNet18 bf16 graph under three cuDNN engine choices, then PyTorch's step.
+    engines)
+      build-gpu/bin/trainbench run bench/configs/resnet18-engines.yaml --out "$OUT/engines" > "$OUT/engines.log" 2>&1
+      echo "engines run rc=$?"; sed -n '/^model/,$p' "$OUT/engines.log"
+      python3 bench/pytorch_reference.py --batches 128 --models resnet18 --labels bf16-cl-graph --out "$OUT/engines-pytorch.json" ;;
     epochs)
       build-gpu/bin/trainbench run bench/configs/epoch-rate.yaml --out "$OUT/epoch-rate" > "$OUT/epoch-rate.log" 2>&1
       echo "epoch-rate run rc=$?"; python3 bench/epoch_rate.py "$OUT/epoch-rate/results.json" | tee "$OUT/epoch-rate.md" ;;
