@@ -7,11 +7,14 @@ for k in sorted(k for k in py if "/bf16-compile/" in k):
     print(f"PyTorch torch.compile (reduce-overhead, bf16, optimizer eager) {k}: {py[k]:.0f} samples/s")
 print()
 print("| model | precision | batch | trainbench samples/s | PyTorch samples/s | ratio | trainbench TFLOP/s | % of peak |")
-print("|---|---|---|---|---|---|---|---|")
+# trainbench's cells per batch size (none where that run left no results).
+CELLS = {}
 for bs in batches:
     f = out / f"trainbench-b{bs}" / "results.json"
-    cells = json.load(open(f))["cells"] if f.exists() else []
-    for c in cells:
+    CELLS[bs] = json.load(open(f))["cells"] if f.exists() else []
+print("|---|---|---|---|---|---|---|---|")
+for bs in batches:
+    for c in CELLS[bs]:
         # A labelled variant (simple_cnn-composite) is compared with its model.
         key = f"{c['model'].split('-')[0]}/{c['device']}/b{bs}"
         ref = py.get(key)
@@ -34,8 +37,7 @@ print()
 print("| model | precision | batch | trainbench best | Python best (this run) | Python best (stored, source) | ratio to the higher | goal |")
 print("|---|---|---|---|---|---|---|---|")
 for bs in batches:
-    f = out / f"trainbench-b{bs}" / "results.json"
-    cells = json.load(open(f))["cells"] if f.exists() else []
+    cells = CELLS[bs]
     for model in [m for m in ("simple_cnn", "resnet18", "resnet50") if any(c["model"] == m for c in cells)]:
         for prec in ("fp32", "bf16"):
             ours = max([c["samples_per_second"] for c in cells if c["model"] == model and c.get("status") == "ok"

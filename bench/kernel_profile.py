@@ -14,10 +14,10 @@ input) but without CUDA graphs, so that the profiler sees every kernel; the
 kernels' GPU time is what reduce-overhead mode replays.
 """
 import argparse, collections, json
-import torch, torch.nn as nn
+import torch
 from torch.profiler import ProfilerActivity, profile
 
-from pytorch_reference import MODELS
+from pytorch_reference import MODELS, setup
 
 
 def main():
@@ -32,14 +32,7 @@ def main():
     p.add_argument("--json", help="also write the table here")
     a = p.parse_args()
     torch.backends.cudnn.benchmark = True
-    torch.manual_seed(0)
-    m = MODELS[a.model]().cuda()
-    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
-    m = m.to(memory_format=fmt)
-    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(a.batch, 3, 32, 32, device="cuda").to(memory_format=fmt)
-    y = torch.randint(0, 10, (a.batch,), device="cuda")
-    lossf = nn.CrossEntropyLoss()
+    m, opt, x, y, lossf = setup(a.model, a.batch, a.channels_last)
     amp = a.precision == "bf16"
 
     def fwd_bwd(x, y):

@@ -16,14 +16,26 @@ MODELS = {"simple_cnn": simple_cnn,
           "resnet18": lambda: torchvision.models.resnet18(num_classes=10),
           "resnet50": lambda: torchvision.models.resnet50(num_classes=10)}
 
-def bench(name, bs, amp, cl, graph, steps, warm, graph_dump=None):
+def setup(name, bs, cl):
+    """The model on the GPU (channels_last if `cl`), SGD momentum 0.9, one
+    synthetic batch resident on the GPU, the loss; the same seed every time."""
     torch.manual_seed(0)
     m = MODELS[name]().cuda()
     if cl: m = m.to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(bs, 3, 32, 32, device="cuda"); y = torch.randint(0, 10, (bs,), device="cuda")
     if cl: x = x.to(memory_format=torch.channels_last)
-    lossf = nn.CrossEntropyLoss()
+    return m, opt, x, y, nn.CrossEntropyLoss()
+
+def timed(run, steps, bs):
+    """samples/s of `steps` calls of `run`, GPU work included."""
+    torch.cuda.synchronize(); t = time.perf_counter()
+    for _ in range(steps): run()
+    torch.cuda.synchronize()
+    return bs * steps / (time.perf_counter() - t)
+
+def bench(name, bs, amp, cl, graph, steps, warm, graph_dump=None):
+    m, opt, x, y, lossf = setup(name, bs, cl)
     def body():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
             loss = lossf(m(x), y)
@@ -46,21 +58,14 @@ def bench(name, bs, amp, cl, graph, steps, warm, graph_dump=None):
     else:
         for _ in range(warm): step()
         run = step
-    torch.cuda.synchronize(); t = time.perf_counter()
-    for _ in range(steps): run()
-    torch.cuda.synchronize()
-    return bs * steps / (time.perf_counter() - t)
+    return timed(run, steps, bs)
 
 def bench_compiled(name, bs, steps, warm):
     """torch.compile(mode="reduce-overhead") of forward + backward with bf16
     autocast, NCHW input, the optimizer step eager: as the stored reference
     (../shared/baselines/pytorch_python_graph_compile.py), whose SimpleCNN b1024
     figure is the best Python figure of the issue's table."""
-    torch.manual_seed(0)
-    m = MODELS[name]().cuda()
-    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(bs, 3, 32, 32, device="cuda"); y = torch.randint(0, 10, (bs,), device="cuda")
-    lossf = nn.CrossEntropyLoss()
+    m, opt, x, y, lossf = setup(name, bs, cl=False)
     @torch.compile(mode="reduce-overhead")
     def fwd_bwd(x, y):
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -70,10 +75,7 @@ def bench_compiled(name, bs, steps, warm):
     def step():
         opt.zero_grad(set_to_none=True); fwd_bwd(x, y); opt.step()
     for _ in range(max(warm, 15)): step()
-    torch.cuda.synchronize(); t = time.perf_counter()
-    for _ in range(steps): step()
-    torch.cuda.synchronize()
-    return bs * steps / (time.perf_counter() - t)
+    return timed(step, steps, bs)
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(); p.add_argument("--batches", type=int, nargs="+", default=[128, 1024])
