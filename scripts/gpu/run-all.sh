@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test kernels profile bench engines epochs graphdump metrics correctness paper dp faults
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test kernels profile bench engines libs epochs graphdump metrics correctness paper dp faults
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -63,6 +63,33 @@ for stage in $STAGES; do
       build-gpu/bin/trainbench run bench/configs/resnet18-engines.yaml --out "$OUT/engines" > "$OUT/engines.log" 2>&1
       echo "engines run rc=$?"; sed -n '/^model/,$p' "$OUT/engines.log"
       python3 bench/pytorch_reference.py --batches 128 --models resnet18 --labels bf16-cl-graph --out "$OUT/engines-pytorch.json" ;;
+    # Which cuDNN, NVRTC and cuBLAS libraries plain PyTorch's process and a
+    # trainbench worker load, with cuDNN's warnings; then ResNet18 bf16 with
+    # every NVIDIA library folder of the PyTorch wheel on LD_LIBRARY_PATH
+    # (cuDNN's runtime-compiled engines dlopen NVRTC by name), timed and its
+    # captured graph compared with PyTorch's.
+    libs)
+      CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$OUT/cudnn-pytorch.log python3 scripts/gpu/loaded_libs.py > "$OUT/libs-pytorch.txt" 2>&1
+      ( for i in $(seq 1 60); do sleep 0.5; for p in $(pgrep -f bin/trainbench-worker); do
+          grep -oE '/[^ ]*(cudnn|nvrtc|cublas|nvJitLink)[^ ]*' /proc/$p/maps 2>/dev/null | sort -u > "$OUT/libs-trainbench.txt.new" && mv "$OUT/libs-trainbench.txt.new" "$OUT/libs-trainbench.txt"
+        done; done ) &
+      sampler=$!
+      CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=$OUT/cudnn-trainbench.log build-gpu/bin/trainbench run bench/configs/graph-dump.yaml --out "$OUT/libs-run" > "$OUT/libs-run.log" 2>&1
+      echo "trainbench rc=$?"; kill $sampler 2>/dev/null; wait $sampler 2>/dev/null
+      echo "--- pytorch"; cat "$OUT/libs-pytorch.txt"; echo "--- trainbench worker"; cat "$OUT/libs-trainbench.txt"
+      echo "--- cuDNN warnings: pytorch $(wc -l < "$OUT/cudnn-pytorch.log"), trainbench $(wc -l < "$OUT/cudnn-trainbench.log")"
+      grep -iE "warn|fail|nvrtc|unable|cannot" "$OUT/cudnn-trainbench.log" | sort | uniq -c | sort -rn | head -15
+      NVLIBS=$(python3 -c 'import glob, os, torch; print(":".join(sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "*", "lib")))))')
+      echo "nvidia lib folders: $NVLIBS"
+      sed -e '/label: limit-10/d' -e '/label: heuristics/d' -e 's/^name: .*/name: resnet18-engines-nvlibs/' \
+        bench/configs/resnet18-engines.yaml > "$OUT/engines-nvlibs.yaml"
+      LD_LIBRARY_PATH=$NVLIBS:$LD_LIBRARY_PATH build-gpu/bin/trainbench run "$OUT/engines-nvlibs.yaml" --out "$OUT/engines-nvlibs" > "$OUT/engines-nvlibs.log" 2>&1
+      echo "engines with nvidia libs rc=$?"; sed -n '/^model/,$p' "$OUT/engines-nvlibs.log"
+      mkdir -p "$OUT/graphs"
+      LD_LIBRARY_PATH=$NVLIBS:$LD_LIBRARY_PATH TRAINBENCH_GRAPH_DUMP=$OUT/graphs/trainbench build-gpu/bin/trainbench run bench/configs/graph-dump.yaml --out "$OUT/graphdump-nvlibs" > "$OUT/graphdump-nvlibs.log" 2>&1
+      python3 bench/pytorch_reference.py --batches 128 --models resnet18 --labels bf16-cl-graph \
+        --graph-dump "$OUT/graphs/pytorch" --out "$OUT/graphs/pytorch.json"
+      python3 bench/graph_kernels.py "$OUT"/graphs/trainbench-0.dot "$OUT"/graphs/pytorch-resnet18-bf16-b128.dot | head -40 ;;
     epochs)
       build-gpu/bin/trainbench run bench/configs/epoch-rate.yaml --out "$OUT/epoch-rate" > "$OUT/epoch-rate.log" 2>&1
       echo "epoch-rate run rc=$?"; python3 bench/epoch_rate.py "$OUT/epoch-rate/results.json" | tee "$OUT/epoch-rate.md" ;;
