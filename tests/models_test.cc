@@ -76,6 +76,37 @@ TEST(Models, CifarStemKeepsResolution) {
   EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 10}));
 }
 
+// At 32x32 input ResNet's layer4 runs on 1x1 maps, where NCHW and NHWC
+// strides describe the same memory. A channels_last batch must keep NHWC
+// strides through it all the same (torchvision's in-place ReLU and residual
+// add keep them): an out-of-place op writes NCHW strides there, and cuDNN's
+// weight gradient for such an input comes out NCHW, so every step transposed
+// and re-strided the gradients of layer4's three 512x512 convolutions
+// (docs/results/gpu-optimisation-notes.md, change 12). CUDA only: on the CPU
+// LibTorch's batch norm itself writes NCHW strides for 1x1 maps.
+TEST(Models, ChannelsLastStridesSurviveOneByOneMapsOnCuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string name : {"resnet18", "resnet50"}) {
+    auto model = Make(name, 10);
+    torch::nn::Module& module = model->module();
+    module.to(torch::kCUDA);
+    auto layer4 = module.named_children()["layer4"]->as<torch::nn::SequentialImpl>();
+    ASSERT_NE(layer4, nullptr);
+    const int64_t in = name == "resnet18" ? 256 : 1024, out = name == "resnet18" ? 512 : 2048;
+    for (bool amp : {false, true}) {
+      for (bool train : {true, false}) {
+        module.train(train);
+        AutocastScope autocast(torch::kCUDA, amp ? sdk::Amp::kBf16 : sdk::Amp::kNone, /*cache=*/false);
+        torch::Tensor x = torch::randn({2, in, 2, 2}, torch::kCUDA).contiguous(torch::MemoryFormat::ChannelsLast);
+        torch::Tensor y = layer4->forward(x.requires_grad_(train));
+        ASSERT_EQ(y.sizes(), (std::vector<int64_t>{2, out, 1, 1}));
+        EXPECT_EQ(y.strides(), (std::vector<int64_t>{out, 1, out, out}))
+            << name << (amp ? " bf16" : " fp32") << (train ? " train" : " eval");
+      }
+    }
+  }
+}
+
 TEST(Models, UnknownStemIsACreationError) {
   EXPECT_THROW(CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
                            {{"num_classes", 10}, {"stem", "tiny"}}),

@@ -50,12 +50,18 @@ class BlockImpl : public torch::nn::Module {
     }
   }
 
+  // ReLU and the residual add in place, as torchvision's: besides saving
+  // memory, they keep the convolutions' channels_last strides where the
+  // maps are 1x1 (layer4 at 32x32 input), which out-of-place ops would turn
+  // into NCHW strides; cuDNN then computes the next weight gradient in NCHW
+  // and the step pays for transposing it back. Batch normalisation's
+  // backward does not read its output, so overwriting it is safe.
   torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = torch::relu(bn1_(conv1_(x)));
+    torch::Tensor y = bn1_(conv1_(x)).relu_();
     y = bn2_(conv2_(y));
-    if (bottleneck_) y = bn3_(conv3_(torch::relu(y)));
-    y = y + (downsample_ ? downsample_->forward(x) : x);
-    return torch::relu(y);
+    if (bottleneck_) y = bn3_(conv3_(y.relu_()));
+    y += downsample_ ? downsample_->forward(x) : x;
+    return y.relu_();
   }
 
  private:
@@ -91,7 +97,7 @@ class ResNetImpl : public torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& input) {
-    torch::Tensor x = torch::relu(bn1_(conv1_(input)));
+    torch::Tensor x = bn1_(conv1_(input)).relu_();
     if (imagenet_stem_) {
       x = torch::max_pool2d(x, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
     }
