@@ -89,7 +89,7 @@ for stage in $STAGES; do
       LD_LIBRARY_PATH=$NVLIBS:$LD_LIBRARY_PATH TRAINBENCH_GRAPH_DUMP=$OUT/graphs/trainbench build-gpu/bin/trainbench run bench/configs/graph-dump.yaml --out "$OUT/graphdump-nvlibs" > "$OUT/graphdump-nvlibs.log" 2>&1
       python3 bench/pytorch_reference.py --batches 128 --models resnet18 --labels bf16-cl-graph \
         --graph-dump "$OUT/graphs/pytorch" --out "$OUT/graphs/pytorch.json"
-      python3 bench/graph_kernels.py "$OUT"/graphs/trainbench-0.dot "$OUT"/graphs/pytorch-resnet18-bf16-b128.dot | head -40 ;;
+      python3 bench/graph_kernels.py "$OUT"/graphs/trainbench-0.dot "$OUT"/graphs/pytorch-resnet18-bf16-b128.dot > "$OUT/graph-kernels-nvlibs.txt"; head -40 "$OUT/graph-kernels-nvlibs.txt" ;;
     epochs)
       build-gpu/bin/trainbench run bench/configs/epoch-rate.yaml --out "$OUT/epoch-rate" > "$OUT/epoch-rate.log" 2>&1
       echo "epoch-rate run rc=$?"; python3 bench/epoch_rate.py "$OUT/epoch-rate/results.json" | tee "$OUT/epoch-rate.md" ;;
