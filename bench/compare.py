@@ -1,7 +1,24 @@
-"""Prints the trainbench vs PyTorch table from bench/gpu_vs_pytorch.sh's output."""
+"""Prints the trainbench vs PyTorch table from bench/gpu_vs_pytorch.sh's output
+(and the issue's goal table), or with --cpu from bench/cpu_vs_pytorch.sh's.
+  python3 bench/compare.py OUT_DIR [batch sizes...] [--cpu]"""
 import json, sys, pathlib
-out = pathlib.Path(sys.argv[1]); batches = [int(b) for b in sys.argv[2:]] or [128, 1024]
+args = [a for a in sys.argv[1:] if a != "--cpu"]; cpu = "--cpu" in sys.argv[1:]
+out = pathlib.Path(args[0]); batches = [int(b) for b in args[1:]] or ([128] if cpu else [128, 1024])
 py = json.load(open(out / "pytorch.json"))
+if cpu:
+    print("| model | layout | batch | trainbench samples/s | PyTorch samples/s | ratio | trainbench TFLOP/s | threads |")
+    print("|---|---|---|---|---|---|---|---|")
+    for bs in batches:
+        f = out / f"trainbench-b{bs}" / "results.json"
+        for c in json.load(open(f))["cells"] if f.exists() else []:
+            ref = py.get(f"{c['model']}/{c['device']}/b{bs}") or 0
+            if c.get("status") != "ok":
+                print(f"| {c['model']} | {c['device']} | {bs} | {c.get('status')}: {c.get('reason', '')[:60]} | {ref:.1f} | - | - | - |")
+                continue
+            sps = c["samples_per_second"]
+            threads = c.get("hardware", {}).get("threads_used", "?")
+            print(f"| {c['model']} | {c['device']} | {bs} | {sps:.1f} | {ref:.1f} | {sps / ref if ref else 0:.2f} | {c['achieved_tflops']:.2f} | {threads} |")
+    sys.exit(0)
 PEAK_BF16, PEAK_FP32 = 790.0, 67.0  # TFLOP/s: measured bf16 matmul on this H200; fp32 datasheet
 for k in sorted(k for k in py if "/bf16-compile/" in k):
     print(f"PyTorch torch.compile (reduce-overhead, bf16, optimizer eager) {k}: {py[k]:.0f} samples/s")

@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test kernels profile bench engines libs epochs graphdump metrics correctness paper dp faults
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -90,6 +90,14 @@ for stage in $STAGES; do
       python3 bench/pytorch_reference.py --batches 128 --models resnet18 --labels bf16-cl-graph \
         --graph-dump "$OUT/graphs/pytorch" --out "$OUT/graphs/pytorch.json"
       python3 bench/graph_kernels.py "$OUT"/graphs/trainbench-0.dot "$OUT"/graphs/pytorch-resnet18-bf16-b128.dot > "$OUT/graph-kernels-nvlibs.txt"; head -40 "$OUT/graph-kernels-nvlibs.txt" ;;
+    # trainbench's cpu device against plain PyTorch on this machine's CPU (the
+    # denominator of every speedup), then ResNet18's scaling with threads.
+    cpu)
+      bench/cpu_vs_pytorch.sh build-gpu "$OUT/cpu" > "$OUT/cpu.log" 2>&1; echo "cpu bench rc=$?"; cat "$OUT/cpu/comparison.md"
+      for t in 1 2 4 8 16; do
+        BENCH_MODELS=resnet18 BENCH_THREADS=$t BENCH_REPEATS=1 bench/cpu_vs_pytorch.sh build-gpu "$OUT/cpu-t$t" > "$OUT/cpu-t$t.log" 2>&1
+        grep "^| resnet18 | fp32 |" "$OUT/cpu-t$t/comparison.md"
+      done ;;
     epochs)
       build-gpu/bin/trainbench run bench/configs/epoch-rate.yaml --out "$OUT/epoch-rate" > "$OUT/epoch-rate.log" 2>&1
       echo "epoch-rate run rc=$?"; python3 bench/epoch_rate.py "$OUT/epoch-rate/results.json" | tee "$OUT/epoch-rate.md" ;;

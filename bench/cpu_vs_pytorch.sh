@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# trainbench's cpu device vs plain PyTorch in Python on the same CPU, side by
+# side in one go: samples/s per model, fp32 NCHW and channels_last, and their
+# ratio. Every speedup trainbench reports divides by a CPU figure like these,
+# so they should be as fast as the plain way of doing the same work.
+#   bench/cpu_vs_pytorch.sh BUILD_DIR OUT_DIR [batch sizes...]     (default 128)
+# Environment: BENCH_MODELS (default all three), BENCH_STEPS timed steps per
+# cell (default 10, after 3 warm-up steps), BENCH_REPEATS (default 3, median),
+# BENCH_THREADS intra-op threads for both (default: all logical cores).
+# Both sides: synthetic CIFAR-shaped data, SGD momentum 0.9, the whole step;
+# trainbench also augments each epoch's batches (outside the timed steps).
+# Needs PyTorch and torchvision for Python (Debian: python3-torch
+# python3-torchvision, the same 1.13.1 as libtorch-dev).
+set -euo pipefail
+BUILD=${1:?build dir}; OUT=${2:?out dir}; shift 2
+BATCHES=${*:-128}
+MODELS=${BENCH_MODELS:-simple_cnn resnet18 resnet50}
+STEPS=${BENCH_STEPS:-10}; REPEATS=${BENCH_REPEATS:-3}; THREADS=${BENCH_THREADS:-$(nproc)}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT"
+for bs in $BATCHES; do
+  cat > "$OUT/bench-b$bs.yaml" <<YAML
+name: cpu-bench-b$bs
+seed: 0
+dataset: {kind: synthetic, train_size: $(( bs * (STEPS + 4) )), test_size: 100}
+models: [${MODELS// /, }]
+devices:
+  - {plugin: cpu, label: fp32, options: {threads: $THREADS}}
+  - {plugin: cpu, label: fp32-cl, options: {threads: $THREADS, channels_last: true}}
+training: {epochs: 1, batch_size: $bs, augment: true, optimizer: {name: sgd, lr: 0.01, momentum: 0.9, weight_decay: 0}}
+measurement: {warmup_steps: 3, max_steps: $(( STEPS + 3 )), repeats: $REPEATS, baseline: fp32, eval_batch_size: 100}
+YAML
+  "$BUILD/bin/trainbench" run "$OUT/bench-b$bs.yaml" --out "$OUT/trainbench-b$bs" || true
+done
+python3 "$HERE/pytorch_cpu_reference.py" --batches $BATCHES --models $MODELS --steps "$STEPS" --warmup 3 \
+  --repeats "$REPEATS" --threads "$THREADS" --out "$OUT/pytorch.json"
+python3 "$HERE/compare.py" "$OUT" $BATCHES --cpu | tee "$OUT/comparison.md"
