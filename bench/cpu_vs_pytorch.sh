@@ -17,6 +17,12 @@ BATCHES=${*:-128}
 MODELS=${BENCH_MODELS:-simple_cnn resnet18 resnet50}
 STEPS=${BENCH_STEPS:-10}; REPEATS=${BENCH_REPEATS:-3}; THREADS=${BENCH_THREADS:-$(nproc)}
 HERE=$(cd "$(dirname "$0")" && pwd)
+python3 -c "import torch, torchvision" 2>/dev/null || {
+  echo "bench/cpu_vs_pytorch.sh: $(command -v python3) cannot import torch and torchvision; install them" \
+       "(Debian: apt-get install python3-torch python3-torchvision) or put a python3 that has them first on PATH" >&2
+  exit 2
+}
+[ -x "$BUILD/bin/trainbench" ] || { echo "bench/cpu_vs_pytorch.sh: no $BUILD/bin/trainbench; build it first (scripts/setup.sh)" >&2; exit 2; }
 mkdir -p "$OUT"
 for bs in $BATCHES; do
   cat > "$OUT/bench-b$bs.yaml" <<YAML
