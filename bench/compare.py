@@ -5,42 +5,37 @@ import json, sys, pathlib
 args = [a for a in sys.argv[1:] if a != "--cpu"]; cpu = "--cpu" in sys.argv[1:]
 out = pathlib.Path(args[0]); batches = [int(b) for b in args[1:]] or ([128] if cpu else [128, 1024])
 py = json.load(open(out / "pytorch.json"))
-if cpu:
-    print("| model | layout | batch | trainbench samples/s | PyTorch samples/s | ratio | trainbench TFLOP/s | threads |")
-    print("|---|---|---|---|---|---|---|---|")
-    for bs in batches:
-        f = out / f"trainbench-b{bs}" / "results.json"
-        for c in json.load(open(f))["cells"] if f.exists() else []:
-            ref = py.get(f"{c['model']}/{c['device']}/b{bs}") or 0
-            if c.get("status") != "ok":
-                print(f"| {c['model']} | {c['device']} | {bs} | {c.get('status')}: {c.get('reason', '')[:60]} | {ref:.1f} | - | - | - |")
-                continue
-            sps = c["samples_per_second"]
-            threads = c.get("hardware", {}).get("threads_used", "?")
-            print(f"| {c['model']} | {c['device']} | {bs} | {sps:.1f} | {ref:.1f} | {sps / ref if ref else 0:.2f} | {c['achieved_tflops']:.2f} | {threads} |")
-    sys.exit(0)
-PEAK_BF16, PEAK_FP32 = 790.0, 67.0  # TFLOP/s: measured bf16 matmul on this H200; fp32 datasheet
-for k in sorted(k for k in py if "/bf16-compile/" in k):
-    print(f"PyTorch torch.compile (reduce-overhead, bf16, optimizer eager) {k}: {py[k]:.0f} samples/s")
-print()
-print("| model | precision | batch | trainbench samples/s | PyTorch samples/s | ratio | trainbench TFLOP/s | % of peak |")
 # trainbench's cells per batch size (none where that run left no results).
 CELLS = {}
 for bs in batches:
     f = out / f"trainbench-b{bs}" / "results.json"
     CELLS[bs] = json.load(open(f))["cells"] if f.exists() else []
-print("|---|---|---|---|---|---|---|---|")
-for bs in batches:
-    for c in CELLS[bs]:
-        # A labelled variant (simple_cnn-composite) is compared with its model.
-        key = f"{c['model'].split('-')[0]}/{c['device']}/b{bs}"
-        ref = py.get(key)
-        if c.get("status") != "ok":
-            print(f"| {c['model']} | {c['device']} | {bs} | {c.get('status')}: {c.get('reason','')[:60]} | {ref or 0:.0f} | - | - | - |")
-            continue
-        sps = c["samples_per_second"]; tf = c["achieved_tflops"]
-        peak = PEAK_FP32 if c["device"].startswith("fp32") else PEAK_BF16
-        print(f"| {c['model']} | {c['device']} | {bs} | {sps:.0f} | {ref or 0:.0f} | {sps / ref if ref else 0:.2f} | {tf:.1f} | {100 * tf / peak:.1f}% |")
+
+def cell_table(second, last, digits, tf_digits, last_column):
+    """One row per trainbench cell beside PyTorch's figure for the same model,
+    label and batch: samples/s with `digits` decimals, TFLOP/s with
+    `tf_digits`, and `last_column(cell, tflops)` under the heading `last`."""
+    print(f"| model | {second} | batch | trainbench samples/s | PyTorch samples/s | ratio | trainbench TFLOP/s | {last} |")
+    print("|---|---|---|---|---|---|---|---|")
+    for bs in batches:
+        for c in CELLS[bs]:
+            # A labelled variant (simple_cnn-composite) is compared with its model.
+            ref = py.get(f"{c['model'].split('-')[0]}/{c['device']}/b{bs}") or 0
+            if c.get("status") != "ok":
+                print(f"| {c['model']} | {c['device']} | {bs} | {c.get('status')}: {c.get('reason', '')[:60]} | {ref:.{digits}f} | - | - | - |")
+                continue
+            sps = c["samples_per_second"]; tf = c["achieved_tflops"]
+            print(f"| {c['model']} | {c['device']} | {bs} | {sps:.{digits}f} | {ref:.{digits}f} | {sps / ref if ref else 0:.2f} | {tf:.{tf_digits}f} | {last_column(c, tf)} |")
+
+if cpu:
+    cell_table("layout", "threads", 1, 2, lambda c, tf: c.get("hardware", {}).get("threads_used", "?"))
+    sys.exit(0)
+PEAK_BF16, PEAK_FP32 = 790.0, 67.0  # TFLOP/s: measured bf16 matmul on this H200; fp32 datasheet
+for k in sorted(k for k in py if "/bf16-compile/" in k):
+    print(f"PyTorch torch.compile (reduce-overhead, bf16, optimizer eager) {k}: {py[k]:.0f} samples/s")
+print()
+cell_table("precision", "% of peak", 0, 1,
+           lambda c, tf: f"{100 * tf / (PEAK_FP32 if c['device'].startswith('fp32') else PEAK_BF16):.1f}%")
 
 # The issue's goal: trainbench's best figure at least the best Python figure,
 # per model, batch and precision. Python's best is the best of this run's rows

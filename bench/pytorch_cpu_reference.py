@@ -2,28 +2,20 @@
 bench/pytorch_reference.py (the identical SimpleCNN, torchvision's ResNets),
 SGD momentum 0.9 with PyTorch's defaults, one synthetic batch, fp32 in NCHW and
 in channels_last, as many intra-op threads as trainbench's cpu device uses.
-Prints and writes samples/s per configuration (the median of --repeats runs): the CPU baseline that every
-GPU-over-CPU speedup divides by, done the plain way."""
-import argparse, json, os, statistics, time
-import torch, torch.nn as nn
-from pytorch_reference import MODELS
+Prints and writes samples/s per configuration (the median of --repeats runs):
+the CPU baseline that every GPU-over-CPU speedup divides by, done the plain way."""
+import argparse, json, os, statistics
+import torch
+from pytorch_reference import MODELS, setup, timed
 
 def bench(name, bs, cl, steps, warm):
-    torch.manual_seed(0)
-    m = MODELS[name]()
-    if cl: m = m.to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(bs, 3, 32, 32); y = torch.randint(0, 10, (bs,))
-    if cl: x = x.contiguous(memory_format=torch.channels_last)
-    lossf = nn.CrossEntropyLoss()
+    m, opt, x, y, lossf = setup(name, bs, cl, device="cpu")
     def step():
         opt.zero_grad(set_to_none=True)
         lossf(m(x), y).backward()
         opt.step()
     for _ in range(warm): step()
-    t = time.perf_counter()
-    for _ in range(steps): step()
-    return bs * steps / (time.perf_counter() - t)
+    return timed(step, steps, bs, sync=lambda: None)
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()

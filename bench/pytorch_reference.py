@@ -16,22 +16,23 @@ MODELS = {"simple_cnn": simple_cnn,
           "resnet18": lambda: torchvision.models.resnet18(num_classes=10),
           "resnet50": lambda: torchvision.models.resnet50(num_classes=10)}
 
-def setup(name, bs, cl):
-    """The model on the GPU (channels_last if `cl`), SGD momentum 0.9, one
-    synthetic batch resident on the GPU, the loss; the same seed every time."""
+def setup(name, bs, cl, device="cuda"):
+    """The model on `device` (channels_last if `cl`), SGD momentum 0.9, one
+    synthetic batch resident there, the loss; the same seed every time."""
     torch.manual_seed(0)
-    m = MODELS[name]().cuda()
+    m = MODELS[name]().to(device)
     if cl: m = m.to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(bs, 3, 32, 32, device="cuda"); y = torch.randint(0, 10, (bs,), device="cuda")
+    x = torch.randn(bs, 3, 32, 32, device=device); y = torch.randint(0, 10, (bs,), device=device)
     if cl: x = x.to(memory_format=torch.channels_last)
     return m, opt, x, y, nn.CrossEntropyLoss()
 
-def timed(run, steps, bs):
-    """samples/s of `steps` calls of `run`, GPU work included."""
-    torch.cuda.synchronize(); t = time.perf_counter()
+def timed(run, steps, bs, sync=torch.cuda.synchronize):
+    """samples/s of `steps` calls of `run`, the device's work included (`sync`
+    waits for it; on the CPU there is nothing to wait for)."""
+    sync(); t = time.perf_counter()
     for _ in range(steps): run()
-    torch.cuda.synchronize()
+    sync()
     return bs * steps / (time.perf_counter() - t)
 
 def bench(name, bs, amp, cl, graph, steps, warm, graph_dump=None):
