@@ -16,6 +16,20 @@ n=0
 pack() {  # pack NAME: move everything in $OUT into $RESULTS/NAME.tar.gz
   tar -czf "$RESULTS/$1.tar.gz" -C "$OUT" . && rm -rf "${OUT:?}"/*
 }
+# The captured training step of trainbench and of plain PyTorch, as Graphviz
+# files under $OUT/graphs, for ResNet18 bf16 at batch 128, and their kernels
+# compared (bench/graph_kernels.py) into $OUT/graph-kernels$1.txt; $2, when
+# given, goes first on trainbench's LD_LIBRARY_PATH.
+graph_dump() {
+  mkdir -p "$OUT/graphs"
+  LD_LIBRARY_PATH=${2:+$2:}$LD_LIBRARY_PATH TRAINBENCH_GRAPH_DUMP=$OUT/graphs/trainbench \
+    build-gpu/bin/trainbench run bench/configs/graph-dump.yaml --out "$OUT/graphdump$1" > "$OUT/graphdump$1.log" 2>&1
+  echo "trainbench rc=$?"
+  python3 bench/pytorch_reference.py --batches 128 --models resnet18 --labels bf16-cl-graph \
+    --graph-dump "$OUT/graphs/pytorch" --out "$OUT/graphs/pytorch.json"
+  python3 bench/graph_kernels.py "$OUT"/graphs/trainbench-0.dot "$OUT"/graphs/pytorch-resnet18-bf16-b128.dot > "$OUT/graph-kernels$1.txt"
+  cat "$OUT/graph-kernels$1.txt"
+}
 export NCCL_NVLS_ENABLE=0
 export TRAINBENCH_DATA=$PWD/.data/cifar-10-10k
 STAGES=${*:-test bench}
@@ -48,16 +62,8 @@ for stage in $STAGES; do
       done ;;
     bench) bench/gpu_vs_pytorch.sh build-gpu "$OUT/bench" ${BENCH_BATCHES:-128 1024} > "$OUT/bench.log" 2>&1; echo "bench rc=$?"; cat "$OUT/bench/comparison.md" ;;
     plugins) build-gpu/bin/trainbench plugins ;;
-    graphdump)
-      # The captured training step of trainbench and of plain PyTorch, as
-      # Graphviz files, for ResNet18 bf16 at batch 128 (bench/graph_kernels.py
-      # compares their kernels).
-      mkdir -p "$OUT/graphs"
-      TRAINBENCH_GRAPH_DUMP=$OUT/graphs/trainbench build-gpu/bin/trainbench run bench/configs/graph-dump.yaml --out "$OUT/graphdump" > "$OUT/graphdump.log" 2>&1
-      echo "trainbench rc=$?"
-      python3 bench/pytorch_reference.py --batches 128 --models resnet18 --labels bf16-cl-graph \
-        --graph-dump "$OUT/graphs/pytorch" --out "$OUT/graphs/pytorch.json"
-      ls -la "$OUT/graphs"; python3 bench/graph_kernels.py "$OUT"/graphs/trainbench-0.dot "$OUT"/graphs/pytorch-resnet18-bf16-b128.dot ;;
+    # Both programs' captured steps compared kernel by kernel.
+    graphdump) graph_dump "" ;;
     # ResNet18 bf16 graph under three cuDNN engine choices, then PyTorch's step.
     engines)
       build-gpu/bin/trainbench run bench/configs/resnet18-engines.yaml --out "$OUT/engines" > "$OUT/engines.log" 2>&1
@@ -85,11 +91,7 @@ for stage in $STAGES; do
         bench/configs/resnet18-engines.yaml > "$OUT/engines-nvlibs.yaml"
       LD_LIBRARY_PATH=$NVLIBS:$LD_LIBRARY_PATH build-gpu/bin/trainbench run "$OUT/engines-nvlibs.yaml" --out "$OUT/engines-nvlibs" > "$OUT/engines-nvlibs.log" 2>&1
       echo "engines with nvidia libs rc=$?"; sed -n '/^model/,$p' "$OUT/engines-nvlibs.log"
-      mkdir -p "$OUT/graphs"
-      LD_LIBRARY_PATH=$NVLIBS:$LD_LIBRARY_PATH TRAINBENCH_GRAPH_DUMP=$OUT/graphs/trainbench build-gpu/bin/trainbench run bench/configs/graph-dump.yaml --out "$OUT/graphdump-nvlibs" > "$OUT/graphdump-nvlibs.log" 2>&1
-      python3 bench/pytorch_reference.py --batches 128 --models resnet18 --labels bf16-cl-graph \
-        --graph-dump "$OUT/graphs/pytorch" --out "$OUT/graphs/pytorch.json"
-      python3 bench/graph_kernels.py "$OUT"/graphs/trainbench-0.dot "$OUT"/graphs/pytorch-resnet18-bf16-b128.dot > "$OUT/graph-kernels-nvlibs.txt"; head -40 "$OUT/graph-kernels-nvlibs.txt" ;;
+      graph_dump -nvlibs "$NVLIBS" ;;
     # trainbench's cpu device against plain PyTorch on this machine's CPU (the
     # denominator of every speedup), then ResNet18's scaling with threads.
     cpu)
