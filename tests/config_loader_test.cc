@@ -186,3 +186,49 @@ TEST(ConfigLoader, RefusesHugeFiles) {
 
 }  // namespace
 }  // namespace trainbench
+
+namespace trainbench {
+namespace {
+
+TEST(ConfigLoader, RefusesBytesThatAreNotUtf8WithTheirPosition) {
+  const std::string text = Replace(kGood, "name: t", "name: t\xff");
+  EXPECT_EQ(ErrorOf(text), "exp.yaml:1:8: byte 0xff is not UTF-8; save the file as UTF-8");
+  // An overlong encoding of '/' and a lone surrogate are not UTF-8 either.
+  EXPECT_NE(ErrorOf(Replace(kGood, "seed: 3", "seed: 3 #\xc0\xaf")).find("2:10: byte 0xc0"), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "seed: 3", "seed: 3 #\xed\xa0\x80")).find("byte 0xed"), std::string::npos);
+  EXPECT_EQ(ErrorOf(Replace(kGood, "name: t", "name: t\xc3\xa9t\xc3\xa9")), "");  // été is fine
+}
+
+TEST(ConfigLoader, RefusesADuplicateKeyNamingBothPlaces) {
+  EXPECT_EQ(ErrorOf(Replace(kGood, "  epochs: 2\n", "  epochs: 2\n  epochs: 200\n")),
+            "exp.yaml:10:3: training.epochs: key given twice (first at line 9, column 3); keep one");
+  EXPECT_NE(ErrorOf(Replace(kGood, "seed: 3\n", "seed: 3\nseed: 4\n")).find("seed: key given twice"), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "{name: sgd, lr: 0.1}", "{name: sgd, lr: 0.1, lr: 9}"))
+                .find("training.optimizer.lr: key given twice"),
+            std::string::npos);
+}
+
+TEST(ConfigLoader, RefusesLabelsThatCannotNameAFile) {
+  EXPECT_EQ(ErrorOf(Replace(kGood, "models: [simple_cnn,", "models: [{plugin: simple_cnn, label: a/b},")),
+            "exp.yaml:4:38: models[0].label: 'a/b' cannot name a file: no '/', control characters, '.' or '..' "
+            "(give a plain 'label')");
+  EXPECT_NE(ErrorOf(Replace(kGood, "models: [simple_cnn,", "models: [{plugin: simple_cnn, label: ..},")).find("'..'"),
+            std::string::npos);
+  const std::string long_label(231, 'x');
+  EXPECT_NE(ErrorOf(Replace(kGood, "models: [simple_cnn,", "models: [{plugin: simple_cnn, label: " + long_label + "},"))
+                .find("231 bytes; the limit is 100"),
+            std::string::npos);
+}
+
+TEST(ConfigLoader, RefusesMoreCellsThanTheLimit) {
+  std::string models = "models: [";
+  for (int i = 0; i < 100; ++i) models += (i ? ", " : "") + std::string("{plugin: simple_cnn, label: m") + std::to_string(i) + "}";
+  std::string devices = "devices: [";
+  for (int i = 0; i < 41; ++i) devices += (i ? ", " : "") + std::string("{plugin: cpu, label: d") + std::to_string(i) + "}";
+  const std::string text = "name: big\ndataset: {kind: synthetic}\n" + models + "]\n" + devices + "]\n";
+  EXPECT_NE(ErrorOf(text).find("100 models x 41 devices make 4100 cells; the limit is 4096"), std::string::npos)
+      << ErrorOf(text);
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -49,6 +50,8 @@ class EndToEnd : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    // Tests run side by side: each has a machine-wide benchmark lock of its own.
+    ::setenv("TRAINBENCH_MACHINE_LOCK", (dir_ / "machine.lock").c_str(), 1);
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
@@ -224,8 +227,42 @@ measurement: {warmup_steps: 1, max_steps: 3, stall_timeout_seconds: 8}
   EXPECT_EQ(o.exit_code, 3) << o.output;
   const json cells = Results()["cells"];
   EXPECT_EQ(cells[0]["status"], "failed");
-  EXPECT_NE(cells[0].value("reason", "").find("printed nothing for 8 s"), std::string::npos) << cells[0];
+  EXPECT_NE(cells[0].value("reason", "").find("sent no event for 8 s"), std::string::npos) << cells[0];
   EXPECT_EQ(cells[1]["status"], "ok") << cells[1];
+}
+
+// The worker's events have a channel of their own: what a plugin prints
+// cannot pass for them, keep a hung cell alive, or hold the run.
+TEST_F(EndToEnd, PluginOutputCannotForgeResultsHideAHangOrHoldTheRun) {
+  const std::string config = Config(R"(name: adversarial
+models:
+  - {plugin: faulty_model, label: forger, options: {fault: forge_result}}
+  - {plugin: faulty_model, label: chatter, options: {fault: chatter_hang}}
+  - {plugin: faulty_model, label: forker, options: {fault: fork_child}}
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3, stall_timeout_seconds: 6}
+)");
+  const auto start = std::chrono::steady_clock::now();
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(o.exit_code, 3) << o.output;
+  const json cells = Results()["cells"];
+  ASSERT_EQ(cells.size(), 3u);
+  // A result printed on stdout (and one written to fd 3), then a crash: failed.
+  EXPECT_EQ(cells[0]["status"], "failed") << cells[0];
+  EXPECT_NE(cells[0].value("reason", "").find("SIGSEGV"), std::string::npos) << cells[0];
+  EXPECT_FALSE(cells[0].contains("samples_per_second")) << cells[0];
+  // Printing all the while is not progress: the stall timeout ends it.
+  EXPECT_EQ(cells[1]["status"], "failed") << cells[1];
+  EXPECT_NE(cells[1].value("reason", "").find("sent no event for 6 s"), std::string::npos) << cells[1];
+  // A child holding the log open for ten minutes does not hold the cell.
+  EXPECT_EQ(cells[2]["status"], "ok") << cells[2];
+  EXPECT_LT(seconds, 300) << "the run waited for the plugin's child";
+  std::ifstream log(dir_ / "out" / "logs" / "cell-02-forker-cpu.log");
+  std::stringstream text;
+  text << log.rdbuf();
+  EXPECT_NE(text.str().find("keeps stdout open"), std::string::npos) << "plugin output belongs in the cell's log";
 }
 
 TEST_F(EndToEnd, SigtermKeepsFinishedCellsAndResumeRunsTheRest) {
@@ -262,6 +299,158 @@ measurement: {warmup_steps: 1, time_budget_seconds: 8}
   EXPECT_EQ(r["cells"][1]["status"], "ok");
   EXPECT_FALSE(r["cells"][1].contains("resumed"));
   EXPECT_EQ(r["cells"][2]["status"], "ok");
+}
+
+// The worker pids the host `pid` has started (its children), from /proc.
+std::vector<pid_t> ChildrenOf(pid_t pid) {
+  std::vector<pid_t> children;
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream in(task.path() / "children");
+    pid_t child;
+    while (in >> child) children.push_back(child);
+  }
+  return children;
+}
+
+bool Alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string id, comm, state;
+  return static_cast<bool>(stat >> id >> comm >> state) && state != "Z";
+}
+
+TEST_F(EndToEnd, ASigtermToACellHungInAPluginEndsTheRunAfterTheGracePeriod) {
+  const std::string config = Config(R"(name: hung
+models: [simple_cnn, {plugin: faulty_model, label: hang, options: {fault: hang}}, resnet18]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  const pid_t pid = StartRun(config);
+  ASSERT_TRUE(WaitForFirstCell());
+  usleep(2000000);  // the hang cell's worker is in its endless forward pass
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);  // before the fix: forever
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 143);
+  const json r = Results();
+  EXPECT_EQ(r["cells"][0]["status"], "ok");
+  EXPECT_EQ(r["cells"][1]["status"], "interrupted") << r["cells"][1];
+  EXPECT_NE(r["cells"][1].value("reason", "").find("had not stopped 20 s later"), std::string::npos) << r["cells"][1];
+  EXPECT_EQ(r["cells"][2]["status"], "interrupted");
+}
+
+TEST_F(EndToEnd, AHangUpStopsTheRunAsSigtermDoesAndNoWorkerOutlivesItsHost) {
+  const std::string config = Config(R"(name: hup
+models: [simple_cnn, resnet18]
+devices: [cpu]
+training: {epochs: 50, batch_size: 50}
+measurement: {warmup_steps: 1, time_budget_seconds: 6}
+)");
+  pid_t pid = StartRun(config);
+  ASSERT_TRUE(WaitForFirstCell());
+  usleep(1500000);
+  kill(pid, SIGHUP);  // a closed terminal, a dropped ssh session
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by the hang-up: the running cell would stay pending";
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGHUP);
+  json r = Results();
+  EXPECT_EQ(r["cells"][0]["status"], "ok");
+  EXPECT_EQ(r["cells"][1]["status"], "interrupted") << r["cells"][1];
+
+  // A host killed outright (nothing it can handle): its worker ends too.
+  fs::remove_all(dir_ / "out");
+  pid = StartRun(config);
+  std::vector<pid_t> workers;
+  // Once results.json lists the cells, the child is the first cell's worker.
+  for (int i = 0; i < 1200 && workers.empty(); ++i) {
+    usleep(50000);
+    if (fs::exists(dir_ / "out" / "results.json")) workers = ChildrenOf(pid);
+  }
+  ASSERT_FALSE(workers.empty());
+  usleep(500000);
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    usleep(50000);
+    gone = !Alive(workers[0]);
+  }
+  EXPECT_TRUE(gone) << "worker " << workers[0] << " trains on, orphaned";
+}
+
+TEST_F(EndToEnd, RunsAreKeptApartPerFolderAndPerMachine) {
+  const std::string config = Config(R"(name: locks
+models: [simple_cnn]
+devices: [cpu]
+training: {epochs: 50, batch_size: 50}
+measurement: {warmup_steps: 1, time_budget_seconds: 4}
+)");
+  const pid_t first = StartRun(config);
+  for (int i = 0; i < 600 && !fs::exists(dir_ / "out" / "results.json"); ++i) usleep(50000);
+  // The same folder: refused at once, naming the run that holds it.
+  const Outcome same = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  EXPECT_EQ(same.exit_code, 1) << same.output;
+  EXPECT_NE(same.output.find("another run is writing into this folder: PID " + std::to_string(first)),
+            std::string::npos)
+      << same.output;
+  // Another folder: waits for the machine's benchmark lock, then runs.
+  const Outcome other = Trainbench("run " + config + " --out " + (dir_ / "other").string() + Plugins());
+  EXPECT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_NE(other.output.find("waiting for the machine's benchmark lock"), std::string::npos) << other.output;
+  int status = 0;
+  waitpid(first, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(Results()["cells"][0]["status"], "ok");  // the first run's cells are its own
+  // --concurrent does not wait.
+  fs::remove_all(dir_ / "out");
+  const pid_t again = StartRun(config);
+  for (int i = 0; i < 600 && !fs::exists(dir_ / "out" / "results.json"); ++i) usleep(50000);
+  const Outcome beside =
+      Trainbench("run " + config + " --concurrent --out " + (dir_ / "beside").string() + Plugins());
+  EXPECT_EQ(beside.exit_code, 0) << beside.output;
+  EXPECT_EQ(beside.output.find("waiting for the machine's benchmark lock"), std::string::npos) << beside.output;
+  waitpid(again, &status, 0);
+}
+
+TEST_F(EndToEnd, ACorruptResultsFileUnderResumeIsKeptAsideAndTheCellsRunAgain) {
+  const std::string config = Config(R"(name: corrupt
+models: [simple_cnn]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  const std::string run = "run " + config + " --out " + (dir_ / "out").string() + Plugins();
+  ASSERT_EQ(Trainbench(run).exit_code, 0);
+  json edited = Results();
+  edited["cells"][0].erase("epoch_seconds");  // an ok cell without its epoch times
+  std::ofstream(dir_ / "out" / "results.json") << edited.dump(2);
+  const Outcome resumed = Trainbench(run + " --resume");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("is unusable (cell simple_cnn on cpu: 'epoch_seconds' missing or not a list); kept as"),
+            std::string::npos)
+      << resumed.output;
+  bool kept = false;
+  for (const auto& f : fs::directory_iterator(dir_ / "out"))
+    kept |= f.path().filename().string().rfind("results.json.corrupt-", 0) == 0;
+  EXPECT_TRUE(kept);
+  const json r = Results();
+  EXPECT_EQ(r["cells"][0]["status"], "ok");
+  EXPECT_FALSE(r["cells"][0].contains("resumed"));
+  EXPECT_FALSE(r["cells"][0]["epoch_seconds"].empty());
+}
+
+TEST_F(EndToEnd, ADatasetPathThatLoopsIsAConfigError) {
+  fs::create_directory_symlink(dir_ / "loop", dir_ / "loop");
+  const fs::path file = dir_ / "loop.yaml";
+  std::ofstream(file) << "name: loop\ndataset: {kind: cifar10, path: " << (dir_ / "loop").string()
+                      << "}\nmodels: [simple_cnn]\ndevices: [cpu]\n";
+  const Outcome o = Trainbench("validate " + file.string() + Plugins());
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("dataset.path: "), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("Too many levels of symbolic links"), std::string::npos) << o.output;
+  EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
 }
 
 TEST_F(EndToEnd, PluginsOthersCanModifyAreRefused) {
@@ -329,6 +518,17 @@ TEST_F(EndToEnd, ReportComparesRunsAndDrawsTheFigure) {
   EXPECT_EQ(WEXITSTATUS(status), 1) << out;
   EXPECT_NE(out.find("gnuplot not found: install it (Debian/Ubuntu: apt-get install gnuplot-nox)"), std::string::npos) << out;
   EXPECT_NE(out.find("| resnet18 |"), std::string::npos) << out;
+}
+
+TEST_F(EndToEnd, AConfigNamingARejectedPluginSaysWhyAtItsPosition) {
+  const std::string config = Config("name: v\nmodels:\n  - simple_cnn\n  - fixture_fingerprint\ndevices: [cpu]\n");
+  const Outcome o = Trainbench("validate " + config + " --plugin-dir " + FixtureDir().string() + Plugins());
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find(":5:5: models[1]: model plugin 'fixture_fingerprint' was found but rejected: "),
+            std::string::npos)
+      << o.output;
+  EXPECT_NE(o.output.find("LibTorch differs: the plugin has 0.0.1"), std::string::npos) << o.output;
+  EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
 }
 
 TEST_F(EndToEnd, ValidateReportsOneLineWithPosition) {
@@ -520,6 +720,33 @@ measurement: {warmup_steps: 1, baseline: one}
 // A model plugin built against SDK ABI 1.0 predates Model::SyncBatchNorm():
 // it still loads and trains, also data parallel, and a sync_batchnorm cell
 // of it fails with what to do (the host never calls the missing method).
+// The supervisor names no device: a GPU-like plugin it has never heard of
+// (the stand-in, built as "acme_npu") gets ranks by its index option and is
+// the run's system.gpu, from its own description (SDK ABI 1.2).
+TEST_F(EndToEnd, ADeviceTheHostHasNeverHeardOfDescribesItself) {
+  if (!WorkerHasGloo()) GTEST_SKIP() << "trainbench-worker built without Gloo (libgloo-dev)";
+  const std::string config = Config(R"(name: npu
+models: [simple_cnn]
+devices:
+  - {plugin: acme_npu, label: one}
+  - {plugin: acme_npu, label: two, gpus: [1, 0]}
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 4, baseline: one}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const json r = Results();
+  ASSERT_EQ(r["cells"].size(), 2u);
+  EXPECT_EQ(r["cells"][1]["status"], "ok") << r["cells"][1];
+  EXPECT_EQ(r["cells"][1]["ranks"], 2);
+  EXPECT_EQ(r["cells"][1]["rank_samples_per_second"].size(), 2u);
+  EXPECT_EQ(r["cells"][1]["hardware"]["index"], 1);  // rank 0 took the first listed index
+  ASSERT_TRUE(r["system"].contains("gpu")) << r["system"];
+  EXPECT_EQ(r["system"]["gpu"]["uuid"], "GPU-stand-in-0");
+  const Outcome plugins = Trainbench("plugins" + Plugins());
+  EXPECT_NE(plugins.output.find("acme_npu"), std::string::npos) << plugins.output;
+}
+
 TEST_F(EndToEnd, OlderPluginsRunButCannotSyncBatchNorm) {
   if (!WorkerHasGloo()) GTEST_SKIP() << "trainbench-worker built without Gloo (libgloo-dev)";
   const std::string config = Config(R"(name: old-abi

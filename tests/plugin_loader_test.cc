@@ -60,6 +60,35 @@ TEST(PluginLoader, RejectsAnotherLibTorchFingerprint) {
   const std::string error = LoadError(FixtureDir() / "fixture_fingerprint.so");
   EXPECT_NE(error.find("torch-0.0.1"), std::string::npos) << error;
   EXPECT_NE(error.find(std::string("torch-") + HostFingerprint().torch_version), std::string::npos) << error;
+  EXPECT_NE(error.find(std::string("LibTorch differs: the plugin has 0.0.1, the host ") +
+                       HostFingerprint().torch_version),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(error.find("C++ library ABI differs"), std::string::npos) << error;
+}
+
+TEST(PluginLoader, AnotherCompilerWithTheSameLibrariesLoads) {
+  // A clang++-built plugin against the same LibTorch and libstdc++ is
+  // binary compatible: only the compiler field differs.
+  LoadedPlugin plugin = LoadPlugin(FixtureDir() / "fixture_other_compiler.so");
+  EXPECT_STREQ(plugin.descriptor->fingerprint.compiler, "other-compiler");
+}
+
+TEST(PluginLoader, RejectsAnotherCxxAbiNamingTheFieldAndTheFix) {
+  const std::string error = LoadError(FixtureDir() / "fixture_cxx_abi.so");
+  EXPECT_NE(error.find("the C++ library ABI differs: the plugin has libstdc++/cxx11=0"), std::string::npos) << error;
+  EXPECT_NE(error.find("_GLIBCXX_USE_CXX11_ABI"), std::string::npos) << error;
+  EXPECT_EQ(error.find("LibTorch differs"), std::string::npos) << error;
+}
+
+TEST(PluginLoader, RejectsOptionSchemasTheHostCannotUse) {
+  const std::string no_choices = LoadError(FixtureDir() / "fixture_enum_without_choices.so");
+  EXPECT_NE(no_choices.find("plugin 'fixture_abi' declares enum option 'mode' without choices; fix its TbParamSpec"),
+            std::string::npos)
+      << no_choices;
+  const std::string not_json = LoadError(FixtureDir() / "fixture_default_not_json.so");
+  EXPECT_NE(not_json.find("declares option 'width' with a default that is not JSON text"), std::string::npos)
+      << not_json;
 }
 
 TEST(PluginLoader, TurnsAThrowingFactoryIntoAnError) {

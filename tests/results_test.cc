@@ -46,6 +46,32 @@ TEST(Results, WritesJsonAndCsvAtomically) {
   EXPECT_NE(row.find("\"has, a comma and \"\"quotes\"\"\""), std::string::npos) << row;
 }
 
+TEST(Results, RecordsFromDiskAreCheckedBeforeUse) {
+  nlohmann::json cell = Cell("a", "cpu", "ok", 100);
+  cell["config"] = nlohmann::json::object();
+  cell["train_loss"] = {2.3};
+  EXPECT_EQ(CellRecordProblem(cell), "");
+  nlohmann::json no_epochs = cell;
+  no_epochs.erase("epoch_seconds");
+  EXPECT_EQ(CellRecordProblem(no_epochs), "cell a on cpu: 'epoch_seconds' missing or not a list");
+  nlohmann::json text_rate = cell;
+  text_rate["samples_per_second"] = "fast";
+  EXPECT_NE(CellRecordProblem(text_rate).find("'samples_per_second' missing or not a positive number"),
+            std::string::npos);
+  EXPECT_EQ(CellRecordProblem(Cell("a", "cpu", "failed", 0)), "");  // only ok cells carry measurements
+  EXPECT_EQ(ResultsDocumentProblem(nlohmann::json()), "not a JSON object");
+  const nlohmann::json doc = {{"format", "trainbench-results/1"}, {"cells", {no_epochs}}};
+  EXPECT_EQ(ResultsDocumentProblem(doc), "cell a on cpu: 'epoch_seconds' missing or not a list");
+}
+
+TEST(Results, TheTableSurvivesCellsWithoutMeasurements) {
+  Results r(::testing::TempDir(), {}, {}, "cpu");
+  r.cells().push_back({{"model", "a"}, {"device", "cpu"}, {"status", "ok"}, {"speedup", "x"}, {"params", "p"}});
+  r.cells().push_back({{"model", "a"}, {"device", "gpu"}, {"status", "failed"}, {"reason", 3}});
+  const std::string table = r.Table();
+  EXPECT_NE(table.find("a"), std::string::npos) << table;
+}
+
 TEST(Results, UnwritableFolderIsAClearError) {
   Results r("/proc/trainbench-cannot-write-here", {}, {}, "cpu");
   try {

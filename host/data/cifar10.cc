@@ -20,17 +20,25 @@ int64_t CheckedRecordCount(const fs::path& file) {
 }  // namespace
 
 std::vector<fs::path> SplitFiles(const fs::path& dir, Split split) {
+  // Whether `f` exists; a folder that cannot be searched or a symlink loop
+  // is the user's to fix, and said so, not a raw filesystem error.
+  auto exists = [](const fs::path& f) {
+    std::error_code ec;
+    const bool found = fs::exists(f, ec);
+    if (ec) throw DataError(f.string() + ": cannot read: " + ec.message());
+    return found;
+  };
   std::vector<fs::path> files;
   if (split == Split::kTest) {
     files.push_back(dir / "test_batch.bin");
   } else {
     for (int i = 1; i <= kTrainFiles; ++i) {
       fs::path f = dir / ("data_batch_" + std::to_string(i) + ".bin");
-      if (i > 1 && !fs::exists(f)) break;
+      if (i > 1 && !exists(f)) break;
       files.push_back(f);
     }
   }
-  if (!fs::exists(files.front())) {
+  if (!exists(files.front())) {
     throw DataError(files.front().string() +
                     ": not found; point dataset.path (or TRAINBENCH_DATA) at the folder holding "
                     "the CIFAR-10 binary files (cifar-10-batches-bin)");

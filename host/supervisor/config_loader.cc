@@ -113,6 +113,10 @@ class Validator {
 
 bool Absent(const YAML::Node& n) { return !n.IsDefined() || n.IsNull(); }
 
+// Labels become parts of log file names (cell-NN-MODEL-DEVICE.log, under
+// the usual 255-byte limit for a name).
+constexpr size_t kMaxLabelBytes = 100;
+
 std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& list,
                                        const std::string& path, bool device) {
   if (!list.IsDefined()) v.Fail(list, path, "missing; list at least one plugin");
@@ -125,6 +129,7 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
     const std::string item_path = path + "[" + std::to_string(i) + "]";
     PluginUse use;
     if (item.IsScalar()) {
+      use.plugin_node = item;
       use.plugin = item.as<std::string>();
       use.options_node = YAML::Node(YAML::NodeType::Map);
     } else {
@@ -133,6 +138,7 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
       v.Keys(item, item_path, keys);
       if (!item["plugin"]) v.Fail(item, item_path, "missing key 'plugin' (the plugin's name)");
       use.plugin = v.String(item["plugin"], item_path + ".plugin");
+      use.plugin_node = item["plugin"];  // assigned once: a second Node assignment would rewrite the document
       if (item["label"]) use.label = v.String(item["label"], item_path + ".label");
       use.options_node = item["options"] ? item["options"] : YAML::Node(YAML::NodeType::Map);
       if (!Absent(use.options_node) && !use.options_node.IsMap())
@@ -165,6 +171,19 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
         use.sync_batchnorm = v.Bool(item["sync_batchnorm"], item_path + ".sync_batchnorm");
     }
     if (use.label.empty()) use.label = use.plugin;
+    // Labels name log files and results rows: a plain name, not a path.
+    const YAML::Node label_at = item.IsMap() && item["label"] ? item["label"] : use.plugin_node;
+    if (use.label.size() > kMaxLabelBytes) {
+      v.Fail(label_at, item_path + ".label",
+             "'" + use.label.substr(0, 40) + "...' is " + std::to_string(use.label.size()) + " bytes; the limit is " +
+                 std::to_string(kMaxLabelBytes) + " (give a shorter 'label')");
+    }
+    if (use.label == "." || use.label == ".." ||
+        std::any_of(use.label.begin(), use.label.end(),
+                    [](char c) { return c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+      v.Fail(label_at, item_path + ".label",
+             "'" + use.label + "' cannot name a file: no '/', control characters, '.' or '..' (give a plain 'label')");
+    }
     if (!labels.insert(use.label).second) {
       v.Fail(item, item_path, "label '" + use.label +
                                   "' is used twice; give entries of the same plugin distinct "
@@ -217,8 +236,73 @@ std::string DidYouMean(const std::string& word, const std::vector<std::string>& 
 }
 
 namespace {
+
+// The first byte of `text` that does not belong to well-formed UTF-8 (no
+// overlong forms, surrogates or code points past U+10FFFF), or npos.
+size_t FirstInvalidUtf8(const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = s[i];
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
+    if (c < 0x80) len = 1;
+    else if (c >= 0xc2 && c <= 0xdf) len = 2;
+    else if (c == 0xe0) len = 3, lo = 0xa0;
+    else if (c >= 0xe1 && c <= 0xec) len = 3;
+    else if (c == 0xed) len = 3, hi = 0x9f;
+    else if (c >= 0xee && c <= 0xef) len = 3;
+    else if (c == 0xf0) len = 4, lo = 0x90;
+    else if (c >= 0xf1 && c <= 0xf3) len = 4;
+    else if (c == 0xf4) len = 4, hi = 0x8f;
+    else return i;
+    if (i + len > n) return i;
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned char b = s[i + k];
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xbf)) return i;
+    }
+    i += len;
+  }
+  return std::string::npos;
+}
+
+// Refuses a mapping that has a key twice anywhere in the document (yaml-cpp
+// would silently keep the first), naming both places. An alias is the node
+// it names (the same position): each is walked once, so an alias bomb costs
+// what its text costs.
+void CheckDuplicateKeys(const Validator& v, const YAML::Node& node, const std::string& path,
+                        std::set<int>& walked) {
+  if ((node.IsMap() || node.IsSequence()) && !walked.insert(node.Mark().pos).second) return;
+  if (node.IsMap()) {
+    std::map<std::string, YAML::Mark> seen;
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar()) continue;  // Keys() reports it where it matters
+      const std::string key = kv.first.Scalar();
+      const auto [it, inserted] = seen.emplace(key, kv.first.Mark());
+      if (!inserted) {
+        v.Fail(kv.first, Validator::Join(path, key),
+               "key given twice (first at line " + std::to_string(it->second.line + 1) + ", column " +
+                   std::to_string(it->second.column + 1) + "); keep one");
+      }
+      CheckDuplicateKeys(v, kv.second, Validator::Join(path, key), walked);
+    }
+  } else if (node.IsSequence()) {
+    size_t i = 0;
+    for (const auto& item : node) CheckDuplicateKeys(v, item, path + "[" + std::to_string(i++) + "]", walked);
+  }
+}
+
 Experiment ParseChecked(const std::string& text, const std::string& file, const std::string& base_dir) {
   Validator v(file);
+  if (const size_t bad = FirstInvalidUtf8(text); bad != std::string::npos) {
+    const size_t line_start = text.rfind('\n', bad == 0 ? 0 : bad - 1);
+    const size_t line = static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<long>(bad), '\n')) + 1;
+    const size_t column = bad - (line_start == std::string::npos || bad == 0 ? 0 : line_start + 1) + 1;
+    char byte[8];
+    std::snprintf(byte, sizeof(byte), "0x%02x", static_cast<unsigned char>(text[bad]));
+    throw ConfigError(file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": byte " + byte +
+                      " is not UTF-8; save the file as UTF-8");
+  }
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -226,6 +310,8 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
     throw ConfigError(file + ":" + std::to_string(e.mark.line + 1) + ":" +
                       std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg);
   }
+  std::set<int> walked;
+  CheckDuplicateKeys(v, root, "", walked);
   if (!root.IsMap()) v.Fail(root, "", "expected a mapping at the top level (name:, models:, ...)");
   v.Keys(root, "", {"name", "seed", "dataset", "models", "devices", "training", "measurement", "metrics"});
 
@@ -273,6 +359,12 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
 
   e.models = ParsePluginList(v, root["models"], "models", false);
   e.devices = ParsePluginList(v, root["devices"], "devices", true);
+  if (e.models.size() * e.devices.size() > kMaxCells) {
+    v.Fail(root["devices"], "devices",
+           std::to_string(e.models.size()) + " models x " + std::to_string(e.devices.size()) + " devices make " +
+               std::to_string(e.models.size() * e.devices.size()) + " cells; the limit is " +
+               std::to_string(kMaxCells) + " (split the experiment into several configs)");
+  }
 
   if (const YAML::Node t = root["training"]) {
     v.Keys(t, "training", {"epochs", "batch_size", "augment", "optimizer", "schedule"});
@@ -470,17 +562,22 @@ void ResolvePlugins(Experiment& e, const PluginCatalog& catalog) {
           use.options = nlohmann::json::object();
           continue;
         }
+        if (const PluginInfo* rejected = catalog.FindRejected(use.plugin)) {
+          v.Fail(use.plugin_node, path,
+                 kind + " plugin '" + use.plugin + "' was found but rejected: " + rejected->reason +
+                     " (run 'trainbench plugins' to list every plugin and why)");
+        }
         std::string hint = DidYouMean(use.plugin, catalog.Names(kind));
         std::string searched;
         for (const auto& d : catalog.search_path()) searched += (searched.empty() ? "" : ":") + d.string();
-        throw ConfigError(e.file + ": " + path + ": no " + kind + " plugin '" + use.plugin + "'" +
-                          (hint.empty() ? "" : "; did you mean '" + hint + "'?") +
-                          " (searched " + searched + "; run 'trainbench plugins' to list them)");
+        v.Fail(use.plugin_node, path,
+               "no " + kind + " plugin '" + use.plugin + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?") +
+                   " (searched " + searched + "; run 'trainbench plugins' to list them)");
       }
       if (info->kind() != kind) {
-        throw ConfigError(e.file + ": " + path + ": plugin '" + use.plugin + "' is a " +
-                          info->kind() + " plugin; list it under " +
-                          (info->kind() == "model" ? "models" : "devices"));
+        v.Fail(use.plugin_node, path,
+               "plugin '" + use.plugin + "' is a " + info->kind() + " plugin; list it under " +
+                   (info->kind() == "model" ? "models" : "devices"));
       }
       use.path = info->path;
       use.record = {{"name", use.plugin},
@@ -491,14 +588,18 @@ void ResolvePlugins(Experiment& e, const PluginCatalog& catalog) {
                     {"fingerprint", info->descriptor.value("fingerprint", "")},
                     {"sha256", info->sha256}};
       use.options = ValidateOptions(v, use, info->descriptor.at("params"), path);
-      if (!use.device_indices.empty() && !use.options.contains("device_index")) {
+      use.accelerator = info->accelerator();
+      use.index_option = info->index_option();
+      use.graph_option = info->graph_option();
+      if (!use.device_indices.empty() && use.index_option.empty()) {
         throw ConfigError(e.file + ": " + path + ".gpus: device plugin '" + use.plugin +
-                          "' has no device_index option, so it cannot be given GPUs; use 'processes' for "
-                          "data parallelism on it");
+                          "' does not say which option selects a GPU (no index option in its device traits), so "
+                          "it cannot be given GPUs; use 'processes' for data parallelism on it");
       }
-      if (use.ranks > 1 && use.options.value("cuda_graph", false)) {
-        throw ConfigError(e.file + ": " + path + ": cuda_graph is not supported with several GPUs yet; "
-                          "set options.cuda_graph to false or use one GPU");
+      if (use.ranks > 1 && !use.graph_option.empty() && use.options.value(use.graph_option, false)) {
+        throw ConfigError(e.file + ": " + path + ": " + use.graph_option +
+                          " is not supported with several GPUs yet; set options." + use.graph_option +
+                          " to false or use one GPU");
       }
     }
   };
@@ -526,6 +627,8 @@ void ResolvePlugins(Experiment& e, const PluginCatalog& catalog) {
       }
     } catch (const data::DataError& err) {
       throw ConfigError(e.file + ": dataset.path: " + err.what());
+    } catch (const std::filesystem::filesystem_error& err) {
+      throw ConfigError(e.file + ": dataset.path: " + e.dataset.path + ": cannot read: " + err.code().message());
     }
   }
 }
@@ -546,41 +649,19 @@ nlohmann::json Experiment::ToJson() const {
     }
     return out;
   };
-  auto opt = [](const auto& o) { return o ? nlohmann::json(*o) : nlohmann::json(nullptr); };
+  nlohmann::json measured = protocol::ToJson(static_cast<const protocol::StepMeasurement&>(measurement));
+  measured["repeats"] = measurement.repeats;
+  measured["stall_timeout_seconds"] = measurement.stall_timeout_seconds;
+  measured["stop_on_failure"] = measurement.stop_on_failure;
+  measured["baseline"] = measurement.baseline;
   return {{"name", name},
           {"file", file},
           {"seed", seed},
-          {"dataset",
-           {{"kind", dataset.kind},
-            {"path", dataset.path},
-            {"train_size", opt(dataset.train_size)},
-            {"test_size", opt(dataset.test_size)}}},
+          {"dataset", protocol::ToJson(dataset)},
           {"models", uses(models)},
           {"devices", uses(devices)},
-          {"training",
-           {{"epochs", training.epochs},
-            {"batch_size", training.batch_size},
-            {"augment", training.augment},
-            {"optimizer",
-             {{"name", training.optimizer.name},
-              {"lr", training.optimizer.lr},
-              {"momentum", training.optimizer.momentum},
-              {"weight_decay", training.optimizer.weight_decay},
-              {"nesterov", training.optimizer.nesterov}}},
-            {"schedule",
-             {{"name", training.schedule.name},
-              {"step_size", training.schedule.step_size},
-              {"gamma", training.schedule.gamma}}}}},
-          {"measurement",
-           {{"warmup_steps", measurement.warmup_steps},
-            {"repeats", measurement.repeats},
-            {"max_steps", opt(measurement.max_steps)},
-            {"time_budget_seconds", opt(measurement.time_budget_seconds)},
-            {"progress_interval_seconds", measurement.progress_interval_seconds},
-            {"eval_batch_size", measurement.eval_batch_size},
-            {"stall_timeout_seconds", measurement.stall_timeout_seconds},
-            {"stop_on_failure", measurement.stop_on_failure},
-            {"baseline", measurement.baseline}}}};
+          {"training", protocol::ToJson(training)},
+          {"measurement", measured}};
 }
 
 }  // namespace trainbench

@@ -24,6 +24,9 @@ class ConfigError : public std::runtime_error {
 
 /// Largest config file accepted; real experiments are a few KiB.
 inline constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
+/// At most this many cells (models x devices) in one experiment: every cell
+/// is a worker process and a results row, and a run of more is a mistake.
+inline constexpr size_t kMaxCells = 4096;
 
 /// Parses and validates `file` (structure, types, ranges, unknown keys with a
 /// did-you-mean). Relative dataset paths are resolved against the file's

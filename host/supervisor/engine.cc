@@ -14,6 +14,7 @@
 #include "plugin_catalog.h"
 #include "report.h"
 #include "results.h"
+#include "run_lock.h"
 #include "runner.h"
 #include "system_info.h"
 #include "worker_client.h"
@@ -27,6 +28,21 @@ using nlohmann::json;
 
 std::string EngineVersion() { return TrainbenchVersion(); }
 std::string EngineGitCommit() { return TrainbenchGitCommit(); }
+
+std::string WorkerFingerprint() {
+  std::string text;
+  try {
+    const WorkerExit exit = RunWorker(WorkerLaunch{{"info"}, "", "", {}}, [&](const protocol::Event& event) {
+      if (const auto* info = std::get_if<protocol::Info>(&event)) {
+        text = info->compiler + "/" + info->cxx_abi + "/torch-" + info->torch_version + "/cuda-" + info->cuda_version;
+      }
+    }, 60);
+    if (text.empty()) return "unknown (trainbench-worker info: " + exit.Describe() + ")";
+  } catch (const std::exception& e) {
+    return std::string("unknown (") + e.what() + ")";
+  }
+  return text;
+}
 
 // ---------------------------------------------------------------------------
 // ExperimentBuilder: a JSON document in the YAML format (YAML is a superset
@@ -142,6 +158,7 @@ PluginRecord ToRecord(const PluginInfo& info) {
   }
   r.available = info.available;
   r.unavailable_reason = info.unavailable_reason;
+  if (info.descriptor.is_object() && info.descriptor.contains("device")) r.device = info.descriptor["device"];
   return r;
 }
 
@@ -197,8 +214,8 @@ class CallbackObserver : public RunObserver {
   void OnCellStarted(size_t index, const json& cell) override {
     Emit({RunEvent::Type::kCellStarted, index, cell, json()});
   }
-  void OnEvent(size_t index, const json& cell, const json& event) override {
-    Emit({RunEvent::Type::kWorker, index, cell, event});
+  void OnEvent(size_t index, const json& cell, const protocol::Event& event) override {
+    Emit({RunEvent::Type::kWorker, index, cell, protocol::ToJson(event)});
   }
   void OnCellFinished(size_t index, const json& cell) override {
     Emit({RunEvent::Type::kCellFinished, index, cell, json()});
@@ -257,6 +274,13 @@ std::string Engine::MissingPluginNote(const std::string& name) const {
   return impl_->catalog.Find(name) != nullptr ? "" : KnownOptionalPluginReason(name);
 }
 
+std::vector<std::string> Engine::MissingPluginNotes() const {
+  std::vector<std::string> notes;
+  for (const std::string& name : UnbuiltPlugins())
+    if (std::string note = MissingPluginNote(name); !note.empty()) notes.push_back(note);
+  return notes;
+}
+
 ExperimentPlan Engine::Load(const fs::path& yaml_file) const {
   return MakePlan(impl_->catalog, [&] { return LoadExperiment(yaml_file.string()); });
 }
@@ -286,6 +310,35 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
     throw EngineError(options.out_dir.string() + ": output folder cannot be created or written" +
                           (ec ? ": " + ec.message() : std::string()),
                       kExitError);
+  }
+  // One run per output folder: two would lose each other's cells.
+  const std::string me = "trainbench run " + plan.file();
+  RunLock folder_lock;
+  try {
+    folder_lock = RunLock::TryTake(options.out_dir / ".trainbench.lock", me);
+  } catch (const std::exception& e) {
+    throw EngineError(e.what(), kExitError);
+  }
+  if (!folder_lock.held()) {
+    throw EngineError(options.out_dir.string() + ": another run is writing into this folder: " + folder_lock.holder() +
+                          "; wait for it to end, or give another --out",
+                      kExitError);
+  }
+  // One benchmark per machine, unless asked otherwise or Slurm schedules.
+  RunLock machine_lock;
+  if (!options.concurrent && std::getenv("SLURM_JOB_ID") == nullptr) {
+    try {
+      machine_lock = RunLock::Take(MachineLockFile(), me, [](const std::string& holder) {
+        spdlog::warn("waiting for the machine's benchmark lock ({}), held by {}: two benchmarks at once skew each "
+                     "other's timings (--concurrent runs beside it)",
+                     MachineLockFile().string(), holder);
+      }, &g_stop_signal);
+    } catch (const std::exception& e) {
+      throw EngineError(std::string(e.what()) + " (--concurrent runs without it)", kExitError);
+    }
+    if (!machine_lock.held()) {
+      throw EngineError("stopped while waiting for the machine's benchmark lock; nothing was run", kExitInterrupted);
+    }
   }
   if (!options.metrics_address.empty()) experiment.metrics.address = options.metrics_address;
   if (options.metrics_linger_seconds) experiment.metrics.linger_seconds = *options.metrics_linger_seconds;
@@ -343,10 +396,12 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
 
   json system = CollectSystemInfo();
   try {
-    RunWorker({"info"}, "", "", [&](const json& event) {
-      system["torch_version"] = event.value("torch_version", "");
-      system["torch_cuda_version"] = event.value("cuda_version", "");
-      system["distributed_backends"] = event.value("distributed_backends", json::array());
+    RunWorker(WorkerLaunch{{"info"}, "", "", {}}, [&](const protocol::Event& event) {
+      if (const auto* info = std::get_if<protocol::Info>(&event)) {
+        system["torch_version"] = info->torch_version;
+        system["torch_cuda_version"] = info->cuda_version;
+        system["distributed_backends"] = info->distributed_backends;
+      }
     });
   } catch (const std::exception& e) {
     throw EngineError(e.what(), kExitError);

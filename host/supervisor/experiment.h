@@ -10,12 +10,15 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "trainbench/protocol/cell_spec.h"
+
 namespace trainbench {
 
 /// One `models:` or `devices:` entry.
 struct PluginUse {
   std::string plugin;        ///< plugin name
   std::string label;         ///< name of this entry in results (default: plugin)
+  YAML::Node plugin_node;    ///< the entry naming the plugin, for error positions
   YAML::Node options_node;   ///< as written, for error positions
   nlohmann::json options;    ///< validated, defaults filled (after ResolvePlugins)
   std::string path;          ///< plugin file (after ResolvePlugins); empty: missing
@@ -31,43 +34,24 @@ struct PluginUse {
   std::vector<int64_t> device_indices;
   // `sync_batchnorm: true`: batch normalisation over the combined batch.
   bool sync_batchnorm = false;
+  // Device entries only, from the plugin's own description (after
+  // ResolvePlugins): an accelerator, the option that picks which one ("" if
+  // none), the option that captures graphs ("" if none).
+  bool accelerator = false;
+  std::string index_option, graph_option;
 };
 
-struct DatasetSpec {
-  std::string kind = "cifar10";  ///< "cifar10" or "synthetic"
-  std::string path;              ///< folder with the binary files (cifar10)
-  std::optional<int64_t> train_size, test_size;
-};
+// The settings a worker applies are the protocol's (one declaration of each
+// default for both processes); the rest of `measurement:` is the supervisor's.
+using DatasetSpec = protocol::DatasetSettings;
+using OptimizerSpec = protocol::OptimizerSettings;
+using ScheduleSpec = protocol::ScheduleSettings;
+using TrainingSpec = protocol::TrainingSettings;
 
-struct OptimizerSpec {
-  std::string name = "sgd";
-  double lr = 0.01, momentum = 0.9, weight_decay = 5e-4;
-  bool nesterov = false;
-};
-
-struct ScheduleSpec {
-  std::string name = "none";  ///< "none", "step", "cosine"
-  int64_t step_size = 1;
-  double gamma = 0.1;
-};
-
-struct TrainingSpec {
-  int64_t epochs = 1;
-  int64_t batch_size = 128;
-  bool augment = true;
-  OptimizerSpec optimizer;
-  ScheduleSpec schedule;
-};
-
-struct MeasurementSpec {
-  int64_t warmup_steps = 5;
+struct MeasurementSpec : protocol::StepMeasurement {
   int64_t repeats = 1;
-  std::optional<int64_t> max_steps;
-  std::optional<double> time_budget_seconds;
-  double progress_interval_seconds = 1.0;
-  double stall_timeout_seconds = 1800;  ///< a worker silent this long is hung
+  double stall_timeout_seconds = 1800;  ///< a worker that sends no event this long is hung
   bool stop_on_failure = false;  ///< end the run at the first failed cell
-  int64_t eval_batch_size = 500;
   std::string baseline = "cpu";  ///< device label that speedups are against
 };
 

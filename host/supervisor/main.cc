@@ -36,6 +36,13 @@ void PrintPlugins(const Engine& engine) {
     std::printf("%-7s %-12s %-8s %s%s\n        %s  (ABI %s, %s)\n", p.kind.c_str(), p.name.c_str(),
                 p.version.c_str(), p.description.c_str(), availability.c_str(), p.path.c_str(), p.abi.c_str(),
                 p.fingerprint.c_str());
+    if (p.device.is_object() && p.device.value("accelerator", false)) {
+      const auto option = [&](const char* key) {
+        return p.device.contains(key) && p.device[key].is_string() ? p.device[key].get<std::string>() : "none";
+      };
+      std::printf("        accelerator: one per rank, selected by option %s; graph option %s\n",
+                  option("index_option").c_str(), option("graph_option").c_str());
+    }
     for (const auto& param : p.params) {
       std::string extra;
       if (param.contains("choices")) extra = " {" + fmt::format("{}", fmt::join(param["choices"].get<std::vector<std::string>>(), ",")) + "}";
@@ -45,9 +52,7 @@ void PrintPlugins(const Engine& engine) {
                   param.value("doc", "").c_str(), extra.c_str());
     }
   }
-  for (const char* optional : {"cuda"}) {
-    if (const std::string note = engine.MissingPluginNote(optional); !note.empty()) std::printf("\nnote: %s\n", note.c_str());
-  }
+  for (const std::string& note : engine.MissingPluginNotes()) std::printf("\nnote: %s\n", note.c_str());
 }
 
 std::string DefaultOutDir(const std::string& name) {
@@ -61,7 +66,10 @@ std::string DefaultOutDir(const std::string& name) {
 
 int main(int argc, char** argv) {
   CLI::App app{"trainbench: how fast does deep-learning training run on this hardware, and why"};
-  app.set_version_flag("--version", fmt::format("trainbench {} (git {})", EngineVersion(), EngineGitCommit()));
+  app.set_version_flag("--version", [] {
+    return fmt::format("trainbench {} (git {})\nplugin fingerprint: {}", EngineVersion(), EngineGitCommit(),
+                       WorkerFingerprint());
+  });
   app.require_subcommand(1);
   app.fallthrough();  // global options may follow the subcommand
   std::string log_format = "text";
@@ -80,6 +88,9 @@ int main(int argc, char** argv) {
   run->add_option("config", config, "experiment YAML file")->required();
   run->add_option("--out", run_options.out_dir, "output folder for results.json, results.csv and logs");
   run->add_flag("--resume", run_options.resume, "keep the cells that finished in an earlier run into --out; run the rest");
+  run->add_flag("--concurrent", run_options.concurrent,
+                "run beside other trainbench runs on this machine (by default a run waits for the machine's "
+                "benchmark lock, as two benchmarks at once skew each other's timings)");
   add_plugin_dir(run);
   double metrics_linger = -1;
   run->add_option("--metrics-addr", run_options.metrics_address,

@@ -9,6 +9,7 @@
 #include <limits>
 #include <mutex>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -149,6 +150,7 @@ struct MetricsExporter::Impl {
   std::string experiment;
   Labels cell_labels;  // experiment, model, device_type, variant, gpu
   int gpu_index = -1;
+  std::set<std::string> accelerators;  // device labels of accelerator plugins
   int64_t epochs_configured = 1;
   std::optional<double> budget_seconds;
   std::optional<int64_t> budget_steps;
@@ -222,6 +224,13 @@ bool SameSecret(const std::string& a, const std::string& b) {
 
 }  // namespace
 
+namespace {
+// Connections served at once by /metrics, and how long one may take to send
+// its request (see the constructor).
+constexpr int kHttpThreads = 128;
+constexpr int kRequestTimeoutMs = 5000;
+}  // namespace
+
 MetricsExporter::MetricsExporter(const MetricsOptions& options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
   if (!options.address.empty()) impl_->options.address = NormaliseListenAddress(options.address);
@@ -235,7 +244,15 @@ MetricsExporter::MetricsExporter(const MetricsOptions& options) : impl_(std::mak
       tls ? "127.0.0.1:" + std::to_string(FreeTcpPort()) : impl_->options.address;
   try {
     // No address: push only (--metrics-push), nothing served.
-    if (!http_address.empty()) impl_->exposer = std::make_unique<prometheus::Exposer>(http_address, 2);
+    // civetweb gives each connection a thread until its request is read: a
+    // few clients that trickle bytes would hold them all (a slowloris). So:
+    // threads to spare, and a request must arrive whole within 5 s (the
+    // timeout counts from the first byte; a scraper sends it at once).
+    if (!http_address.empty()) {
+      impl_->exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+          "listening_ports", http_address, "num_threads", std::to_string(kHttpThreads), "request_timeout_ms",
+          std::to_string(kRequestTimeoutMs), "keep_alive_timeout_ms", std::to_string(kRequestTimeoutMs)});
+    }
   } catch (const std::exception& e) {
     throw std::runtime_error("metrics address " + http_address + ": cannot listen (" + e.what() +
                              "); is the port in use? choose another with --metrics-addr");
@@ -270,6 +287,8 @@ void MetricsExporter::OnRunStarted(const Experiment& e, size_t cells) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->experiment = e.name;
   impl_->epochs_configured = e.training.epochs;
+  for (const auto& d : e.devices)
+    if (d.accelerator) impl_->accelerators.insert(d.label);
   impl_->info.Add({{"experiment", e.name}, {"version", TrainbenchVersion()},
                    {"git_commit", TrainbenchGitCommit()}, {"config", e.file}}).Set(1);
   impl_->cells.Add({{"experiment", e.name}}).Set(static_cast<double>(cells));
@@ -282,52 +301,51 @@ void MetricsExporter::OnCellStarted(size_t index, const nlohmann::json& cell) {
   impl_->gpu_index = -1;
 }
 
-void MetricsExporter::OnEvent(size_t, const nlohmann::json& cell, const nlohmann::json& event) {
+void MetricsExporter::OnEvent(size_t, const nlohmann::json& cell, const protocol::Event& event) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  const std::string type = event.value("event", "");
   auto& i = *impl_;
-  if (type == "started") {
+  if (const auto* started = std::get_if<protocol::Started>(&event)) {
     i.cell_labels = i.LabelsOf(cell);
-    if (cell.contains("hardware") && cell["hardware"].value("type", "") == "cuda")
-      i.gpu_index = cell["hardware"].value("index", 0);
-    i.params.Add(i.cell_labels).Set(event.value("params", 0.0));
-    i.steps_per_epoch.Add(i.cell_labels).Set(event.value("steps_per_epoch", 0.0));
+    // An accelerator (the plugin says so) that names its index is sampled.
+    if (i.accelerators.count(cell.value("device", "")) && started->hardware.is_object() &&
+        started->hardware.contains("index") && started->hardware["index"].is_number_integer())
+      i.gpu_index = started->hardware["index"].get<int>();
+    i.params.Add(i.cell_labels).Set(static_cast<double>(started->params));
+    i.steps_per_epoch.Add(i.cell_labels).Set(static_cast<double>(started->steps_per_epoch));
     i.epochs.Add(i.cell_labels).Set(static_cast<double>(i.epochs_configured));
     i.progress.Add(i.cell_labels).Set(0);
     // Histogram children are created up front so a short cell still exports them.
     i.step_duration.Add(i.cell_labels, kStepBuckets);
     i.samples.Add(i.cell_labels);
     i.steps.Add(i.cell_labels);
-  } else if (type == "progress") {
+  } else if (const auto* p = std::get_if<protocol::Progress>(&event)) {
     const Labels& l = i.cell_labels;
     auto& counter_samples = i.samples.Add(l);
     auto& counter_steps = i.steps.Add(l);
-    const double samples_done = event.value("samples_done", 0.0);
-    const double steps_done = event.value("steps_done", 0.0);
+    const auto samples_done = static_cast<double>(p->samples_done);
+    const auto steps_done = static_cast<double>(p->steps_done);
     if (samples_done > counter_samples.Value()) counter_samples.Increment(samples_done - counter_samples.Value());
     if (steps_done > counter_steps.Value()) counter_steps.Increment(steps_done - counter_steps.Value());
     auto& histogram = i.step_duration.Add(l, kStepBuckets);
-    for (const auto& d : event.value("step_seconds", nlohmann::json::array())) histogram.Observe(d.get<double>());
-    const double sps = event.value("samples_per_second", 0.0);
-    if (sps > 0) i.throughput.Add(l).Set(sps);
-    i.loss.Add(l).Set(event.value("loss", 0.0));
-    i.epoch.Add(l).Set(event.value("epoch", 0.0));
-    i.step.Add(l).Set(event.value("step", 0.0));
-    const double memory_bytes = event.value("memory_bytes", -1.0);
-    if (memory_bytes >= 0) i.memory.Add(l).Set(memory_bytes);
+    for (double d : p->step_seconds) histogram.Observe(d);
+    if (p->samples_per_second > 0) i.throughput.Add(l).Set(p->samples_per_second);
+    i.loss.Add(l).Set(p->loss);
+    i.epoch.Add(l).Set(static_cast<double>(p->epoch));
+    i.step.Add(l).Set(static_cast<double>(p->step));
+    if (p->memory_bytes >= 0) i.memory.Add(l).Set(static_cast<double>(p->memory_bytes));
     // Progress and remaining time: of the step or time budget when one is
     // set, else of all epochs at the current rate.
-    const double total_steps = event.value("steps_per_epoch", 1.0) * static_cast<double>(i.epochs_configured);
-    const double elapsed = event.value("elapsed_seconds", 0.0);
+    const double total_steps = static_cast<double>(p->steps_per_epoch) * static_cast<double>(i.epochs_configured);
+    const double elapsed = p->elapsed_seconds;
     double done = total_steps > 0 ? steps_done / total_steps : 0;
     double remaining = 0;
     if (steps_done > 0 && elapsed > 0) remaining = (total_steps - steps_done) * elapsed / steps_done;
     i.progress.Add(l).Set(std::min(1.0, done));
     i.eta.Add(l).Set(std::max(0.0, remaining));
-  } else if (type == "epoch") {
-    i.epoch_duration.Add(i.cell_labels).Set(event.value("seconds", 0.0));
-    i.loss.Add(i.cell_labels).Set(event.value("train_loss", 0.0));
-    i.accuracy.Add(i.cell_labels).Set(event.value("test_accuracy", 0.0));
+  } else if (const auto* ep = std::get_if<protocol::Epoch>(&event)) {
+    i.epoch_duration.Add(i.cell_labels).Set(ep->seconds);
+    i.loss.Add(i.cell_labels).Set(ep->train_loss);
+    i.accuracy.Add(i.cell_labels).Set(ep->test_accuracy);
   }
 }
 

@@ -40,7 +40,7 @@ class MetricsExporter : public RunObserver {
 
   void OnRunStarted(const Experiment& experiment, size_t cells) override;
   void OnCellStarted(size_t index, const nlohmann::json& cell) override;
-  void OnEvent(size_t index, const nlohmann::json& cell, const nlohmann::json& event) override;
+  void OnEvent(size_t index, const nlohmann::json& cell, const protocol::Event& event) override;
   void OnCellFinished(size_t index, const nlohmann::json& cell) override;
   void OnRunFinished(const Results& results) override;
 

@@ -14,11 +14,21 @@
 namespace trainbench {
 namespace fs = std::filesystem;
 
+// The build says which of the project's plugins it left out, and why
+// (host/supervisor/CMakeLists.txt): the supervisor knows no device by name.
+std::vector<std::string> UnbuiltPlugins() {
+#ifdef TRAINBENCH_UNBUILT_PLUGIN
+  return {TRAINBENCH_UNBUILT_PLUGIN};
+#else
+  return {};
+#endif
+}
+
 std::string KnownOptionalPluginReason(const std::string& name) {
-  if (name == "cuda") {
-    return "the cuda plugin is not built here: this trainbench was built against a LibTorch "
-           "without CUDA (build against a CUDA LibTorch to get it)";
-  }
+#ifdef TRAINBENCH_UNBUILT_PLUGIN
+  if (name == TRAINBENCH_UNBUILT_PLUGIN) return TRAINBENCH_UNBUILT_PLUGIN_REASON;
+#endif
+  (void)name;
   return "";
 }
 
@@ -101,15 +111,16 @@ PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs, bool al
     std::vector<std::string> args = {"describe"};
     args.insert(args.end(), files.begin() + static_cast<long>(next), files.end());
     size_t got = 0;
-    WorkerExit exit = RunWorker(args, "", "", [&](const nlohmann::json& event) {
-      if (event.value("event", "") != "plugin") return;
+    WorkerExit exit = RunWorker(WorkerLaunch{args, "", "", {}}, [&](const protocol::Event& event) {
+      const auto* plugin = std::get_if<protocol::PluginDescribed>(&event);
+      if (plugin == nullptr) return;
       PluginInfo info;
-      info.path = event.value("path", "");
-      info.loaded = event.value("status", "") == "loaded";
-      info.reason = event.value("reason", "");
-      if (event.contains("descriptor")) info.descriptor = event["descriptor"];
-      if (event.contains("available")) info.available = event["available"].get<bool>();
-      info.unavailable_reason = event.value("unavailable_reason", "");
+      info.path = plugin->path;
+      info.loaded = plugin->loaded;
+      info.reason = plugin->reason;
+      if (plugin->loaded) info.descriptor = plugin->descriptor;
+      info.available = plugin->available;
+      info.unavailable_reason = plugin->unavailable_reason;
       described[info.path] = info;
       ++got;
     }, DescribeTimeout());
@@ -149,6 +160,18 @@ PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs, bool al
 const PluginInfo* PluginCatalog::Find(const std::string& name) const {
   for (const auto& p : plugins_) {
     if (p.loaded && p.name() == name) return &p;
+  }
+  return nullptr;
+}
+
+const PluginInfo* PluginCatalog::FindRejected(const std::string& name) const {
+  for (const auto& p : plugins_) {
+    if (p.loaded) continue;
+    const std::string stem = fs::path(p.path).stem().string();
+    if ((p.descriptor.is_object() && p.name() == name) || stem == name || stem == "lib" + name ||
+        stem == "libtrainbench_" + name) {
+      return &p;
+    }
   }
   return nullptr;
 }

@@ -24,10 +24,26 @@ struct PluginInfo {
 
   std::string name() const { return descriptor.value("name", ""); }
   std::string kind() const { return descriptor.value("kind", ""); }
+  /// Device plugins' own description (SDK ABI 1.2; older ones: host devices).
+  bool accelerator() const { return Trait("accelerator").is_boolean() && Trait("accelerator").get<bool>(); }
+  /// The option selecting which accelerator, or "" when it has none.
+  std::string index_option() const { return Trait("index_option").is_string() ? Trait("index_option").get<std::string>() : ""; }
+  /// The option that captures the step in a graph, or "".
+  std::string graph_option() const { return Trait("graph_option").is_string() ? Trait("graph_option").get<std::string>() : ""; }
+
+ private:
+  nlohmann::json Trait(const char* key) const {
+    return descriptor.is_object() && descriptor.contains("device") && descriptor["device"].is_object()
+               ? descriptor["device"].value(key, nlohmann::json())
+               : nlohmann::json();
+  }
 };
 
-/// Device plugins that a build may lack on purpose, and why.
+/// Device plugins that a build may lack on purpose, and why ("" for others).
 std::string KnownOptionalPluginReason(const std::string& name);
+
+/// The names of plugins this build left out on purpose (KnownOptionalPluginReason says why).
+std::vector<std::string> UnbuiltPlugins();
 
 /// The folders searched, in order: `extra` (--plugin-dir), then
 /// TRAINBENCH_PLUGIN_PATH (colon-separated), then the install's (or build
@@ -52,6 +68,10 @@ class PluginCatalog {
 
   /// The loaded plugin called `name`, or nullptr.
   const PluginInfo* Find(const std::string& name) const;
+  /// A plugin file that was found but not loaded and that is called `name`
+  /// (by its descriptor, or by its file: NAME.so, libNAME.so,
+  /// libtrainbench_NAME.so), or nullptr.
+  const PluginInfo* FindRejected(const std::string& name) const;
   /// Names of loaded plugins of `kind` ("model"/"device").
   std::vector<std::string> Names(const std::string& kind) const;
 

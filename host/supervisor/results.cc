@@ -47,10 +47,50 @@ json ReadJsonFile(const fs::path& path) {
 }
 
 double MedianEpochSeconds(const json& cell) {
-  std::vector<double> e = cell.value("epoch_seconds", std::vector<double>{});
+  std::vector<double> e;
+  for (const auto& v : cell.value("epoch_seconds", json::array()))
+    if (v.is_number()) e.push_back(v.get<double>());
   if (e.empty()) return 0;
   std::sort(e.begin(), e.end());
   return e[e.size() / 2];
+}
+
+std::string CellRecordProblem(const json& cell) {
+  if (!cell.is_object()) return "a cell that is not an object";
+  for (const char* key : {"model", "device", "status"}) {
+    if (!cell.contains(key) || !cell[key].is_string()) return std::string("a cell without a string '") + key + "'";
+  }
+  if (cell["status"] != "ok") return "";
+  const std::string who = "cell " + cell["model"].get<std::string>() + " on " + cell["device"].get<std::string>();
+  if (!cell.contains("config") || !cell["config"].is_object()) return who + ": no 'config'";
+  if (!cell.contains("samples_per_second") || !cell["samples_per_second"].is_number() ||
+      !(cell["samples_per_second"].get<double>() > 0)) {
+    return who + ": 'samples_per_second' missing or not a positive number";
+  }
+  for (const char* key : {"epoch_seconds", "test_accuracy", "train_loss"}) {
+    if (!cell.contains(key) || !cell[key].is_array()) return who + ": '" + key + "' missing or not a list";
+    for (const auto& v : cell[key]) {
+      if (!v.is_number()) return who + ": '" + key + "' holds something other than numbers";
+    }
+  }
+  if (cell["epoch_seconds"].empty()) return who + ": 'epoch_seconds' is empty";
+  for (const char* key : {"params", "flops_per_sample", "speedup", "ranks"}) {
+    if (cell.contains(key) && !cell[key].is_null() && !cell[key].is_number()) {
+      return who + ": '" + key + "' is not a number";
+    }
+  }
+  if (cell.contains("projected") && !cell["projected"].is_boolean()) return who + ": 'projected' is not true/false";
+  return "";
+}
+
+std::string ResultsDocumentProblem(const json& doc) {
+  if (!doc.is_object()) return "not a JSON object";
+  if (doc.value("format", "") != "trainbench-results/1") return "not a trainbench-results/1 document";
+  if (!doc.contains("cells") || !doc["cells"].is_array()) return "no list of cells";
+  for (const auto& cell : doc["cells"]) {
+    if (std::string problem = CellRecordProblem(cell); !problem.empty()) return problem;
+  }
+  return "";
 }
 
 Results::Results(fs::path out_dir, json experiment, json system, std::string baseline)
@@ -75,9 +115,12 @@ void Results::ComputeSpeedups() {
   }
   // Data-parallel cells: throughput over N times that of one rank of the
   // same model on the same device plugin with the same options.
-  auto same_options = [](json a, json b) {
-    a.erase("device_index");
-    b.erase("device_index");
+  auto same_options = [this](const std::string& device, json a, json b) {
+    // Which accelerator a rank used is not a difference in setup.
+    const auto it = index_options_.find(device);
+    const std::string index = it != index_options_.end() ? it->second : "device_index";
+    a.erase(index);
+    b.erase(index);
     return a == b;
   };
   for (auto& cell : cells()) {
@@ -88,7 +131,8 @@ void Results::ComputeSpeedups() {
       if (one.value("ranks", int64_t{1}) == 1 && one.value("status", "") == "ok" &&
           one.value("model", "") == cell.value("model", "") &&
           one.value("device_plugin", "") == cell.value("device_plugin", "") &&
-          same_options(one.value("device_options", json::object()), cell.value("device_options", json::object()))) {
+          same_options(cell.value("device", ""), one.value("device_options", json::object()),
+                       cell.value("device_options", json::object()))) {
         const double single = one.value("samples_per_second", 0.0);
         if (single > 0) {
           cell["scaling_efficiency"] = cell.value("samples_per_second", 0.0) / (static_cast<double>(ranks) * single);
@@ -145,21 +189,23 @@ std::string Results::Table() const {
                      "device", "samples/s", "epoch time", "test acc", "speedup", "status");
   for (const auto& c : doc_.at("cells")) {
     const bool ok = c.value("status", "") == "ok";
-    std::string params = c.contains("params") ? fmt::format("{:.2f}M", c["params"].get<double>() / 1e6) : "-";
+    std::string params =
+        c.contains("params") && c["params"].is_number() ? fmt::format("{:.2f}M", c["params"].get<double>() / 1e6) : "-";
     std::string sps = ok ? fmt::format("{:.1f}", c.value("samples_per_second", 0.0)) : "-";
     std::string epoch = "-";
-    if (ok && !c["epoch_seconds"].empty()) {
+    if (ok && c.contains("epoch_seconds") && !c["epoch_seconds"].empty()) {
       epoch = fmt::format("{:.2f} s{}", MedianEpochSeconds(c), c.value("projected", false) ? "*" : "");
     }
-    std::string acc = ok && !c["test_accuracy"].empty()
-                          ? fmt::format("{:.1f}%", 100.0 * c["test_accuracy"].back().get<double>())
+    const json accuracy = c.value("test_accuracy", json::array());
+    std::string acc = ok && accuracy.is_array() && !accuracy.empty() && accuracy.back().is_number()
+                          ? fmt::format("{:.1f}%", 100.0 * accuracy.back().get<double>())
                           : "-";
-    std::string speedup = c.contains("speedup") && !c["speedup"].is_null()
-                              ? fmt::format("{:.2f}x", c["speedup"].get<double>())
-                              : (ok ? "baseline" : "-");
-    if (ok && c.value("device", "") != baseline_ && c["speedup"].is_null()) speedup = "n/a";
+    const json speedup_value = c.value("speedup", json());
+    std::string speedup = speedup_value.is_number() ? fmt::format("{:.2f}x", speedup_value.get<double>())
+                                                    : (ok ? "baseline" : "-");
+    if (ok && c.value("device", "") != baseline_ && !speedup_value.is_number()) speedup = "n/a";
     std::string status = c.value("status", "?");
-    if (!ok && c.contains("reason")) status += ": " + c["reason"].get<std::string>();
+    if (!ok && c.contains("reason") && c["reason"].is_string()) status += ": " + c["reason"].get<std::string>();
     out << fmt::format("{:<12} {:>11} {:<10} {:>11} {:>12} {:>9} {:>8}  {}\n", c.value("model", ""),
                        params, c.value("device", ""), sps, epoch, acc, speedup, status);
   }

@@ -4,6 +4,7 @@
 // interruption leaves the last good file.
 
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,14 @@ nlohmann::json ReadJsonFile(const std::filesystem::path& path);
 /// as cuDNN's autotuning.
 double MedianEpochSeconds(const nlohmann::json& cell);
 
+/// What makes a results.json cell unusable, or "" when it is sound: an ok
+/// cell needs its model, device, configuration and measurements with the
+/// right types. Records read from disk (--resume) pass through it.
+std::string CellRecordProblem(const nlohmann::json& cell);
+
+/// The same for a whole results.json document (null: not JSON).
+std::string ResultsDocumentProblem(const nlohmann::json& doc);
+
 /// The results document of one run. Not thread-safe.
 class Results {
  public:
@@ -39,6 +48,11 @@ class Results {
   /// when the baseline has no result.
   void ComputeSpeedups();
 
+  /// The option that picks an accelerator, per device label, ignored when
+  /// data-parallel cells are compared with one-rank cells (default:
+  /// "device_index", as records of older runs have it).
+  void SetIndexOptions(std::map<std::string, std::string> by_device) { index_options_ = std::move(by_device); }
+
   /// Writes results.json and results.csv into the output folder.
   void Write();
 
@@ -49,6 +63,7 @@ class Results {
  private:
   std::filesystem::path out_dir_;
   std::string baseline_;
+  std::map<std::string, std::string> index_options_;
   nlohmann::json doc_;
 };
 

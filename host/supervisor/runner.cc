@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <csignal>
+#include <chrono>
 #include <cstdlib>
+#include <ctime>
 
 #include <spdlog/spdlog.h>
 
 #include "net.h"
+#include "trainbench/protocol/version.h"
 #include "worker_client.h"
 
 namespace trainbench {
@@ -17,28 +20,27 @@ std::atomic<int> g_stop_signal{0};
 
 namespace {
 
+// After a stop request, how long a worker has to stop at its next step
+// before it is killed.
+constexpr double kStopGraceSeconds = 20;
+
 extern "C" void OnSignal(int sig) { RequestStop(sig); }
 
-json CellSpecJson(const Experiment& e, const PluginUse& model, const PluginUse& device, size_t index) {
-  auto opt = [](const auto& o) { return o ? json(*o) : json(nullptr); };
-  const auto max_steps = device.max_steps ? device.max_steps : e.measurement.max_steps;
-  const auto budget = device.time_budget_seconds ? device.time_budget_seconds : e.measurement.time_budget_seconds;
-  const json resolved = e.ToJson();  // dataset and training exactly as recorded in results.json
-  json spec = {{"experiment", e.name},
-          {"cell_index", index},
-          {"seed", e.seed},
-          {"model", {{"name", model.plugin}, {"path", model.path}, {"options", model.options}}},
-          {"device", {{"name", device.plugin}, {"path", device.path}, {"options", device.options},
-                      {"ranks", device.ranks}, {"gpus", device.device_indices}}},
-          {"dataset", resolved["dataset"]},
-          {"training", resolved["training"]},
-          {"measurement",
-           {{"warmup_steps", e.measurement.warmup_steps},
-            {"max_steps", opt(max_steps)},
-            {"time_budget_seconds", opt(budget)},
-            {"progress_interval_seconds", e.measurement.progress_interval_seconds},
-            {"eval_batch_size", e.measurement.eval_batch_size}}}};
-  if (device.ranks > 1) spec["device"]["sync_batchnorm"] = device.sync_batchnorm;
+protocol::CellSpec BuildCellSpec(const Experiment& e, const PluginUse& model, const PluginUse& device,
+                                 size_t index) {
+  protocol::CellSpec spec;
+  spec.protocol = protocol::kProtocolVersion;
+  spec.experiment = e.name;
+  spec.cell_index = static_cast<int64_t>(index);
+  spec.seed = e.seed;
+  spec.model = {model.plugin, model.path, model.options};
+  spec.device = {device.plugin, device.path, device.options};
+  spec.dataset = e.dataset;
+  spec.training = e.training;
+  spec.measurement = e.measurement;
+  // A device entry's own budget wins over measurement's.
+  if (device.max_steps) spec.measurement.max_steps = device.max_steps;
+  if (device.time_budget_seconds) spec.measurement.time_budget_seconds = device.time_budget_seconds;
   return spec;
 }
 
@@ -53,9 +55,9 @@ std::string SlurmJobGpus() {
 
 // The worker launches of one attempt: one, or one per rank of a
 // data-parallel cell (rank 0 writes `log`, rank r LOG-rankR.log).
-std::vector<WorkerLaunch> Launches(const json& spec, const fs::path& log) {
-  const int64_t ranks = std::max<int64_t>(spec["device"].value("ranks", int64_t{1}), 1);
-  const json& gpus = spec["device"]["gpus"];  // rank r's device_index, when listed
+std::vector<WorkerLaunch> Launches(const protocol::CellSpec& spec, const PluginUse& device, const fs::path& log) {
+  const int64_t ranks = std::max<int64_t>(device.ranks, 1);
+  const std::vector<int64_t>& gpus = device.device_indices;  // rank r's device_index, when listed
   // In a Slurm job with GPUs, CUDA sees only the job's, renumbered from 0:
   // rank r takes the job's r-th GPU, whatever indices the config lists
   // (those name GPUs of a machine, and Slurm chose which ones this job has).
@@ -64,20 +66,25 @@ std::vector<WorkerLaunch> Launches(const json& spec, const fs::path& log) {
   std::vector<WorkerLaunch> launches;
   for (int64_t r = 0; r < ranks; ++r) {
     WorkerLaunch launch{{"run"}, "", log, {}};
-    json rank_spec = spec;
-    if (gpus.is_array() && static_cast<int64_t>(gpus.size()) == ranks)
-      rank_spec["device"]["options"]["device_index"] = slurm_gpus ? json(r) : gpus[r];
+    protocol::CellSpec rank_spec = spec;
+    if (static_cast<int64_t>(gpus.size()) == ranks)
+      rank_spec.device.options[device.index_option] = slurm_gpus ? r : gpus[static_cast<size_t>(r)];
     if (ranks > 1) {
-      rank_spec["distributed"] = {{"rank", r}, {"world_size", ranks}, {"store_host", "127.0.0.1"}, {"store_port", port},
-                                  {"sync_batchnorm", spec["device"].value("sync_batchnorm", false)}};
+      protocol::DistributedSpec d;
+      d.rank = static_cast<int>(r);
+      d.world_size = static_cast<int>(ranks);
+      d.store_host = "127.0.0.1";
+      d.store_port = port;
+      d.sync_batchnorm = device.sync_batchnorm;
+      rank_spec.distributed = d;
       if (r > 0)
-        launch.stderr_log.replace_filename(log.stem().string() + "-rank" + std::to_string(r) + log.extension().string());
+        launch.log.replace_filename(log.stem().string() + "-rank" + std::to_string(r) + log.extension().string());
       // NVLink multicast (NVLS) stays off: see docs/architecture.md.
       launch.env = {{"NCCL_NVLS_ENABLE", "0"},
                     {"TRAINBENCH_RANK", std::to_string(r)},
                     {"TRAINBENCH_WORLD_SIZE", std::to_string(ranks)}};
     }
-    launch.stdin_text = rank_spec.dump();
+    launch.stdin_text = protocol::ToJson(rank_spec).dump();
     launches.push_back(std::move(launch));
   }
   return launches;
@@ -86,71 +93,107 @@ std::vector<WorkerLaunch> Launches(const json& spec, const fs::path& log) {
 // Runs one attempt of a cell in fresh workers (one per rank); returns the
 // cell's outcome. Rank 0 speaks for the cell; the other ranks' results give
 // the per-rank figures and their failures the reason.
-json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, size_t index,
-                size_t total, double stall_timeout, std::vector<RunObserver*>& observers) {
+json RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const json& base_cell,
+                const fs::path& log, size_t index, size_t total, double stall_timeout,
+                std::vector<RunObserver*>& observers) {
   json cell = base_cell;
-  bool finished = false;
+  bool finished = false;  // a final event came (result, skipped, error, interrupted)
+  bool result = false;    // ... and it was a result
   auto last_line = std::chrono::steady_clock::now() - std::chrono::hours(1);
-  const std::vector<WorkerLaunch> launches = Launches(spec, log);
+  const std::vector<WorkerLaunch> launches = Launches(spec, device, log);
   const size_t ranks = launches.size();
-  std::vector<json> rank_results(ranks), rank_errors(ranks);
-  std::vector<WorkerExit> exits = RunWorkers(launches, [&](size_t rank, const json& event) {
-    const std::string type = event.value("event", "");
+  std::vector<std::optional<protocol::Result>> rank_results(ranks);
+  std::vector<std::optional<protocol::Error>> rank_errors(ranks);
+  const std::string model_label = cell["model"].get<std::string>();
+  const std::string device_label = cell["device"].get<std::string>();
+  auto on_event = [&](size_t rank, const protocol::Event& event) {
     if (rank > 0) {
-      if (type == "result") rank_results[rank] = event;
-      if (type == "error") rank_errors[rank] = event;
+      if (auto* r = std::get_if<protocol::Result>(&event)) rank_results[rank] = *r;
+      if (auto* e = std::get_if<protocol::Error>(&event)) rank_errors[rank] = *e;
       return;
     }
-    if (type == "started") {
-      for (const char* key : {"params", "flops_per_sample", "hardware", "train_size", "test_size", "steps_per_epoch"})
-        if (event.contains(key)) cell[key] = event[key];
-    } else if (type == "progress") {
+    if (finished) return;  // nothing counts after the final event
+    if (auto* started = std::get_if<protocol::Started>(&event)) {
+      cell["params"] = started->params;
+      cell["flops_per_sample"] = started->flops_per_sample;
+      cell["hardware"] = started->hardware;
+      cell["train_size"] = started->train_size;
+      cell["test_size"] = started->test_size;
+      cell["steps_per_epoch"] = started->steps_per_epoch;
+    } else if (auto* p = std::get_if<protocol::Progress>(&event)) {
       const auto now = std::chrono::steady_clock::now();
       if (now - last_line >= std::chrono::seconds(3)) {
         last_line = now;
-        spdlog::info("[{}/{}] {} on {}: epoch {} step {}/{} loss {:.4f} {}", index + 1,
-                     total, cell["model"].get<std::string>(), cell["device"].get<std::string>(),
-                     event.value("epoch", 0), event.value("step", 0), event.value("steps_per_epoch", 0),
-                     event.value("loss", 0.0),
-                     event.value("samples_per_second", 0.0) > 0
-                         ? fmt::format("{:.1f} samples/s", event.value("samples_per_second", 0.0))
-                         : std::string("(warm-up)"));
+        spdlog::info("[{}/{}] {} on {}: epoch {} step {}/{} loss {:.4f} {}", index + 1, total, model_label,
+                     device_label, p->epoch, p->step, p->steps_per_epoch, p->loss,
+                     p->samples_per_second > 0 ? fmt::format("{:.1f} samples/s", p->samples_per_second)
+                                               : std::string("(warm-up)"));
       }
-    } else if (type == "epoch") {
-      spdlog::info("[{}/{}] {} on {}: epoch {} done in {:.1f} s{}, loss {:.4f}, test accuracy {:.2f}%",
-                   index + 1, total, cell["model"].get<std::string>(), cell["device"].get<std::string>(),
-                   event.value("epoch", 0), event.value("seconds", 0.0),
-                   event.value("complete", true) ? "" : " (partial: budget reached)",
-                   event.value("train_loss", 0.0), 100.0 * event.value("test_accuracy", 0.0));
-    } else if (type == "result") {
-      rank_results[0] = event;
-      for (auto it = event.begin(); it != event.end(); ++it)
-        if (it.key() != "event") cell[it.key()] = it.value();
-      cell["status"] = "ok";
+    } else if (auto* ep = std::get_if<protocol::Epoch>(&event)) {
+      spdlog::info("[{}/{}] {} on {}: epoch {} done in {:.1f} s{}, loss {:.4f}, test accuracy {:.2f}%", index + 1,
+                   total, model_label, device_label, ep->epoch, ep->seconds,
+                   ep->complete ? "" : " (partial: budget reached)", ep->train_loss, 100.0 * ep->test_accuracy);
+    } else if (auto* r = std::get_if<protocol::Result>(&event)) {
+      rank_results[0] = *r;
+      cell.update(protocol::ToJson(*r));
+      finished = result = true;
+    } else if (auto* sk = std::get_if<protocol::Skipped>(&event)) {
+      cell["status"] = "skipped";
+      cell["reason"] = sk->reason;
       finished = true;
-    } else if (type == "skipped" || type == "error" || type == "interrupted") {
-      cell["status"] = type == "skipped" ? "skipped" : type == "error" ? "failed" : "interrupted";
-      cell["reason"] = event.value("reason", "");
-      if (event.value("loss_nan", false)) cell["loss_nan"] = true;
+    } else if (auto* er = std::get_if<protocol::Error>(&event)) {
+      cell["status"] = "failed";
+      cell["reason"] = er->reason;
+      if (er->loss_nan) cell["loss_nan"] = true;
+      finished = true;
+    } else if (auto* in = std::get_if<protocol::Interrupted>(&event)) {
+      cell["status"] = "interrupted";
+      cell["reason"] = in->reason;
       finished = true;
     }
     for (auto* o : observers) o->OnEvent(index, cell, event);
-  }, stall_timeout);
+  };
+  std::vector<WorkerExit> exits =
+      RunWorkers(launches, on_event, stall_timeout, /*straggler_seconds=*/30, &g_stop_signal, kStopGraceSeconds);
   const WorkerExit& exit = exits.front();
-  if (!finished && exit.timed_out) {
+  const bool interrupted = g_stop_signal.load() != 0;
+  if (result && exit.clean()) {
+    cell["status"] = "ok";
+  } else if (exit.killed_after_stop) {
+    const char* abbrev = sigabbrev_np(g_stop_signal.load());
+    cell["status"] = "interrupted";
+    cell["reason"] = fmt::format("interrupted by {}; the worker had not stopped {:.0f} s later (hung in a plugin?) "
+                                 "and was killed",
+                                 abbrev ? "SIG" + std::string(abbrev) : "a signal", kStopGraceSeconds);
+  } else if (!exit.protocol_error.empty()) {
     cell["status"] = "failed";
-    cell["reason"] = fmt::format("the worker printed nothing for {:.0f} s (measurement.stall_timeout_seconds) "
-                                 "and was killed: hung?", stall_timeout);
-  } else if (!finished) {
-    if (g_stop_signal.load() != 0) {
+    cell["reason"] = "worker " + exit.Describe();
+  } else if (exit.timed_out) {
+    cell["status"] = "failed";
+    cell["reason"] = fmt::format("the worker sent no event for {:.0f} s (measurement.stall_timeout_seconds) "
+                                 "and was killed: hung?",
+                                 stall_timeout);
+  } else if (result || !finished) {
+    // A result counts only from a worker that then exits cleanly: one that
+    // crashes after it may have reported anything.
+    if (interrupted && !result) {
+      const char* abbrev = sigabbrev_np(g_stop_signal.load());
       cell["status"] = "interrupted";
-      cell["reason"] = "interrupted by " + std::string(sigabbrev_np(g_stop_signal.load()) ? "SIG" : "signal ") +
-                       (sigabbrev_np(g_stop_signal.load()) ? sigabbrev_np(g_stop_signal.load()) : "");
+      cell["reason"] = std::string("interrupted by ") + (abbrev ? "SIG" + std::string(abbrev) : "a signal");
     } else {
       cell["status"] = "failed";
-      std::string last = LastLogLine(log);
-      cell["reason"] = "worker " + exit.Describe() + (last.empty() ? "" : "; last log line: " + last);
+      const std::string last = LastLogLine(log);
+      cell["reason"] = std::string(result ? "the worker reported a result, then " : "worker ") + exit.Describe() +
+                       (last.empty() ? "" : "; last log line: " + last);
     }
+  }
+  if (cell.value("status", "") != "ok") {
+    // Measurements of a cell that did not finish cleanly are not kept.
+    const json measured = protocol::ToJson(protocol::Result{});
+    for (auto it = measured.begin(); it != measured.end(); ++it) {
+      if (it.key() != "params" && it.key() != "flops_per_sample" && it.key() != "hardware") cell.erase(it.key());
+    }
+    cell.erase("sync_batchnorm");
   }
   if (ranks > 1) {
     // Another rank's failure explains the cell's (rank 0 often only sees
@@ -158,7 +201,8 @@ json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, si
     std::string others;
     for (size_t r = 1; r < ranks; ++r) {
       std::string why;
-      if (!rank_errors[r].is_null()) why = rank_errors[r].value("reason", "");
+      if (rank_errors[r]) why = rank_errors[r]->reason;
+      else if (!exits[r].protocol_error.empty()) why = "worker " + exits[r].Describe();
       else if (exits[r].signaled && exits[r].signal != SIGKILL) why = "worker " + exits[r].Describe();
       else if (!exits[r].signaled && exits[r].code != 0) why = "worker " + exits[r].Describe();
       if (!why.empty()) others += fmt::format("; rank {}: {}", r, why);
@@ -171,7 +215,7 @@ json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, si
       json per_rank = json::array();
       for (size_t r = 0; r < ranks; ++r) {
         // Each rank times the combined batch's steps; its own share is 1/N.
-        const double sps = rank_results[r].is_null() ? 0.0 : rank_results[r].value("samples_per_second", 0.0);
+        const double sps = rank_results[r] ? rank_results[r]->samples_per_second : 0.0;
         per_rank.push_back(sps / static_cast<double>(ranks));
       }
       cell["rank_samples_per_second"] = per_rank;
@@ -185,11 +229,15 @@ json RunAttempt(const json& spec, const json& base_cell, const fs::path& log, si
 // The resolved configuration of a cell: what makes two cells the same work
 // (for --resume). Plugin files may move between builds; names and options
 // may not.
-json CellConfig(const json& spec) {
-  json config = spec;
+json CellConfig(const protocol::CellSpec& spec, const PluginUse& device) {
+  json config = protocol::ToJson(spec);
+  config.erase("protocol");
   config.erase("cell_index");
   config["model"].erase("path");
   config["device"].erase("path");
+  config["device"]["ranks"] = device.ranks;
+  config["device"]["gpus"] = device.device_indices;
+  if (device.ranks > 1) config["device"]["sync_batchnorm"] = device.sync_batchnorm;
   return config;
 }
 
@@ -198,7 +246,9 @@ void RequestStop(int sig) noexcept {
   // The worker runs in its own process group, so a terminal's Ctrl-C and a
   // service manager's SIGTERM reach only us: pass it on, once per request.
   const int group = g_worker_pid.load();
-  if (group > 0) ::kill(-group, sig);
+  // The worker stops at its next step on SIGINT or SIGTERM; a hang-up is
+  // the host's business, the worker gets SIGTERM for it.
+  if (group > 0) ::kill(-group, sig == SIGHUP ? SIGTERM : sig);
 }
 
 void ClearStopRequest() noexcept { g_stop_signal.store(0); }
@@ -208,14 +258,33 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
   // Finished cells of an earlier run into the same folder, by configuration.
   std::vector<json> earlier;
   if (resume) {
-    const json previous = ReadJsonFile(out_dir / "results.json");
-    if (previous.is_object() && previous.contains("cells")) {
-      for (const auto& c : previous["cells"])
-        if (c.value("status", "") == "ok" && c.contains("config")) earlier.push_back(c);
+    const fs::path file = out_dir / "results.json";
+    std::error_code ec;
+    if (fs::exists(file, ec)) {
+      const json previous = ReadJsonFile(file);
+      if (const std::string problem = ResultsDocumentProblem(previous); !problem.empty()) {
+        // Not overwritten: someone may want what is in it.
+        const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+        char stamp[32];
+        std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+        const fs::path aside = file.string() + ".corrupt-" + stamp;
+        fs::rename(file, aside, ec);
+        spdlog::warn("--resume: {} is unusable ({}); kept as {}{}, and every cell runs again", file.string(), problem,
+                     aside.string(), ec ? " (could not rename it: " + ec.message() + ")" : "");
+        if (ec) throw std::runtime_error(file.string() + ": unusable for --resume (" + problem +
+                                         ") and cannot be moved aside: " + ec.message());
+      } else {
+        for (const auto& c : previous["cells"])
+          if (c.value("status", "") == "ok") earlier.push_back(c);
+      }
     }
-    spdlog::info("--resume: {} finished cell(s) in {}", earlier.size(), (out_dir / "results.json").string());
+    spdlog::info("--resume: {} finished cell(s) in {}", earlier.size(), file.string());
   }
   Results results(out_dir, e.ToJson(), system, e.measurement.baseline);
+  std::map<std::string, std::string> index_options;
+  for (const auto& d : e.devices)
+    if (!d.index_option.empty()) index_options[d.label] = d.index_option;
+  results.SetIndexOptions(index_options);
   fs::create_directories(out_dir / "logs");
   const size_t total = e.models.size() * e.devices.size();
   for (auto* o : observers) o->OnRunStarted(e, total);
@@ -253,8 +322,8 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
         continue;
       }
       cell["index"] = index;
-      const json spec = CellSpecJson(e, model, device, index);
-      cell["config"] = CellConfig(spec);
+      const protocol::CellSpec spec = BuildCellSpec(e, model, device, index);
+      cell["config"] = CellConfig(spec, device);
       if (!only.empty() && std::find(only.begin(), only.end(), index) == only.end()) {
         cell["status"] = "skipped";
         cell["reason"] = "not selected in this run (--cells)";
@@ -295,10 +364,17 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
           const fs::path log = out_dir / "logs" /
                                fmt::format("cell-{:02}-{}-{}{}.log", index, model.label, device.label,
                                            e.measurement.repeats > 1 ? fmt::format("-r{}", r) : "");
-          attempts.push_back(RunAttempt(spec, cell, log, index, total, e.measurement.stall_timeout_seconds, observers));
+          attempts.push_back(
+              RunAttempt(spec, device, cell, log, index, total, e.measurement.stall_timeout_seconds, observers));
           if (attempts.back().value("status", "") != "ok") break;
         }
-        if (attempts.back().value("status", "") == "ok" && attempts.size() > 1) {
+        if (attempts.empty()) {
+          // A stop arrived before the first attempt started.
+          const char* abbrev = sigabbrev_np(g_stop_signal.load());
+          cell["status"] = "interrupted";
+          cell["reason"] = std::string("run interrupted before this cell started (") +
+                           (abbrev ? "SIG" + std::string(abbrev) : "a signal") + ")";
+        } else if (attempts.back().value("status", "") == "ok" && attempts.size() > 1) {
           // Keep the repeat of median throughput; record all of them.
           json sps = json::array();
           for (const auto& a : attempts) sps.push_back(a["samples_per_second"]);
@@ -312,7 +388,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
           cell = attempts.back();
         }
         cell["index"] = index;
-        cell["config"] = CellConfig(spec);
+        cell["config"] = CellConfig(spec, device);
         const std::string status = cell.value("status", "");
         if (status == "ok") {
           spdlog::info("[{}/{}] {} on {}: {:.1f} samples/s{}", index + 1, total, model.label, device.label,
@@ -327,8 +403,8 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
                         cell.value("reason", ""));
         }
       }
-      // GPU details of the run come from the first cell that saw one.
-      if (cell.contains("hardware") && cell["hardware"].value("type", "") == "cuda" &&
+      // GPU details of the run come from the first cell that ran on one.
+      if (device.accelerator && cell.contains("hardware") && cell["hardware"].is_object() &&
           !results.system().contains("gpu")) {
         results.system()["gpu"] = cell["hardware"];
       }
@@ -355,6 +431,10 @@ void InstallSignalHandlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A closed terminal or a dropped ssh session: stop as for SIGTERM, keeping
+  // what finished; unless started under nohup, which asked to ignore it.
+  struct sigaction hup {};
+  if (sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, nullptr);
 }
 
 }  // namespace trainbench

@@ -11,6 +11,7 @@
 
 #include "experiment.h"
 #include "results.h"
+#include "trainbench/protocol/events.h"
 #include "trainbench/engine.h"
 
 namespace trainbench {
@@ -22,9 +23,8 @@ class RunObserver {
   virtual void OnRunStarted(const Experiment& /*experiment*/, size_t /*cells*/) {}
   /// `cell` holds model, device, index; later calls see it filled in.
   virtual void OnCellStarted(size_t /*index*/, const nlohmann::json& /*cell*/) {}
-  /// Every worker event ("started", "progress", "epoch", ...).
-  virtual void OnEvent(size_t /*index*/, const nlohmann::json& /*cell*/,
-                       const nlohmann::json& /*event*/) {}
+  /// Every event of the cell's worker (rank 0's for a data-parallel cell).
+  virtual void OnEvent(size_t /*index*/, const nlohmann::json& /*cell*/, const protocol::Event& /*event*/) {}
   virtual void OnCellFinished(size_t /*index*/, const nlohmann::json& /*cell*/) {}
   virtual void OnRunFinished(const Results& /*results*/) {}
 };
@@ -55,7 +55,8 @@ void RequestStop(int signal) noexcept;
 
 void ClearStopRequest() noexcept;
 
-/// Installs SIGINT/SIGTERM handlers that call RequestStop.
+/// Installs SIGINT/SIGTERM/SIGHUP handlers that call RequestStop (SIGHUP
+/// only when it is not ignored, as under nohup).
 void InstallSignalHandlers();
 
 }  // namespace trainbench

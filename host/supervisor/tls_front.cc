@@ -35,14 +35,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void Start() {
     auto self = shared_from_this();
-    // A client that never finishes its handshake is dropped.
-    handshake_timer_.expires_after(std::chrono::seconds(10));
-    handshake_timer_.async_wait([self](const boost::system::error_code& ec) {
-      if (!ec) self->Close();
-    });
+    // A client that never finishes its handshake, or then goes quiet, is
+    // dropped; the backend cuts one that trickles its request.
+    Touch();
+    handshake_timer_.expires_at(deadline_);
+    handshake_timer_.async_wait([self](const boost::system::error_code& ec) { self->OnTimer(ec); });
     front_.async_handshake(asio::ssl::stream_base::server, [self](const boost::system::error_code& ec) {
-      self->handshake_timer_.cancel();
       if (ec) return self->Close();
+      self->Touch();
       self->back_.async_connect(self->backend_, [self](const boost::system::error_code& ec2) {
         if (ec2) return self->Close();
         self->Relay(self->front_, self->back_, self->up_);
@@ -52,12 +52,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
  private:
+  // A connection idle this long (no byte either way) is closed.
+  static constexpr auto kIdle = std::chrono::seconds(10);
+
+  void Touch() { deadline_ = std::chrono::steady_clock::now() + kIdle; }
+
+  void OnTimer(const boost::system::error_code& ec) {
+    if (ec || closed_) return;
+    if (std::chrono::steady_clock::now() >= deadline_) return Close();
+    auto self = shared_from_this();
+    handshake_timer_.expires_at(deadline_);
+    handshake_timer_.async_wait([self](const boost::system::error_code& e) { self->OnTimer(e); });
+  }
+
   // Copies what `from` reads to `to`, until either side fails or closes.
   template <typename From, typename To, typename Buffer>
   void Relay(From& from, To& to, Buffer& buffer) {
     auto self = shared_from_this();
     from.async_read_some(asio::buffer(buffer), [self, &from, &to, &buffer](const boost::system::error_code& ec, size_t n) {
       if (ec) return self->Close();
+      self->Touch();
       asio::async_write(to, asio::buffer(buffer, n), [self, &from, &to, &buffer](const boost::system::error_code& ec2, size_t) {
         if (ec2) return self->Close();
         self->Relay(from, to, buffer);
@@ -69,6 +83,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     closed_ = true;
     boost::system::error_code ignored;
+    handshake_timer_.cancel();
     back_.close(ignored);
     front_.lowest_layer().close(ignored);
   }
@@ -76,7 +91,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::ssl::stream<tcp::socket> front_;
   tcp::socket back_;
   tcp::endpoint backend_;
-  asio::steady_timer handshake_timer_;
+  asio::steady_timer handshake_timer_;  // the handshake's, then the idle deadline's
+  std::chrono::steady_clock::time_point deadline_;
   std::array<char, 16384> up_{}, down_{};
   bool closed_ = false;
 };

@@ -18,6 +18,10 @@
 #include <optional>
 #include <stdexcept>
 
+#include "trainbench/protocol/channel.h"
+#include "trainbench/protocol/error.h"
+#include "trainbench/protocol/version.h"
+
 extern char** environ;
 
 namespace trainbench {
@@ -25,8 +29,15 @@ namespace fs = std::filesystem;
 
 std::atomic<int> g_worker_pid{0};
 
+namespace {
+// The worker's event channel, as a file descriptor number in the worker.
+constexpr int kWorkerEventsFd = 3;
+}  // namespace
+
 std::string WorkerExit::Describe() const {
-  if (timed_out) return "killed after printing nothing for the idle timeout (hung?)";
+  if (!protocol_error.empty()) return "killed: " + protocol_error;
+  if (timed_out) return "killed after sending no event for the idle timeout (hung?)";
+  if (killed_after_stop) return "killed: it had not stopped within the grace period after the stop request";
   if (!signaled) return "exit code " + std::to_string(code);
   const char* abbrev = sigabbrev_np(signal);
   return std::string("killed by signal ") +
@@ -98,49 +109,63 @@ void MakePipe(Fd& read_end, Fd& write_end) {
   write_end.fd = fds[1];
 }
 
-// One started worker: its pid and the read end of its stdout.
+// One started worker: its pid and the read end of its event channel.
 struct Started {
   pid_t pid = 0;
-  Fd out;
-  std::string buffer;
-  bool open = true;
+  Fd events;
+  protocol::FrameReader frames;
+  bool hello = false;   // its first message, Hello, was read
+  bool reaped = false;  // waitpid returned it
+  int status = 0;
 };
 
 // Starts `launch` in process group `pgid` (0: a new group led by it).
 Started Spawn(const fs::path& worker, const WorkerLaunch& launch, pid_t pgid) {
-  Fd in_read, in_write, out_read, out_write;
+  Fd in_read, in_write, events_read, events_write;
   MakePipe(in_read, in_write);
-  MakePipe(out_read, out_write);
-  Fd err(::open(launch.stderr_log.empty() ? "/dev/null" : launch.stderr_log.c_str(),
-                O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (err.fd < 0) throw std::runtime_error(launch.stderr_log.string() + ": cannot write: " + std::strerror(errno));
+  MakePipe(events_read, events_write);
+  Fd log(::open(launch.log.empty() ? "/dev/null" : launch.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                0644));
+  if (log.fd < 0) throw std::runtime_error(launch.log.string() + ": cannot write: " + std::strerror(errno));
+  // Reading the channel never blocks: after the worker exits, what it wrote
+  // is drained even when a child of its holds the write end.
+  ::fcntl(events_read.fd, F_SETFL, ::fcntl(events_read.fd, F_GETFL) | O_NONBLOCK);
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in_read.fd, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_write.fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, err.fd, 2);
-  std::vector<std::string> argv_storage = {worker.string()};
+  posix_spawn_file_actions_adddup2(&actions, log.fd, 1);
+  posix_spawn_file_actions_adddup2(&actions, log.fd, 2);
+  posix_spawn_file_actions_adddup2(&actions, events_write.fd, kWorkerEventsFd);
+  std::vector<std::string> argv_storage = {worker.string(), "--events-fd", std::to_string(kWorkerEventsFd)};
   argv_storage.insert(argv_storage.end(), launch.args.begin(), launch.args.end());
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
-  // The environment, plus the launch's own variables (which win).
+  // The environment, plus the launch's own variables (which win), plus who
+  // the worker's supervisor is (it ends when we do).
+  std::vector<std::pair<std::string, std::string>> added = launch.env;
+  added.emplace_back("TRAINBENCH_SUPERVISOR_PID", std::to_string(::getpid()));
   std::vector<std::string> env_storage;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
     const std::string name = entry.substr(0, entry.find('='));
     bool overridden = false;
-    for (const auto& kv : launch.env) overridden |= kv.first == name;
+    for (const auto& kv : added) overridden |= kv.first == name;
     if (!overridden) env_storage.push_back(entry);
   }
-  for (const auto& kv : launch.env) env_storage.push_back(kv.first + "=" + kv.second);
+  for (const auto& kv : added) env_storage.push_back(kv.first + "=" + kv.second);
   std::vector<char*> envp;
   for (auto& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  // We ignore SIGPIPE; the worker gets the default back.
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
   posix_spawnattr_setpgroup(&attr, pgid);
   Started started;
   const int rc = posix_spawn(&started.pid, worker.c_str(), &actions, &attr, argv.data(), envp.data());
@@ -148,8 +173,8 @@ Started Spawn(const fs::path& worker, const WorkerLaunch& launch, pid_t pgid) {
   posix_spawnattr_destroy(&attr);
   if (rc != 0) throw std::runtime_error(worker.string() + ": cannot start: " + std::strerror(rc));
   in_read.Close();
-  out_write.Close();
-  err.Close();
+  events_write.Close();
+  log.Close();
 
   // The spec is small (a few KiB), far below a pipe's buffer: write it whole.
   signal(SIGPIPE, SIG_IGN);
@@ -160,14 +185,12 @@ Started Spawn(const fs::path& worker, const WorkerLaunch& launch, pid_t pgid) {
     if (n <= 0) break;  // the worker died early; its exit status tells why
     written += static_cast<size_t>(n);
   }
-  started.out.fd = out_read.fd;
-  out_read.fd = -1;
+  started.events = std::move(events_read);
   return started;
 }
 
-WorkerExit ExitOf(int status, bool timed_out) {
+WorkerExit ExitOf(int status) {
   WorkerExit exit;
-  exit.timed_out = timed_out;
   if (WIFSIGNALED(status)) {
     exit.signaled = true;
     exit.signal = WTERMSIG(status);
@@ -177,11 +200,13 @@ WorkerExit ExitOf(int status, bool timed_out) {
   return exit;
 }
 
+using Clock = std::chrono::steady_clock;
+
 }  // namespace
 
-std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches,
-                                   const std::function<void(size_t, const nlohmann::json&)>& on_event,
-                                   double idle_timeout_seconds, double straggler_seconds) {
+std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, const WorkerEventHandler& on_event,
+                                   double idle_timeout_seconds, double straggler_seconds,
+                                   const std::atomic<int>* stop, double stop_grace_seconds) {
   const fs::path worker = WorkerPath();
   if (::access(worker.c_str(), X_OK) != 0) {
     throw std::runtime_error(worker.string() +
@@ -205,82 +230,139 @@ std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches,
   }
 
   std::vector<WorkerExit> exits(workers.size());
-  bool timed_out = false;
-  size_t open = workers.size();
+  std::vector<bool> timed_out(workers.size(), false), killed_after_stop(workers.size(), false);
+  std::optional<Clock::time_point> stop_seen;
+  std::vector<std::string> protocol_errors(workers.size());
   char chunk[65536];
+  // Any event counts as progress; output on stdout/stderr does not.
+  auto last_event = Clock::now();
+
+  // Reads what worker i has sent; false when its channel is at EOF.
+  auto read_events = [&](size_t i) {
+    Started& w = workers[i];
+    while (w.events.fd >= 0) {
+      const ssize_t n = ::read(w.events.fd, chunk, sizeof(chunk));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return true;  // EAGAIN: nothing more now
+      if (n == 0) {
+        if (w.frames.pending() > 0 && protocol_errors[i].empty())
+          protocol_errors[i] = "event channel: the worker closed it inside a message";
+        w.events.Close();
+        return false;
+      }
+      w.frames.Feed(chunk, static_cast<size_t>(n));
+      try {
+        while (auto message = w.frames.Next()) {
+          protocol::Event event = protocol::EventFromJson(*message);
+          if (!w.hello) {
+            const auto* hello = std::get_if<protocol::Hello>(&event);
+            if (hello == nullptr) throw protocol::ProtocolError("event channel: the first message was '" +
+                                                                protocol::EventName(event) + "', not 'hello'");
+            if (hello->protocol != protocol::kProtocolVersion) {
+              throw protocol::ProtocolError("the worker (" + hello->worker_version + ") speaks protocol version " +
+                                            std::to_string(hello->protocol) + ", this host " +
+                                            std::to_string(protocol::kProtocolVersion) +
+                                            " (install trainbench and trainbench-worker together)");
+            }
+            w.hello = true;
+            last_event = Clock::now();
+            continue;
+          }
+          last_event = Clock::now();
+          on_event(i, event);
+        }
+      } catch (const protocol::ProtocolError& e) {
+        // Nothing more from it can be trusted: end the cell.
+        if (protocol_errors[i].empty()) protocol_errors[i] = e.what();
+        ::kill(w.pid, SIGKILL);
+        w.events.Close();
+        return false;
+      }
+    }
+    return false;
+  };
+
   // When one rank has ended and others have not within straggler_seconds,
   // they are waiting for it in a collective: end them.
-  std::optional<std::chrono::steady_clock::time_point> first_end;
-  while (open > 0) {
+  std::optional<Clock::time_point> first_end;
+  size_t running = workers.size();
+  bool killed_all = false;
+  while (running > 0) {
     std::vector<pollfd> fds;
     std::vector<size_t> which;
     for (size_t i = 0; i < workers.size(); ++i) {
-      if (workers[i].open) {
-        fds.push_back({workers[i].out.fd, POLLIN, 0});
+      if (!workers[i].reaped && workers[i].events.fd >= 0) {
+        fds.push_back({workers[i].events.fd, POLLIN, 0});
         which.push_back(i);
       }
     }
-    int wait_ms = idle_timeout_seconds > 0 ? static_cast<int>(idle_timeout_seconds * 1000) : -1;
-    if (first_end) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          *first_end + std::chrono::duration<double>(straggler_seconds) - std::chrono::steady_clock::now());
-      const int left_ms = static_cast<int>(std::max<int64_t>(left.count(), 0));
-      wait_ms = wait_ms < 0 ? left_ms : std::min(wait_ms, left_ms);
+    // Exits are noticed by polling waitpid: a worker's end, not its
+    // channel's EOF, is what counts.
+    constexpr int kReapMs = 50;
+    const int ready = ::poll(fds.data(), fds.size(), kReapMs);
+    if (ready < 0 && errno != EINTR) break;
+    for (size_t k = 0; ready > 0 && k < fds.size(); ++k) {
+      if (fds[k].revents != 0) read_events(which[k]);
     }
-    const int ready = ::poll(fds.data(), fds.size(), wait_ms);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) {
-      // Silent for the idle timeout (a hang), or stragglers after a rank ended.
-      timed_out = !first_end;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      Started& w = workers[i];
+      if (w.reaped) continue;
+      int status = 0;
+      const pid_t r = ::waitpid(w.pid, &status, WNOHANG);
+      if (r == w.pid) {
+        w.reaped = true;
+        w.status = status;
+        read_events(i);  // what it wrote before it ended
+        if (protocol_errors[i].empty() && w.frames.pending() > 0)
+          protocol_errors[i] = "event channel: the worker ended inside a message";
+        if (protocol_errors[i].empty() && !w.hello && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+          protocol_errors[i] = "the worker never said hello on its event channel (an older trainbench-worker, "
+                               "of protocol 1, on TRAINBENCH_WORKER?)";
+        }
+        w.events.Close();
+        --running;
+        if (!first_end) first_end = Clock::now();
+      }
+    }
+    if (running == 0 || killed_all) continue;
+    const auto now = Clock::now();
+    if (stop != nullptr && stop->load() != 0 && !stop_seen) stop_seen = now;
+    if (stop_seen && now - *stop_seen >= std::chrono::duration<double>(stop_grace_seconds)) {
+      // Asked to stop and still running: hung where it cannot see the request.
+      for (size_t i = 0; i < workers.size(); ++i) killed_after_stop[i] = !workers[i].reaped;
       ::kill(-group, SIGKILL);
-      for (size_t i : which) {
-        workers[i].open = false;
-        workers[i].out.Close();
-      }
-      open = 0;
-      break;
-    }
-    for (size_t k = 0; k < fds.size(); ++k) {
-      if (fds[k].revents == 0) continue;
-      Started& w = workers[which[k]];
-      const ssize_t n = ::read(w.out.fd, chunk, sizeof(chunk));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        w.open = false;
-        w.out.Close();
-        --open;
-        if (!first_end) first_end = std::chrono::steady_clock::now();
-        continue;
-      }
-      w.buffer.append(chunk, static_cast<size_t>(n));
-      size_t start = 0, newline;
-      while ((newline = w.buffer.find('\n', start)) != std::string::npos) {
-        const std::string line = w.buffer.substr(start, newline - start);
-        start = newline + 1;
-        if (line.empty() || line[0] != '{') continue;
-        nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
-        if (!event.is_discarded() && event.is_object()) on_event(which[k], event);
-      }
-      w.buffer.erase(0, start);
+      killed_all = true;
+    } else if (idle_timeout_seconds > 0 && now - last_event >= std::chrono::duration<double>(idle_timeout_seconds)) {
+      // No event from any worker for the idle timeout: hung.
+      for (size_t i = 0; i < workers.size(); ++i) timed_out[i] = !workers[i].reaped;
+      ::kill(-group, SIGKILL);
+      killed_all = true;
+    } else if (first_end && now - *first_end >= std::chrono::duration<double>(straggler_seconds)) {
+      ::kill(-group, SIGKILL);
+      killed_all = true;
     }
   }
-
+  // Whatever the workers left in their group (a plugin's children) ends too.
+  ::kill(-group, SIGKILL);
   for (size_t i = 0; i < workers.size(); ++i) {
-    int status = 0;
-    while (::waitpid(workers[i].pid, &status, 0) < 0 && errno == EINTR) {
+    if (!workers[i].reaped) {
+      int status = 0;
+      while (::waitpid(workers[i].pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      workers[i].status = status;
     }
-    exits[i] = ExitOf(status, timed_out);
+    exits[i] = ExitOf(workers[i].status);
+    exits[i].timed_out = timed_out[i];
+    exits[i].killed_after_stop = killed_after_stop[i];
+    exits[i].protocol_error = protocol_errors[i];
   }
   g_worker_pid.store(0);
   return exits;
 }
 
-WorkerExit RunWorker(const std::vector<std::string>& args, const std::string& stdin_text,
-                     const fs::path& stderr_log,
-                     const std::function<void(const nlohmann::json&)>& on_event,
+WorkerExit RunWorker(const WorkerLaunch& launch, const std::function<void(const protocol::Event&)>& on_event,
                      double idle_timeout_seconds) {
-  return RunWorkers({WorkerLaunch{args, stdin_text, stderr_log, {}}},
-                    [&](size_t, const nlohmann::json& event) { on_event(event); }, idle_timeout_seconds)
+  return RunWorkers({launch}, [&](size_t, const protocol::Event& event) { on_event(event); }, idle_timeout_seconds)
       .front();
 }
 

@@ -12,19 +12,12 @@
 
 #include <torch/types.h>
 
+#include "trainbench/protocol/cell_spec.h"
 #include "trainbench/sdk/batch_norm.h"
 
 namespace trainbench::worker {
 
-struct DistributedSpec {
-  int rank = 0;
-  int world_size = 1;
-  std::string store_host = "127.0.0.1";
-  int store_port = 0;
-  double timeout_seconds = 600;
-  /// Batch normalisation over the combined batch (sdk::BatchNorm2d layers).
-  bool sync_batchnorm = false;
-};
+using protocol::DistributedSpec;
 
 /// Collectives over the ranks of one cell. All calls are collective: every
 /// rank makes the same calls in the same order.

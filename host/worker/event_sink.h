@@ -1,29 +1,36 @@
 #pragma once
-// Events from a worker to the supervising host: one JSON object per line on
-// the worker's stdout (the protocol is described in docs/architecture.md).
+// Where a worker's events go: framed on the event channel the host gave it
+// (`--events-fd`), or, run by hand, as JSON lines on stdout for a reader.
 
 #include <cstdio>
 #include <mutex>
 
-#include <nlohmann/json.hpp>
+#include "trainbench/protocol/channel.h"
+#include "trainbench/protocol/events.h"
 
 namespace trainbench::worker {
 
-/// Writes events as JSON lines and flushes each, so the host sees them live.
 /// Thread-safe.
 class EventSink {
  public:
-  explicit EventSink(std::FILE* out) : out_(out) {}
-  void Emit(const nlohmann::json& event) {
-    const std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  /// Frames on `fd` (not owned), or JSON lines on stdout when `fd` < 0.
+  explicit EventSink(int fd) : fd_(fd), writer_(fd) {}
+  void Emit(const protocol::Event& event) {
+    if (fd_ >= 0) {
+      writer_.Write(event);
+      return;
+    }
+    const std::string line =
+        protocol::ToJson(event).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::lock_guard<std::mutex> lock(mutex_);
-    std::fputs(line.c_str(), out_);
-    std::fputc('\n', out_);
-    std::fflush(out_);
+    std::fputs(line.c_str(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
   }
 
  private:
-  std::FILE* out_;
+  int fd_;
+  protocol::EventWriter writer_;
   std::mutex mutex_;
 };
 

@@ -1,9 +1,17 @@
 // trainbench-worker: the process that has LibTorch loaded. The supervising
 // `trainbench` host starts one per cell (and one to describe plugins), so a
 // crash, a sticky CUDA error or LibTorch's thread-local storage never reach
-// the host. Events go to stdout as JSON lines; logs go to stderr.
+// the host. Events go to the channel the host passes (--events-fd), framed;
+// stdout and stderr, which plugins and LibTorch also write to, go to the
+// cell's log. Run by hand without --events-fd, events are JSON lines on stdout.
 
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -13,11 +21,12 @@
 #include <nlohmann/json.hpp>
 #include <torch/version.h>
 
-#include "cell_spec.h"
 #include "distributed.h"
 #include "event_sink.h"
 #include "interrupt.h"
 #include "plugin_loader.h"
+#include "trainbench/protocol/error.h"
+#include "trainbench/protocol/version.h"
 #include "trainer.h"
 
 namespace {
@@ -34,29 +43,40 @@ json DefaultOptions(const json& descriptor) {
 
 void Describe(const std::vector<std::string>& files, EventSink& sink) {
   for (const auto& file : files) {
-    json event{{"event", "plugin"}, {"path", file}};
+    trainbench::protocol::PluginDescribed event;
+    event.path = file;
     try {
       auto plugin = trainbench::worker::LoadPlugin(file);
-      json descriptor = trainbench::worker::DescriptorJson(*plugin.descriptor);
-      event["status"] = "loaded";
-      event["descriptor"] = descriptor;
+      event.descriptor = trainbench::worker::DescriptorJson(*plugin.descriptor);
+      event.loaded = true;
       if (plugin.descriptor->kind == TB_PLUGIN_DEVICE) {
         try {
-          auto device = trainbench::worker::CreateDevice(plugin, DefaultOptions(descriptor));
+          auto device = trainbench::worker::CreateDevice(plugin, DefaultOptions(event.descriptor));
           std::string why_not;
-          event["available"] = device->Available(&why_not);
-          if (!why_not.empty()) event["unavailable_reason"] = why_not;
+          event.available = device->Available(&why_not);
+          event.unavailable_reason = why_not;
         } catch (const std::exception& e) {
-          event["available"] = false;
-          event["unavailable_reason"] = e.what();
+          event.available = false;
+          event.unavailable_reason = e.what();
         }
       }
     } catch (const std::exception& e) {
-      event["status"] = "rejected";
-      event["reason"] = e.what();
+      event.loaded = false;
+      event.descriptor = nullptr;
+      event.reason = e.what();
     }
     sink.Emit(event);
   }
+}
+
+// A worker must not outlive the host that started it (an ssh drop, a
+// SIGKILL): the kernel ends it when its parent goes. The host names itself
+// in TRAINBENCH_SUPERVISOR_PID; if it is already gone, end now.
+void EndWithSupervisor() {
+  const char* supervisor = std::getenv("TRAINBENCH_SUPERVISOR_PID");
+  if (supervisor == nullptr) return;
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (std::to_string(::getppid()) != supervisor) std::_Exit(1);
 }
 
 }  // namespace
@@ -69,21 +89,33 @@ int main(int argc, char** argv) {
   describe->add_option("files", files, "plugin shared libraries")->required();
   auto* run = app.add_subcommand("run", "run the cell given as JSON on stdin");
   auto* info = app.add_subcommand("info", "print this worker's LibTorch build");
+  int events_fd = -1;
+  app.add_option("--events-fd", events_fd, "write framed events to this file descriptor (the host's channel)");
   CLI11_PARSE(app, argc, argv);
 
-  EventSink sink(stdout);
+  EndWithSupervisor();
+  if (events_fd >= 0) {
+    // Off the well-known number, so that a plugin writing to fd 3 reaches
+    // nothing; close-on-exec, so that programs a plugin starts do not hold
+    // the channel open.
+    const int moved = ::fcntl(events_fd, F_DUPFD_CLOEXEC, 100);
+    if (moved < 0) {
+      std::perror("trainbench-worker: --events-fd");
+      return 2;
+    }
+    ::close(events_fd);
+    events_fd = moved;
+  }
+  EventSink sink(events_fd);
+  sink.Emit(trainbench::protocol::Hello{trainbench::protocol::kProtocolVersion, TRAINBENCH_VERSION});
   if (describe->parsed()) {
     Describe(files, sink);
     return 0;
   }
   if (info->parsed()) {
     const TbBuildFingerprint& f = trainbench::worker::HostFingerprint();
-    sink.Emit({{"event", "info"},
-               {"torch_version", TORCH_VERSION},
-               {"compiler", f.compiler},
-               {"cxx_abi", f.cxx_abi},
-               {"cuda_version", f.cuda_version},
-               {"distributed_backends", trainbench::worker::DistributedBackends()}});
+    sink.Emit(trainbench::protocol::Info{TORCH_VERSION, f.compiler, f.cxx_abi, f.cuda_version,
+                                         trainbench::worker::DistributedBackends()});
     return 0;
   }
   if (run->parsed()) {
@@ -91,9 +123,11 @@ int main(int argc, char** argv) {
     trainbench::worker::CellSpec spec;
     try {
       std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-      spec = trainbench::worker::CellSpec::FromJson(json::parse(text));
+      const json parsed = json::parse(text, nullptr, false);
+      if (parsed.is_discarded()) throw trainbench::protocol::ProtocolError("cell spec: not JSON");
+      spec = trainbench::protocol::CellSpecFromJson(parsed);
     } catch (const std::exception& e) {
-      sink.Emit({{"event", "error"}, {"reason", std::string("bad cell specification: ") + e.what()}});
+      sink.Emit(trainbench::protocol::Error{std::string("bad cell specification: ") + e.what(), false});
       return 2;
     }
     return trainbench::worker::RunCell(spec, sink);

@@ -86,9 +86,9 @@ class Adam : public Optimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> MakeOptimizer(const CellSpec& s, std::vector<torch::Tensor> params) {
-  if (s.optimizer == "adam") return std::make_unique<Adam>(std::move(params), s.lr, s.weight_decay);
-  return std::make_unique<ForeachSgd>(std::move(params), s.lr, s.momentum, s.weight_decay, s.nesterov);
+std::unique_ptr<Optimizer> MakeOptimizer(const protocol::OptimizerSettings& o, std::vector<torch::Tensor> params) {
+  if (o.name == "adam") return std::make_unique<Adam>(std::move(params), o.lr, o.weight_decay);
+  return std::make_unique<ForeachSgd>(std::move(params), o.lr, o.momentum, o.weight_decay, o.nesterov);
 }
 
 }  // namespace trainbench::worker

@@ -9,7 +9,7 @@
 
 #include <torch/types.h>
 
-#include "cell_spec.h"
+#include "trainbench/protocol/cell_spec.h"
 
 namespace trainbench::worker {
 
@@ -23,6 +23,7 @@ class Optimizer {
 };
 
 /// SGD (momentum, dampening 0, weight decay, Nesterov) or Adam, from the cell.
-std::unique_ptr<Optimizer> MakeOptimizer(const CellSpec& spec, std::vector<torch::Tensor> params);
+std::unique_ptr<Optimizer> MakeOptimizer(const protocol::OptimizerSettings& optimizer,
+                                         std::vector<torch::Tensor> params);
 
 }  // namespace trainbench::worker

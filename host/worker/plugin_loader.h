@@ -33,6 +33,14 @@ struct LoadedPlugin {
 /// This process's build fingerprint (what every plugin must match).
 const TbBuildFingerprint& HostFingerprint();
 
+/// "gnu/libstdc++/cxx11=1/torch-1.13.1/cuda-none".
+std::string FingerprintText(const TbBuildFingerprint& f);
+
+/// Why a plugin built with `plugin` cannot run in a host built with `host`
+/// (each differing field with both values and the fix), or "" when it can.
+/// The compiler family is not compared.
+std::string FingerprintMismatch(const TbBuildFingerprint& host, const TbBuildFingerprint& plugin);
+
 /// Loads `path` and checks it: a shared library exporting the entry symbol,
 /// ABI major equal and minor not newer than ours, fingerprint equal to ours.
 /// Throws PluginError otherwise.

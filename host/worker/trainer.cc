@@ -60,15 +60,16 @@ double Quantile(std::vector<double> v, double q) {
 }
 
 // Learning rate for `epoch` (0-based) under the cell's schedule.
-double LearningRate(const CellSpec& s, int64_t epoch) {
-  if (s.schedule == "step") {
-    return s.lr * std::pow(s.gamma, static_cast<double>(epoch / std::max<int64_t>(s.step_size, 1)));
+double LearningRate(const protocol::TrainingSettings& t, int64_t epoch) {
+  const double lr = t.optimizer.lr;
+  if (t.schedule.name == "step") {
+    return lr * std::pow(t.schedule.gamma, static_cast<double>(epoch / std::max<int64_t>(t.schedule.step_size, 1)));
   }
-  if (s.schedule == "cosine") {
+  if (t.schedule.name == "cosine") {
     const double pi = std::acos(-1.0);
-    return 0.5 * s.lr * (1.0 + std::cos(pi * static_cast<double>(epoch) / static_cast<double>(s.epochs)));
+    return 0.5 * lr * (1.0 + std::cos(pi * static_cast<double>(epoch) / static_cast<double>(t.epochs)));
   }
-  return s.lr;
+  return lr;
 }
 
 // Converts 4-D parameters to NHWC in place. Always restrided, as PyTorch's
@@ -97,15 +98,15 @@ class CellRun {
     device_ = CreateDevice(device_plugin, s_.device.options);
     std::string why_not;
     if (!device_->Available(&why_not)) {
-      sink_.Emit({{"event", "skipped"}, {"reason", "device '" + s_.device.name + "' unavailable: " + why_not}});
+      sink_.Emit(protocol::Skipped{"device '" + s_.device.name + "' unavailable: " + why_not});
       return 0;
     }
     Check(device_->Setup(), "device setup");
     settings_ = device_->Settings();
     torch::manual_seed(s_.seed);
     if (s_.distributed && s_.distributed->world_size > 1) {
-      if (s_.batch_size % s_.distributed->world_size != 0) {
-        throw CellError("batch_size " + std::to_string(s_.batch_size) + " does not split evenly over " +
+      if (s_.training.batch_size % s_.distributed->world_size != 0) {
+        throw CellError("batch_size " + std::to_string(s_.training.batch_size) + " does not split evenly over " +
                         std::to_string(s_.distributed->world_size) + " ranks");
       }
       if (settings_.cuda_graph) {
@@ -115,7 +116,7 @@ class CellRun {
       world_ = collective_->world_size();
       rank_ = collective_->rank();
     }
-    local_batch_ = s_.batch_size / world_;
+    local_batch_ = s_.training.batch_size / world_;
 
     model_ = CreateModel(model_plugin, s_.model.options);
     int64_t flops = 0;
@@ -141,26 +142,26 @@ class CellRun {
       cross_rank_sum_ = std::make_unique<CollectiveSum>(*collective_);
       Check(model_->SyncBatchNorm(cross_rank_sum_.get()), "sync_batchnorm: model '" + s_.model.name + "'");
     }
-    optimizer_ = MakeOptimizer(s_, module.parameters());
+    optimizer_ = MakeOptimizer(s_.training.optimizer, module.parameters());
 
-    const int64_t steps_per_epoch = train_->size() / s_.batch_size;
+    const int64_t steps_per_epoch = train_->size() / s_.training.batch_size;
     if (steps_per_epoch < 1) {
-      throw CellError("batch_size " + std::to_string(s_.batch_size) + " is larger than the " +
+      throw CellError("batch_size " + std::to_string(s_.training.batch_size) + " is larger than the " +
                       std::to_string(train_->size()) + " training samples");
     }
     json hardware = json::parse(device_->DescribeJson(), nullptr, false);
-    sink_.Emit({{"event", "started"},
-                {"params", params},
-                {"flops_per_sample", flops},
-                {"hardware", hardware},
-                {"steps_per_epoch", steps_per_epoch},
-                {"train_size", train_->size()},
-                {"test_size", test_->size()},
-                {"ranks", world_},
-                {"rank", rank_},
-                {"plugins",
-                 {{{"name", s_.model.name}, {"version", model_plugin.descriptor->version}},
-                  {{"name", s_.device.name}, {"version", device_plugin.descriptor->version}}}}});
+    protocol::Started started;
+    started.params = params;
+    started.flops_per_sample = flops;
+    started.hardware = hardware;
+    started.steps_per_epoch = steps_per_epoch;
+    started.train_size = train_->size();
+    started.test_size = test_->size();
+    started.ranks = world_;
+    started.rank = rank_;
+    started.plugins = {{{"name", s_.model.name}, {"version", model_plugin.descriptor->version}},
+                       {{"name", s_.device.name}, {"version", device_plugin.descriptor->version}}};
+    sink_.Emit(started);
     device_->ResetPeakMemory();
 
     Train(steps_per_epoch);
@@ -168,35 +169,35 @@ class CellRun {
     const double sps = steady_seconds_ > 0 ? static_cast<double>(steady_samples_) / steady_seconds_ : 0.0;
     if (sps <= 0) throw CellError("no steady-state steps were timed: raise max_steps (or epochs) above warmup_steps");
     std::vector<double> epoch_seconds = measured_epoch_seconds_;
-    const bool projected = static_cast<int64_t>(measured_epoch_seconds_.size()) < s_.epochs;
+    const bool projected = static_cast<int64_t>(measured_epoch_seconds_.size()) < s_.training.epochs;
     if (projected) {
       // Unfinished epochs take what steady-state throughput says they would.
-      const double projected_epoch = static_cast<double>(steps_per_epoch * s_.batch_size) / sps;
-      epoch_seconds.resize(static_cast<size_t>(s_.epochs), projected_epoch);
+      const double projected_epoch = static_cast<double>(steps_per_epoch * s_.training.batch_size) / sps;
+      epoch_seconds.resize(static_cast<size_t>(s_.training.epochs), projected_epoch);
     }
     double total = 0;
     for (double e : epoch_seconds) total += e;
-    json result = {{"event", "result"},
-                {"params", params},
-                {"flops_per_sample", flops},
-                {"samples_per_second", sps},
-                {"achieved_tflops", sps * static_cast<double>(flops) / 1e12},
-                {"step_seconds_median", Quantile(step_seconds_, 0.5)},
-                {"step_seconds_p90", Quantile(step_seconds_, 0.9)},
-                {"steps", steps_done_},
-                {"steady_steps", static_cast<int64_t>(step_seconds_.size())},
-                {"epoch_seconds", epoch_seconds},
-                {"measured_epochs", measured_epoch_seconds_.size()},
-                {"train_seconds", total},
-                {"train_loss", train_loss_},
-                {"test_accuracy", test_accuracy_},
-                {"projected", projected},
-                {"peak_memory_bytes", device_->PeakMemoryBytes()},
-                {"ranks", world_},
-                {"rank", rank_},
-                {"backend", collective_ ? collective_->backend() : std::string()},
-                {"hardware", json::parse(device_->DescribeJson(), nullptr, false)}};
-    if (collective_) result["sync_batchnorm"] = cross_rank_sum_ != nullptr;
+    protocol::Result result;
+    result.params = params;
+    result.flops_per_sample = flops;
+    result.samples_per_second = sps;
+    result.achieved_tflops = sps * static_cast<double>(flops) / 1e12;
+    result.step_seconds_median = Quantile(step_seconds_, 0.5);
+    result.step_seconds_p90 = Quantile(step_seconds_, 0.9);
+    result.steps = steps_done_;
+    result.steady_steps = static_cast<int64_t>(step_seconds_.size());
+    result.epoch_seconds = epoch_seconds;
+    result.measured_epochs = static_cast<int64_t>(measured_epoch_seconds_.size());
+    result.train_seconds = total;
+    result.train_loss = train_loss_;
+    result.test_accuracy = test_accuracy_;
+    result.projected = projected;
+    result.peak_memory_bytes = device_->PeakMemoryBytes();
+    result.ranks = world_;
+    result.rank = rank_;
+    result.backend = collective_ ? collective_->backend() : std::string();
+    result.hardware = json::parse(device_->DescribeJson(), nullptr, false);
+    if (collective_) result.sync_batchnorm = cross_rank_sum_ != nullptr;
     sink_.Emit(result);
     return 0;
   }
@@ -204,12 +205,12 @@ class CellRun {
  private:
   void LoadData() {
     data::ImageSet train, test;
-    if (s_.dataset_kind == "synthetic") {
-      train = SyntheticImageSet(s_.train_size.value_or(50000), s_.seed);
-      test = SyntheticImageSet(s_.test_size.value_or(10000), s_.seed + 1);
+    if (s_.dataset.kind == "synthetic") {
+      train = SyntheticImageSet(s_.dataset.train_size.value_or(50000), s_.seed);
+      test = SyntheticImageSet(s_.dataset.test_size.value_or(10000), s_.seed + 1);
     } else {
-      train = data::LoadSplit(s_.dataset_path, data::Split::kTrain, s_.train_size);
-      test = data::LoadSplit(s_.dataset_path, data::Split::kTest, s_.test_size);
+      train = data::LoadSplit(s_.dataset.path, data::Split::kTrain, s_.dataset.train_size);
+      test = data::LoadSplit(s_.dataset.path, data::Split::kTest, s_.dataset.test_size);
     }
     train_ = std::make_unique<DeviceDataset>(train, settings_.device, settings_.channels_last);
     test_ = std::make_unique<DeviceDataset>(test, settings_.device, settings_.channels_last);
@@ -275,8 +276,8 @@ class CellRun {
     // slice of the test set, counts summed.
     if (collective_) collective_->Broadcast(module.buffers());
     const int64_t first = test_->size() * rank_ / world_, last = test_->size() * (rank_ + 1) / world_;
-    for (int64_t start = first; start < last; start += s_.eval_batch_size) {
-      const int64_t end = std::min(start + s_.eval_batch_size, last);
+    for (int64_t start = first; start < last; start += s_.measurement.eval_batch_size) {
+      const int64_t end = std::min(start + s_.measurement.eval_batch_size, last);
       torch::Tensor idx = torch::arange(start, end, i64);
       torch::Tensor pred = Logits(test_->Images(idx, false)).argmax(1);
       correct += (pred == test_->Labels(idx)).sum();
@@ -291,8 +292,8 @@ class CellRun {
   // each has its own clock: every kBudgetCheckSteps steps, rank 0's view of
   // the time budget is broadcast.
   bool BudgetSpent(Clock::time_point train_start) {
-    if (s_.max_steps && steps_done_ >= *s_.max_steps) return true;
-    if (!s_.time_budget_seconds) return false;
+    if (s_.measurement.max_steps && steps_done_ >= *s_.measurement.max_steps) return true;
+    if (!s_.measurement.time_budget_seconds) return false;
     if (!collective_) return TimeBudgetSpent(train_start);
     if (steps_done_ - steps_at_budget_check_ < kBudgetCheckSteps) return false;
     steps_at_budget_check_ = steps_done_;
@@ -305,7 +306,7 @@ class CellRun {
   // A time budget ends a cell only once a step after the warm-up was timed:
   // a loaded or slow machine still measures something rather than nothing.
   bool TimeBudgetSpent(Clock::time_point train_start) const {
-    return timed_steps_ > 0 && Seconds(Clock::now() - train_start) >= *s_.time_budget_seconds;
+    return timed_steps_ > 0 && Seconds(Clock::now() - train_start) >= *s_.measurement.time_budget_seconds;
   }
 
   // The epoch's batches, augmented, in one pass at the start of the epoch
@@ -315,7 +316,7 @@ class CellRun {
   void PrepareEpochBatches() {
     torch::NoGradGuard no_grad;
     const torch::Tensor idx = batches_.reshape({-1});
-    const torch::Tensor images = train_->Images(idx, s_.augment);  // NCHW, or an NHWC-strided view
+    const torch::Tensor images = train_->Images(idx, s_.training.augment);  // NCHW, or an NHWC-strided view
     // Row s of epoch_images_ is batch s, in the layout the model takes.
     const torch::Tensor dense = settings_.channels_last ? images.permute({0, 2, 3, 1}) : images;
     epoch_images_.view(dense.sizes()).copy_(dense);
@@ -344,9 +345,9 @@ class CellRun {
     for (double d : collected) {
       step_seconds_.push_back(d);
       steady_seconds_ += d;
-      steady_samples_ += s_.batch_size;
+      steady_samples_ += s_.training.batch_size;
       seconds += d;
-      samples += s_.batch_size;
+      samples += s_.training.batch_size;
     }
     return {samples, seconds};
   }
@@ -357,8 +358,8 @@ class CellRun {
     order_ = torch::empty({train_->size()}, i64);
     // The epoch's batches: rows of the order (a view: it follows order_).
     // Data parallel: each rank takes its slice of every combined batch.
-    batches_ = order_.narrow(0, 0, steps_per_epoch * s_.batch_size)
-                   .view({steps_per_epoch, s_.batch_size})
+    batches_ = order_.narrow(0, 0, steps_per_epoch * s_.training.batch_size)
+                   .view({steps_per_epoch, s_.training.batch_size})
                    .narrow(1, rank_ * local_batch_, local_batch_);
     cursor_ = torch::zeros({1}, i64);
     epoch_images_ = torch::empty({steps_per_epoch, local_batch_ * 3 * 32 * 32},
@@ -371,8 +372,8 @@ class CellRun {
     Clock::time_point last_report = train_start;
     bool stop = false;
     double current_lr = -1;
-    for (int64_t epoch = 0; epoch < s_.epochs && !stop; ++epoch) {
-      const double lr = LearningRate(s_, epoch);
+    for (int64_t epoch = 0; epoch < s_.training.epochs && !stop; ++epoch) {
+      const double lr = LearningRate(s_.training, epoch);
       if (lr != current_lr) {
         optimizer_->SetLearningRate(lr);
         if (graphed_) graphed_->Invalidate();  // the lr is baked into the graph
@@ -397,7 +398,7 @@ class CellRun {
           TrainStep(/*for_graph=*/false);
         }
         // Warm-up steps and a graph's capture are trained on but not timed.
-        const bool timed = ran == 1 && steps_done_ >= s_.warmup_steps;
+        const bool timed = ran == 1 && steps_done_ >= s_.measurement.warmup_steps;
         timer_->Mark(timed);
         timed_steps_ += timed ? 1 : 0;
         steps_done_ += ran;
@@ -408,7 +409,7 @@ class CellRun {
                             " at epoch " + std::to_string(epoch + 1) + " step " + std::to_string(epoch_steps));
         }
         const Clock::time_point t1 = Clock::now();
-        if (Seconds(t1 - last_report) >= s_.progress_interval_seconds || stop) {
+        if (Seconds(t1 - last_report) >= s_.measurement.progress_interval_seconds || stop) {
           std::vector<double> durations;
           const auto [report_samples, report_seconds] = CollectStepTimes(&durations);
           // Step durations feed the host's histogram; past a few thousand a
@@ -425,17 +426,19 @@ class CellRun {
                             std::to_string(epoch + 1) + " step " + std::to_string(epoch_steps) +
                             " (lower the learning rate?)");
           }
-          sink_.Emit({{"event", "progress"},
-                      {"epoch", epoch + 1},
-                      {"step", epoch_steps},
-                      {"steps_per_epoch", steps_per_epoch},
-                      {"steps_done", steps_done_},
-                      {"samples_done", steps_done_ * s_.batch_size},
-                      {"loss", mean_loss},
-                      {"samples_per_second", report_seconds > 0 ? static_cast<double>(report_samples) / report_seconds : 0.0},
-                      {"step_seconds", durations},
-                      {"memory_bytes", device_->MemoryInUseBytes()},
-                      {"elapsed_seconds", Seconds(t1 - train_start)}});
+          protocol::Progress progress;
+          progress.epoch = epoch + 1;
+          progress.step = epoch_steps;
+          progress.steps_per_epoch = steps_per_epoch;
+          progress.steps_done = steps_done_;
+          progress.samples_done = steps_done_ * s_.training.batch_size;
+          progress.loss = mean_loss;
+          progress.samples_per_second =
+              report_seconds > 0 ? static_cast<double>(report_samples) / report_seconds : 0.0;
+          progress.step_seconds = std::move(durations);
+          progress.memory_bytes = device_->MemoryInUseBytes();
+          progress.elapsed_seconds = Seconds(t1 - train_start);
+          sink_.Emit(progress);
           last_report = t1;
         }
         if (stop) break;
@@ -453,13 +456,7 @@ class CellRun {
       test_accuracy_.push_back(accuracy);
       const bool complete = epoch_steps == steps_per_epoch;
       if (complete) measured_epoch_seconds_.push_back(epoch_seconds);
-      sink_.Emit({{"event", "epoch"},
-                  {"epoch", epoch + 1},
-                  {"complete", complete},
-                  {"seconds", epoch_seconds},
-                  {"steps", epoch_steps},
-                  {"train_loss", mean_loss},
-                  {"test_accuracy", accuracy}});
+      sink_.Emit(protocol::Epoch{epoch + 1, complete, epoch_seconds, epoch_steps, mean_loss, accuracy});
     }
   }
 
@@ -495,17 +492,17 @@ int RunCell(const CellSpec& spec, EventSink& sink) {
     CellRun run(spec, sink);
     return run.Run();
   } catch (const Interrupted& e) {
-    sink.Emit({{"event", "interrupted"}, {"reason", e.what()}});
+    sink.Emit(protocol::Interrupted{e.what()});
     return 0;
   } catch (const NonFiniteLoss& e) {
-    sink.Emit({{"event", "error"}, {"reason", e.what()}, {"loss_nan", true}});
+    sink.Emit(protocol::Error{e.what(), true});
     return 1;
   } catch (const std::exception& e) {
     // LibTorch's messages run over many lines (hints, C++ stack): the first
     // is the reason; all of it goes to the cell's log.
     const std::string message = e.what();
     std::fprintf(stderr, "error: %s\n", message.c_str());
-    sink.Emit({{"event", "error"}, {"reason", message.substr(0, message.find('\n'))}});
+    sink.Emit(protocol::Error{message.substr(0, message.find('\n')), false});
     return 1;
   }
 }

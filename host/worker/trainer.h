@@ -1,10 +1,12 @@
 #pragma once
 // The training loop of one cell: one model on one device, timed.
 
-#include "cell_spec.h"
 #include "event_sink.h"
+#include "trainbench/protocol/cell_spec.h"
 
 namespace trainbench::worker {
+
+using protocol::CellSpec;
 
 /// Runs the cell and reports through `sink`: "started", "progress" (at least
 /// every progress_interval_seconds), "epoch" after each epoch, then exactly

@@ -23,4 +23,11 @@ function(trainbench_add_plugin target)
     target_link_options(${target} PRIVATE -Wl,--no-undefined)
   endif()
   set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${TRAINBENCH_PLUGIN_EXPORTS_MAP})
+  # A plugin is code under measurement: when its project sets no build type
+  # (CMake then compiles without optimisation), build it as Release would.
+  if(NOT CMAKE_CONFIGURATION_TYPES AND NOT CMAKE_BUILD_TYPE)
+    target_compile_options(${target} PRIVATE -O3)
+    target_compile_definitions(${target} PRIVATE NDEBUG)
+    message(STATUS "trainbench_add_plugin(${target}): no CMAKE_BUILD_TYPE set, building it optimised (-O3, as Release)")
+  endif()
 endfunction()

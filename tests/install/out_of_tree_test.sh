@@ -3,23 +3,31 @@
 # against it as a stranger would (find_package(trainbench) only), drops the
 # .so into a plugin folder and runs an experiment with it from the installed
 # copy, with no rebuild of the host. Checks VGG-11's published parameter count.
+# Also builds examples/bf16_cpu_device with clang++ (the host is g++-built):
+# the same LibTorch and libstdc++ make it binary compatible, and it loads.
 #   out_of_tree_test.sh SOURCE_DIR BUILD_DIR DATA_DIR
 DATA=$3
 source "$(dirname "$0")/lib.sh" "$1" "$2"
 build_against_install "$SRC/examples/vgg11_plugin" "$TMP/example"
 mkdir -m 0755 "$TMP/plugins"
 cp "$TMP/example/libtrainbench_vgg11.so" "$TMP/plugins/"
+CXX_OTHER=g++
+command -v clang++ >/dev/null && CXX_OTHER=clang++
+build_against_install "$SRC/examples/bf16_cpu_device" "$TMP/device" -DCMAKE_CXX_COMPILER="$CXX_OTHER"
+cp "$TMP/device/libtrainbench_bf16_cpu.so" "$TMP/plugins/"
 # The installed host finds its own plugins with no flags, and the new one in the folder.
 "$TMP/prefix/bin/trainbench" plugins --plugin-dir "$TMP/plugins" > "$TMP/plugins.txt"
 grep -q "model   vgg11 " "$TMP/plugins.txt" || { cat "$TMP/plugins.txt"; exit 1; }
 grep -q "model   resnet50 " "$TMP/plugins.txt" || { cat "$TMP/plugins.txt"; exit 1; }
+grep -q "device  bf16_cpu " "$TMP/plugins.txt" || { cat "$TMP/plugins.txt"; exit 1; }
+if [ "$CXX_OTHER" = clang++ ]; then grep -q "(ABI 1.2, clang/" "$TMP/plugins.txt" || { cat "$TMP/plugins.txt"; exit 1; }; fi
 cat > "$TMP/exp.yaml" <<YAML
 name: out-of-tree
 dataset: {kind: cifar10, path: $DATA, train_size: 64, test_size: 32}
 models:
   - {plugin: vgg11, label: vgg11-1000, options: {num_classes: 1000}}
   - simple_cnn
-devices: [cpu]
+devices: [cpu, bf16_cpu]
 training: {epochs: 1, batch_size: 16}
 measurement: {warmup_steps: 1, max_steps: 3}
 YAML
@@ -31,6 +39,9 @@ cells = json.load(open(sys.argv[1]))["cells"]
 vgg = cells[0]
 assert vgg["status"] == "ok", vgg
 assert vgg["params"] == 132863336, f"VGG-11 has {vgg['params']} parameters, torchvision says 132,863,336"
-assert cells[1]["status"] == "ok", cells[1]
+for cell in cells:
+    assert cell["status"] == "ok", cell
+bf16 = [c for c in cells if c["device"] == "bf16_cpu"]
+assert bf16 and bf16[0]["hardware"]["amp"] == "bf16", bf16
 print("out-of-tree vgg11: ok,", vgg["params"], "parameters,", round(vgg["samples_per_second"], 1), "samples/s")
 PY

@@ -1,6 +1,7 @@
 // The CUDA device: one NVIDIA GPU through LibTorch's CUDA and cuDNN backends.
 // Built only when the LibTorch found at configure time has CUDA.
 
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -94,6 +95,12 @@ class CudaDevice : public trainbench::sdk::Device {
       j["type"] = "cuda";
       j["index"] = index_;
       j["name"] = p->name;
+      // nvidia-smi's form of the GPU's UUID: the identity metrics and results use.
+      const auto* b = reinterpret_cast<const unsigned char*>(p->uuid.bytes);
+      char uuid[64];
+      std::snprintf(uuid, sizeof(uuid), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                    b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+      j["uuid"] = uuid;
       j["memory_bytes"] = static_cast<int64_t>(p->totalGlobalMem);
       j["compute_capability"] = std::to_string(p->major) + "." + std::to_string(p->minor);
       j["multiprocessors"] = p->multiProcessorCount;
@@ -188,5 +195,8 @@ std::unique_ptr<trainbench::sdk::Device> Make(const trainbench::sdk::Options& op
 
 }  // namespace
 
-TRAINBENCH_DEVICE_PLUGIN("cuda", "1.0.0", "one NVIDIA GPU through LibTorch's CUDA and cuDNN",
-                         kParams, Make)
+// An accelerator: one per rank, chosen by device_index; its step can be a CUDA graph.
+const TbDeviceTraits kTraits = {1, "device_index", "cuda_graph"};
+
+TRAINBENCH_DEVICE_PLUGIN_WITH_TRAITS("cuda", "1.1.0", "one NVIDIA GPU through LibTorch's CUDA and cuDNN", kParams,
+                                     Make, kTraits)

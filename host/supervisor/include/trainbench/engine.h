@@ -39,7 +39,7 @@
 namespace trainbench {
 
 inline constexpr int kEngineApiVersionMajor = 1;
-inline constexpr int kEngineApiVersionMinor = 0;
+inline constexpr int kEngineApiVersionMinor = 1;
 
 /// Exit codes of `trainbench run`, also RunSummary::exit_code.
 enum ExitCode : int {
@@ -53,6 +53,10 @@ enum ExitCode : int {
 /// The version of the engine library ("0.1.0") and the git commit it was built from.
 TRAINBENCH_ENGINE_API std::string EngineVersion();
 TRAINBENCH_ENGINE_API std::string EngineGitCommit();
+/// The build fingerprint plugins must match, as the installation's worker
+/// reports it ("gnu/libstdc++/cxx11=1/torch-1.13.1/cuda-none"; the compiler
+/// is shown, not compared), or "unknown (why)". Starts a worker. (API 1.1)
+TRAINBENCH_ENGINE_API std::string WorkerFingerprint();
 
 /// Everything the engine refuses. what() is one line; exit_code() is what
 /// `trainbench` exits with for it (kExitConfig for bad input, kExitError
@@ -77,6 +81,9 @@ struct PluginRecord {
   nlohmann::json params;      ///< the option schema: [{name, type, default, doc, ...}]
   std::optional<bool> available;  ///< device plugins: usable on this machine
   std::string unavailable_reason;
+  /// Device plugins: {accelerator, index_option, graph_option}, as the plugin
+  /// describes itself (SDK ABI 1.2; older ones are host devices). (API 1.1)
+  nlohmann::json device;
 };
 
 struct EngineOptions {
@@ -158,6 +165,11 @@ struct RunOptions {
   /// Run only these cells (indices in run order, model-major); the others
   /// are recorded as skipped. Empty: all.
   std::vector<std::size_t> cells;
+  /// Run beside other trainbench runs on this machine. By default a run
+  /// waits for the machine-wide benchmark lock (two benchmarks at once skew
+  /// each other's timings), except inside a Slurm job, where Slurm decides
+  /// what shares a node. (API 1.1)
+  bool concurrent = false;
 };
 
 /// One thing that happened during a run.
@@ -212,6 +224,9 @@ class TRAINBENCH_ENGINE_API Engine {
   const std::vector<std::filesystem::path>& search_path() const;
   /// Why a known optional plugin ("cuda") is absent, or "" when it is here.
   std::string MissingPluginNote(const std::string& name) const;
+  /// The notes of every plugin this build leaves out on purpose that is not
+  /// found either (API 1.1).
+  std::vector<std::string> MissingPluginNotes() const;
 
   /// Reads and validates a YAML experiment; throws EngineError (kExitConfig).
   ExperimentPlan Load(const std::filesystem::path& yaml_file) const;

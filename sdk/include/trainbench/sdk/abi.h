@@ -22,7 +22,8 @@
 #define TRAINBENCH_SDK_ABI_MAJOR 1
 /// ABI minor version of this SDK. A plugin's minor must be <= the host's.
 /// 1.1 appended Model::SyncBatchNorm() (called only on plugins of 1.1+).
-#define TRAINBENCH_SDK_ABI_MINOR 1
+/// 1.2 appended TbPluginDescriptor::device_traits (read only from 1.2+).
+#define TRAINBENCH_SDK_ABI_MINOR 2
 
 /// Name of the one symbol a plugin exports (a Boost.DLL alias).
 #define TRAINBENCH_PLUGIN_ENTRY_NAME "trainbench_plugin_entry"
@@ -69,6 +70,23 @@ typedef struct TbBuildFingerprint {
   const char* cuda_version;   ///< CUDA of that LibTorch ("13.0"), or "none"
 } TbBuildFingerprint;
 
+/// What the supervising host needs to know of a device plugin to schedule its
+/// cells, without loading LibTorch (ABI 1.2). Static data owned by the
+/// plugin. A device plugin without traits (ABI 1.0/1.1, or NULL) is a host
+/// device like the CPU: one per machine, no GPU metrics.
+typedef struct TbDeviceTraits {
+  /// Nonzero: an accelerator (a GPU or alike). Its cells can have one rank
+  /// per accelerator (`gpus:`), the host samples its GPU metrics and reports
+  /// its hardware description as the run's `system.gpu`.
+  int accelerator;
+  /// The INT option that selects which accelerator a process uses (rank r
+  /// of a `gpus: [...]` cell gets the r-th listed index), or NULL.
+  const char* index_option;
+  /// A BOOL option that captures the training step in a graph, which cells
+  /// of several ranks cannot do yet, or NULL.
+  const char* graph_option;
+} TbDeviceTraits;
+
 /// Creates the plugin's object from its options.
 /// @param options_json validated options, every schema key present, as a JSON
 ///        object text; owned by the caller, valid during the call.
@@ -96,6 +114,8 @@ typedef struct TbPluginDescriptor {
   const TbParamSpec* params;  ///< array of `num_params` option specs
   size_t num_params;
   TbCreateFn create;
+  /* ABI 1.2 */
+  const TbDeviceTraits* device_traits;  ///< device plugins; NULL: a host device
 } TbPluginDescriptor;
 
 /// Signature of the exported entry function.

@@ -60,7 +60,7 @@ int GuardedCreate(Factory factory, const char* options_json, void** out,
 #define TRAINBENCH_SDK_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #define TRAINBENCH_DEFINE_PLUGIN_(KIND, INTERFACE, NAME, VERSION, DESCRIPTION, \
-                                  PARAMS, NUM_PARAMS, FACTORY)                 \
+                                  PARAMS, NUM_PARAMS, FACTORY, TRAITS)         \
   namespace {                                                                  \
   int TrainbenchCreate(const char* options_json, void** out,                   \
                        const char** error) {                                   \
@@ -77,7 +77,8 @@ int GuardedCreate(Factory factory, const char* options_json, void** out,
       TRAINBENCH_BUILD_FINGERPRINT,                                            \
       PARAMS,                                                                  \
       NUM_PARAMS,                                                              \
-      &TrainbenchCreate};                                                      \
+      &TrainbenchCreate,                                                       \
+      TRAITS};                                                                 \
   const TbPluginDescriptor* TrainbenchEntry() {                                \
     return &kTrainbenchDescriptor;                                             \
   }                                                                            \
@@ -89,11 +90,21 @@ int GuardedCreate(Factory factory, const char* options_json, void** out,
 #define TRAINBENCH_MODEL_PLUGIN(NAME, VERSION, DESCRIPTION, PARAMS, FACTORY)  \
   TRAINBENCH_DEFINE_PLUGIN_(TB_PLUGIN_MODEL, ::trainbench::sdk::Model, NAME, \
                             VERSION, DESCRIPTION, PARAMS,                    \
-                            TRAINBENCH_SDK_ARRAY_SIZE(PARAMS), FACTORY)
+                            TRAINBENCH_SDK_ARRAY_SIZE(PARAMS), FACTORY, nullptr)
 
-/// Defines a device plugin. FACTORY: callable
-/// `std::unique_ptr<trainbench::sdk::Device>(const Options&)`.
+/// Defines a device plugin of a host device (like the CPU: one per machine).
+/// FACTORY: callable `std::unique_ptr<trainbench::sdk::Device>(const Options&)`.
 #define TRAINBENCH_DEVICE_PLUGIN(NAME, VERSION, DESCRIPTION, PARAMS, FACTORY) \
   TRAINBENCH_DEFINE_PLUGIN_(TB_PLUGIN_DEVICE, ::trainbench::sdk::Device,     \
                             NAME, VERSION, DESCRIPTION, PARAMS,              \
-                            TRAINBENCH_SDK_ARRAY_SIZE(PARAMS), FACTORY)
+                            TRAINBENCH_SDK_ARRAY_SIZE(PARAMS), FACTORY, nullptr)
+
+/// Defines a device plugin that describes itself to the host (ABI 1.2):
+/// TRAITS is a static TbDeviceTraits, e.g. for a GPU
+/// `static const TbDeviceTraits kTraits = {1, "device_index", "cuda_graph"};`
+/// (its index_option and graph_option must name an INT and a BOOL option).
+#define TRAINBENCH_DEVICE_PLUGIN_WITH_TRAITS(NAME, VERSION, DESCRIPTION, PARAMS, \
+                                             FACTORY, TRAITS)                    \
+  TRAINBENCH_DEFINE_PLUGIN_(TB_PLUGIN_DEVICE, ::trainbench::sdk::Device,         \
+                            NAME, VERSION, DESCRIPTION, PARAMS,                  \
+                            TRAINBENCH_SDK_ARRAY_SIZE(PARAMS), FACTORY, &TRAITS)

@@ -1,0 +1,101 @@
+#pragma once
+// What the supervising host asks a worker to run: one model on one device,
+// with the dataset, training and measurement settings of the experiment.
+// The supervisor's experiment holds the same setting structs (one declaration
+// of each default, shared by both processes); the spec travels as JSON on the
+// worker's stdin (docs/architecture.md, "Worker protocol").
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace trainbench::protocol {
+
+/// `dataset:` of an experiment.
+struct DatasetSettings {
+  std::string kind = "cifar10";  ///< "cifar10" or "synthetic"
+  std::string path;              ///< folder with the binary files (cifar10)
+  std::optional<int64_t> train_size, test_size;
+};
+
+/// `training.optimizer:`.
+struct OptimizerSettings {
+  std::string name = "sgd";  ///< "sgd" or "adam"
+  double lr = 0.01, momentum = 0.9, weight_decay = 5e-4;
+  bool nesterov = false;
+};
+
+/// `training.schedule:`.
+struct ScheduleSettings {
+  std::string name = "none";  ///< "none", "step", "cosine"
+  int64_t step_size = 1;
+  double gamma = 0.1;
+};
+
+/// `training:`.
+struct TrainingSettings {
+  int64_t epochs = 1;
+  int64_t batch_size = 128;
+  bool augment = true;
+  OptimizerSettings optimizer;
+  ScheduleSettings schedule;
+};
+
+/// The part of `measurement:` a worker applies (the rest, such as repeats
+/// and the stall timeout, is the supervisor's).
+struct StepMeasurement {
+  int64_t warmup_steps = 5;
+  std::optional<int64_t> max_steps;
+  std::optional<double> time_budget_seconds;
+  double progress_interval_seconds = 1.0;
+  int64_t eval_batch_size = 500;
+};
+
+/// A plugin to load: its name, file and options (validated against its
+/// schema, every key present).
+struct PluginRef {
+  std::string name;
+  std::string path;
+  nlohmann::json options = nlohmann::json::object();
+};
+
+/// This worker is one rank of a data-parallel cell.
+struct DistributedSpec {
+  int rank = 0;
+  int world_size = 1;
+  std::string store_host = "127.0.0.1";
+  int store_port = 0;
+  double timeout_seconds = 600;
+  /// Batch normalisation over the combined batch (sdk::BatchNorm2d layers).
+  bool sync_batchnorm = false;
+};
+
+/// One cell, as one worker runs it.
+struct CellSpec {
+  int protocol = 0;  ///< kProtocolVersion of the sender
+  std::string experiment;
+  int64_t cell_index = 0;
+  uint64_t seed = 0;
+  PluginRef model, device;
+  DatasetSettings dataset;
+  TrainingSettings training;
+  StepMeasurement measurement;
+  std::optional<DistributedSpec> distributed;
+};
+
+/// JSON of each part, as recorded in results.json (`experiment` and each
+/// cell's `config`). Readers are strict: a missing or unknown field throws
+/// ProtocolError naming it.
+nlohmann::json ToJson(const DatasetSettings& d);
+nlohmann::json ToJson(const TrainingSettings& t);
+nlohmann::json ToJson(const StepMeasurement& m);
+nlohmann::json ToJson(const CellSpec& spec);
+
+/// Parses a spec. Throws ProtocolError (one line, naming the field) on a
+/// missing or unknown field, a wrong type, or another protocol version
+/// (naming both versions).
+CellSpec CellSpecFromJson(const nlohmann::json& j);
+
+}  // namespace trainbench::protocol

@@ -1,0 +1,123 @@
+#pragma once
+// What a worker tells the supervising host, one message per event, on the
+// worker's event channel (channel.h). The first message of every worker is
+// Hello, carrying the protocol version.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace trainbench::protocol {
+
+/// First message of every worker.
+struct Hello {
+  int protocol = 0;
+  std::string worker_version;
+};
+
+/// The model is built and the data is on the device.
+struct Started {
+  int64_t params = 0;
+  int64_t flops_per_sample = 0;
+  nlohmann::json hardware;  ///< the device plugin's DescribeJson()
+  int64_t steps_per_epoch = 0;
+  int64_t train_size = 0, test_size = 0;
+  int ranks = 1, rank = 0;
+  nlohmann::json plugins;  ///< [{name, version}] of the model and device
+};
+
+/// At least every measurement.progress_interval_seconds while training.
+struct Progress {
+  int64_t epoch = 0, step = 0, steps_per_epoch = 0, steps_done = 0, samples_done = 0;
+  double loss = 0;
+  double samples_per_second = 0;  ///< since the last report; 0 in the warm-up
+  std::vector<double> step_seconds;  ///< timed steps since the last report (a sample)
+  int64_t memory_bytes = 0;
+  double elapsed_seconds = 0;
+};
+
+/// An epoch ended (its evaluation included).
+struct Epoch {
+  int64_t epoch = 0;
+  bool complete = true;  ///< false: the budget ended it early
+  double seconds = 0;
+  int64_t steps = 0;
+  double train_loss = 0;
+  double test_accuracy = 0;
+};
+
+/// The cell finished: its measurements. Counts only when the worker then
+/// exits with status 0.
+struct Result {
+  int64_t params = 0;
+  int64_t flops_per_sample = 0;
+  double samples_per_second = 0;
+  double achieved_tflops = 0;
+  double step_seconds_median = 0, step_seconds_p90 = 0;
+  int64_t steps = 0, steady_steps = 0;
+  std::vector<double> epoch_seconds;  ///< measured, then projected ones
+  int64_t measured_epochs = 0;
+  double train_seconds = 0;
+  std::vector<double> train_loss, test_accuracy;  ///< per epoch
+  bool projected = false;
+  int64_t peak_memory_bytes = 0;
+  int ranks = 1, rank = 0;
+  std::string backend;  ///< "nccl"/"gloo" for data-parallel cells, else ""
+  nlohmann::json hardware;
+  std::optional<bool> sync_batchnorm;  ///< data-parallel cells only
+};
+
+/// The device is not available here.
+struct Skipped {
+  std::string reason;
+};
+
+/// The cell failed.
+struct Error {
+  std::string reason;
+  bool loss_nan = false;
+};
+
+/// A stop request reached the worker; it stopped at the next step.
+struct Interrupted {
+  std::string reason;
+};
+
+/// `describe`: one plugin file.
+struct PluginDescribed {
+  std::string path;
+  bool loaded = false;
+  std::string reason;  ///< why rejected
+  nlohmann::json descriptor;  ///< when loaded
+  std::optional<bool> available;  ///< device plugins
+  std::string unavailable_reason;
+};
+
+/// `info`: the worker's build.
+struct Info {
+  std::string torch_version, compiler, cxx_abi, cuda_version;
+  std::vector<std::string> distributed_backends;
+};
+
+using Event = std::variant<Hello, Started, Progress, Epoch, Result, Skipped, Error, Interrupted, PluginDescribed,
+                           Info>;
+
+/// The event's name on the wire ("hello", "started", "progress", ...).
+std::string EventName(const Event& event);
+
+/// As JSON with its name in "event"; also the form RunEvent::data shows
+/// embedders.
+nlohmann::json ToJson(const Event& event);
+
+/// Parses one message. Throws ProtocolError naming the event and the field
+/// on a missing, unknown or mistyped field or an unknown event.
+Event EventFromJson(const nlohmann::json& j);
+
+/// The result's fields as they go into a results.json cell.
+nlohmann::json ToJson(const Result& result);
+
+}  // namespace trainbench::protocol
