@@ -93,8 +93,8 @@ TEST(ConfigLoader, ContradictionsAreErrors) {
 TEST(ConfigLoader, MetricsTlsAndDataParallelKeys) {
   const std::string tls = std::string(kGood) + "metrics: {tls: {cert_file: c.pem, key_file: /etc/k.pem}}\n";
   const Experiment e = ParseExperiment(tls, "exp.yaml", "/cfg");
-  EXPECT_EQ(e.metrics.tls_cert_file, "/cfg/c.pem");  // relative to the config's folder
-  EXPECT_EQ(e.metrics.tls_key_file, "/etc/k.pem");
+  EXPECT_EQ(e.metrics.tls.cert_file, "/cfg/c.pem");  // relative to the config's folder
+  EXPECT_EQ(e.metrics.tls.key_file, "/etc/k.pem");
   EXPECT_NE(ErrorOf(std::string(kGood) + "metrics: {tls: {cert_file: c.pem}}\n").find("metrics.tls: needs both"),
             std::string::npos);
   const Experiment dp = ParseExperiment(Replace(kGood, "  - plugin: cpu\n", "  - plugin: cpu\n    processes: 2\n"),

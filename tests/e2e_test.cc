@@ -138,7 +138,7 @@ measurement: {warmup_steps: 2, progress_interval_seconds: 0.5}
   ASSERT_EQ(cpu["plugins"].size(), 2u);
   EXPECT_EQ(cpu["plugins"][0]["name"], "simple_cnn");
   EXPECT_EQ(cpu["plugins"][0]["sha256"].get<std::string>().size(), 64u);
-  EXPECT_EQ(cpu["plugins"][1]["abi"], "1.1");
+  EXPECT_EQ(cpu["plugins"][1]["abi"], "1.2");
   EXPECT_FALSE(r["system"]["cpu_model"].get<std::string>().empty());
   EXPECT_FALSE(r["system"]["torch_version"].get<std::string>().empty());
   EXPECT_TRUE(fs::exists(dir_ / "out" / "results.csv"));
@@ -806,7 +806,7 @@ TEST_F(EndToEnd, DataParallelMistakesAreConfigErrors) {
     EXPECT_NE(o.output.find(expected), std::string::npos) << devices << "\n" << o.output;
   };
   check("[{plugin: cpu, processes: 3}]", "does not split evenly over 3 ranks");
-  check("[{plugin: cpu, gpus: 2}]", "has no device_index option");
+  check("[{plugin: cpu, gpus: 2}]", "does not say which option selects a GPU");
   check("[{plugin: cpu, gpus: 2, processes: 2}]", "give either gpus or processes, not both");
   check("[{plugin: cpu, processes: 0}]", "devices[0].processes");
   check("[{plugin: cpu, gpus: [0, 0]}]", "GPU 0 is listed twice");

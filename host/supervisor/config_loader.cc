@@ -1,5 +1,8 @@
 #include "config_loader.h"
 
+#include "settings_yaml.h"
+#include "yaml_validator.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -15,103 +18,6 @@ namespace trainbench {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Walks one YAML document, remembering the file for messages.
-class Validator {
- public:
-  explicit Validator(std::string file) : file_(std::move(file)) {}
-
-  [[noreturn]] void Fail(const YAML::Node& node, const std::string& path,
-                         const std::string& message) const {
-    std::ostringstream out;
-    out << file_;
-    if (node.IsDefined() && node.Mark().line >= 0) {
-      out << ":" << node.Mark().line + 1 << ":" << node.Mark().column + 1;
-    }
-    out << ": " << (path.empty() ? "" : path + ": ") << message;
-    throw ConfigError(out.str());
-  }
-
-  // Checks that `node` is a map whose keys are all in `allowed`.
-  void Keys(const YAML::Node& node, const std::string& path,
-            const std::vector<std::string>& allowed) const {
-    if (!node.IsMap()) Fail(node, path, "expected a mapping of keys to values");
-    for (const auto& kv : node) {
-      if (!kv.first.IsScalar()) Fail(kv.first, path, "a key must be a plain name, not a list or mapping");
-      const std::string key = kv.first.as<std::string>();
-      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-        std::string hint = DidYouMean(key, allowed);
-        std::string list;
-        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        Fail(kv.first, Join(path, key),
-             "unknown key" + (hint.empty() ? "" : "; did you mean '" + hint + "'?") +
-                 " (allowed: " + list + ")");
-      }
-    }
-  }
-
-  static std::string Join(const std::string& path, const std::string& key) {
-    return path.empty() ? key : path + "." + key;
-  }
-
-  std::string String(const YAML::Node& node, const std::string& path) const {
-    if (!node.IsScalar()) Fail(node, path, "expected a string");
-    return node.as<std::string>();
-  }
-
-  std::string Choice(const YAML::Node& node, const std::string& path,
-                     const std::vector<std::string>& choices) const {
-    const std::string value = String(node, path);
-    if (std::find(choices.begin(), choices.end(), value) == choices.end()) {
-      std::string list;
-      for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
-      std::string hint = DidYouMean(value, choices);
-      Fail(node, path, "'" + value + "' is not one of " + list +
-                           (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
-    }
-    return value;
-  }
-
-  int64_t Int(const YAML::Node& node, const std::string& path, int64_t min, int64_t max) const {
-    int64_t value = 0;
-    if (!node.IsScalar() || !YAML::convert<int64_t>::decode(node, value)) {
-      Fail(node, path, "expected an integer");
-    }
-    if (value < min || value > max) {
-      Fail(node, path, std::to_string(value) + " is out of range [" + std::to_string(min) + ", " +
-                           std::to_string(max) + "]");
-    }
-    return value;
-  }
-
-  double Float(const YAML::Node& node, const std::string& path, double min, double max) const {
-    double value = 0;
-    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value)) {
-      Fail(node, path, "expected a number");
-    }
-    if (value < min || value > max) {
-      std::ostringstream msg;
-      msg << value << " is out of range [" << min << ", " << max << "]";
-      Fail(node, path, msg.str());
-    }
-    return value;
-  }
-
-  bool Bool(const YAML::Node& node, const std::string& path) const {
-    bool value = false;
-    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
-      Fail(node, path, "expected true or false");
-    }
-    return value;
-  }
-
-  const std::string& file() const { return file_; }
-
- private:
-  std::string file_;
-};
-
-bool Absent(const YAML::Node& n) { return !n.IsDefined() || n.IsNull(); }
 
 // Labels become parts of log file names (cell-NN-MODEL-DEVICE.log, under
 // the usual 255-byte limit for a name).
@@ -325,13 +231,7 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
   if (!root["dataset"]) v.Fail(root, "", "missing key 'dataset'");
   {
     const YAML::Node d = root["dataset"];
-    v.Keys(d, "dataset", {"kind", "path", "train_size", "test_size"});
-    if (d["kind"]) e.dataset.kind = v.Choice(d["kind"], "dataset.kind", {"cifar10", "synthetic"});
-    if (!Absent(d["path"])) e.dataset.path = v.String(d["path"], "dataset.path");
-    if (!Absent(d["train_size"]))
-      e.dataset.train_size = v.Int(d["train_size"], "dataset.train_size", 1, 10000000);
-    if (!Absent(d["test_size"]))
-      e.dataset.test_size = v.Int(d["test_size"], "dataset.test_size", 1, 10000000);
+    ReadSettings(v, d, "dataset", e.dataset);
     if (e.dataset.kind == "cifar10") {
       if (e.dataset.path.empty()) {
         const char* env = std::getenv("TRAINBENCH_DATA");
@@ -367,50 +267,19 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
   }
 
   if (const YAML::Node t = root["training"]) {
-    v.Keys(t, "training", {"epochs", "batch_size", "augment", "optimizer", "schedule"});
-    if (t["epochs"]) e.training.epochs = v.Int(t["epochs"], "training.epochs", 1, 100000);
-    if (t["batch_size"]) e.training.batch_size = v.Int(t["batch_size"], "training.batch_size", 1, 1 << 20);
-    if (t["augment"]) e.training.augment = v.Bool(t["augment"], "training.augment");
+    ReadSettings(v, t, "training", e.training);
     if (const YAML::Node o = t["optimizer"]) {
-      v.Keys(o, "training.optimizer", {"name", "lr", "momentum", "weight_decay", "nesterov"});
-      auto& opt = e.training.optimizer;
-      if (o["name"]) opt.name = v.Choice(o["name"], "training.optimizer.name", {"sgd", "adam"});
-      if (o["lr"]) opt.lr = v.Float(o["lr"], "training.optimizer.lr", 1e-12, 100);
-      if (o["momentum"]) opt.momentum = v.Float(o["momentum"], "training.optimizer.momentum", 0, 0.999999);
-      if (o["weight_decay"]) opt.weight_decay = v.Float(o["weight_decay"], "training.optimizer.weight_decay", 0, 1);
-      if (o["nesterov"]) opt.nesterov = v.Bool(o["nesterov"], "training.optimizer.nesterov");
+      const auto& opt = e.training.optimizer;
       if (opt.nesterov && opt.momentum <= 0)
         v.Fail(o["nesterov"], "training.optimizer.nesterov", "needs momentum > 0");
       if (opt.name == "adam" && o["momentum"])
         v.Fail(o["momentum"], "training.optimizer.momentum", "applies to sgd only; remove it for adam");
     }
-    if (const YAML::Node s = t["schedule"]) {
-      v.Keys(s, "training.schedule", {"name", "step_size", "gamma"});
-      auto& sch = e.training.schedule;
-      if (s["name"]) sch.name = v.Choice(s["name"], "training.schedule.name", {"none", "step", "cosine"});
-      if (s["step_size"]) sch.step_size = v.Int(s["step_size"], "training.schedule.step_size", 1, 100000);
-      if (s["gamma"]) sch.gamma = v.Float(s["gamma"], "training.schedule.gamma", 1e-6, 1);
-    }
   }
 
   if (const YAML::Node m = root["measurement"]) {
-    v.Keys(m, "measurement", {"warmup_steps", "repeats", "max_steps", "time_budget_seconds",
-                              "progress_interval_seconds", "eval_batch_size", "baseline",
-                              "stall_timeout_seconds", "stop_on_failure"});
-    auto& ms = e.measurement;
-    if (m["warmup_steps"]) ms.warmup_steps = v.Int(m["warmup_steps"], "measurement.warmup_steps", 0, 1000000);
-    if (m["repeats"]) ms.repeats = v.Int(m["repeats"], "measurement.repeats", 1, 100);
-    if (!Absent(m["max_steps"])) ms.max_steps = v.Int(m["max_steps"], "measurement.max_steps", 1, INT64_C(1) << 40);
-    if (!Absent(m["time_budget_seconds"]))
-      ms.time_budget_seconds = v.Float(m["time_budget_seconds"], "measurement.time_budget_seconds", 0.001, 1e7);
-    if (m["progress_interval_seconds"])
-      ms.progress_interval_seconds =
-          v.Float(m["progress_interval_seconds"], "measurement.progress_interval_seconds", 0.05, 3600);
-    if (m["eval_batch_size"]) ms.eval_batch_size = v.Int(m["eval_batch_size"], "measurement.eval_batch_size", 1, 1 << 20);
-    if (m["baseline"]) ms.baseline = v.String(m["baseline"], "measurement.baseline");
-    if (m["stop_on_failure"]) ms.stop_on_failure = v.Bool(m["stop_on_failure"], "measurement.stop_on_failure");
-    if (m["stall_timeout_seconds"])
-      ms.stall_timeout_seconds = v.Float(m["stall_timeout_seconds"], "measurement.stall_timeout_seconds", 1, 1e6);
+    ReadSettings(v, m, "measurement", e.measurement);
+    const auto& ms = e.measurement;
     if (ms.max_steps && *ms.max_steps <= ms.warmup_steps)
       v.Fail(m["max_steps"], "measurement.max_steps",
              "must be larger than warmup_steps (" + std::to_string(ms.warmup_steps) +
@@ -431,27 +300,16 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
     }
   }
   if (const YAML::Node m = root["metrics"]) {
-    v.Keys(m, "metrics", {"address", "linger_seconds", "basic_auth", "tls"});
+    ReadSettings(v, m, "metrics", e.metrics);
+    if (const YAML::Node t = m["tls"]; t && (e.metrics.tls.cert_file.empty() || e.metrics.tls.key_file.empty()))
+      v.Fail(t, "metrics.tls", "needs both cert_file and key_file (PEM)");
+    if (const YAML::Node a = m["basic_auth"];
+        a && (e.metrics.basic_auth.username.empty() || e.metrics.basic_auth.password_file.empty()))
+      v.Fail(a, "metrics.basic_auth", "needs both username and password_file (the password itself never goes in a config)");
     // Files named here are relative to the config's folder.
-    auto resolve = [&](const std::string& f) {
-      return fs::path(f).is_relative() ? (fs::path(base_dir) / f).string() : f;
-    };
-    if (const YAML::Node t = m["tls"]) {
-      v.Keys(t, "metrics.tls", {"cert_file", "key_file"});
-      if (!t["cert_file"] || !t["key_file"]) v.Fail(t, "metrics.tls", "needs both cert_file and key_file (PEM)");
-      e.metrics.tls_cert_file = resolve(v.String(t["cert_file"], "metrics.tls.cert_file"));
-      e.metrics.tls_key_file = resolve(v.String(t["key_file"], "metrics.tls.key_file"));
+    for (std::string* f : {&e.metrics.tls.cert_file, &e.metrics.tls.key_file, &e.metrics.basic_auth.password_file}) {
+      if (!f->empty() && fs::path(*f).is_relative()) *f = (fs::path(base_dir) / *f).string();
     }
-    if (!Absent(m["address"])) e.metrics.address = v.String(m["address"], "metrics.address");
-    if (const YAML::Node a = m["basic_auth"]) {
-      v.Keys(a, "metrics.basic_auth", {"username", "password_file"});
-      if (!a["username"] || !a["password_file"])
-        v.Fail(a, "metrics.basic_auth", "needs both username and password_file (the password itself never goes in a config)");
-      e.metrics.username = v.String(a["username"], "metrics.basic_auth.username");
-      e.metrics.password_file = resolve(v.String(a["password_file"], "metrics.basic_auth.password_file"));
-    }
-
-    if (m["linger_seconds"]) e.metrics.linger_seconds = v.Float(m["linger_seconds"], "metrics.linger_seconds", 0, 86400);
   }
   // The baseline must be one of the devices.
   bool baseline_found = false;
@@ -649,11 +507,7 @@ nlohmann::json Experiment::ToJson() const {
     }
     return out;
   };
-  nlohmann::json measured = protocol::ToJson(static_cast<const protocol::StepMeasurement&>(measurement));
-  measured["repeats"] = measurement.repeats;
-  measured["stall_timeout_seconds"] = measurement.stall_timeout_seconds;
-  measured["stop_on_failure"] = measurement.stop_on_failure;
-  measured["baseline"] = measurement.baseline;
+  const nlohmann::json measured = SettingsToJson(measurement);
   return {{"name", name},
           {"file", file},
           {"seed", seed},

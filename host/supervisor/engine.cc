@@ -15,6 +15,7 @@
 #include "report.h"
 #include "results.h"
 #include "run_lock.h"
+#include "settings_yaml.h"
 #include "runner.h"
 #include "system_info.h"
 #include "worker_client.h"
@@ -28,6 +29,8 @@ using nlohmann::json;
 
 std::string EngineVersion() { return TrainbenchVersion(); }
 std::string EngineGitCommit() { return TrainbenchGitCommit(); }
+
+std::string ConfigReference() { return GenerateConfigReference(); }
 
 std::string WorkerFingerprint() {
   std::string text;
@@ -340,17 +343,20 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
       throw EngineError("stopped while waiting for the machine's benchmark lock; nothing was run", kExitInterrupted);
     }
   }
-  if (!options.metrics_address.empty()) experiment.metrics.address = options.metrics_address;
-  if (options.metrics_linger_seconds) experiment.metrics.linger_seconds = *options.metrics_linger_seconds;
-  if (!options.metrics_username.empty()) experiment.metrics.username = options.metrics_username;
-  if (!options.metrics_password_file.empty()) experiment.metrics.password_file = options.metrics_password_file;
-  if (!options.metrics_tls_cert_file.empty()) experiment.metrics.tls_cert_file = options.metrics_tls_cert_file;
-  if (!options.metrics_tls_key_file.empty()) experiment.metrics.tls_key_file = options.metrics_tls_key_file;
-  if (experiment.metrics.tls_cert_file.empty() != experiment.metrics.tls_key_file.empty()) {
+  // Command-line flags override the experiment's metrics settings.
+  MetricsSpec& m = experiment.metrics;
+  if (!options.metrics_address.empty()) m.address = options.metrics_address;
+  if (options.metrics_linger_seconds) m.linger_seconds = *options.metrics_linger_seconds;
+  if (!options.metrics_push_url.empty()) m.push_url = options.metrics_push_url;
+  if (!options.metrics_username.empty()) m.basic_auth.username = options.metrics_username;
+  if (!options.metrics_password_file.empty()) m.basic_auth.password_file = options.metrics_password_file;
+  if (!options.metrics_tls_cert_file.empty()) m.tls.cert_file = options.metrics_tls_cert_file;
+  if (!options.metrics_tls_key_file.empty()) m.tls.key_file = options.metrics_tls_key_file;
+  if (m.tls.cert_file.empty() != m.tls.key_file.empty()) {
     throw EngineError("TLS for /metrics needs both a certificate and a key file (--metrics-tls-cert, --metrics-tls-key)",
                       kExitConfig);
   }
-  if (!experiment.metrics.username.empty() && experiment.metrics.password_file.empty()) {
+  if (!m.basic_auth.username.empty() && m.basic_auth.password_file.empty()) {
     throw EngineError("a metrics user needs a password file (passwords are never given on the command line)",
                       kExitConfig);
   }
@@ -372,24 +378,21 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
 #ifdef TRAINBENCH_WITH_PROMETHEUS
   // Bound before any training, so a taken port fails fast.
   std::unique_ptr<MetricsExporter> metrics;
-  if (!experiment.metrics.address.empty() || !options.metrics_push_url.empty()) {
-    MetricsOptions metrics_options{experiment.metrics.address, experiment.metrics.linger_seconds,
-                                   options.metrics_push_url, experiment.metrics.username,
-                                   experiment.metrics.password_file, experiment.metrics.tls_cert_file,
-                                   experiment.metrics.tls_key_file};
+  if (!m.address.empty() || !m.push_url.empty()) {
     try {
-      metrics = std::make_unique<MetricsExporter>(metrics_options);
+      metrics = std::make_unique<MetricsExporter>(m);
     } catch (const std::exception& e) {
       throw EngineError(e.what(), kExitConfig);
     }
     observers.push_back(metrics.get());
     if (!metrics->address().empty()) {
-      spdlog::info("metrics on {}://{}/metrics{}", experiment.metrics.tls_cert_file.empty() ? "http" : "https",
-                   metrics->address(), experiment.metrics.username.empty() ? "" : " (basic authentication)");
+      spdlog::info("metrics on {}://{}/metrics{}", m.tls.cert_file.empty() ? "http" : "https", metrics->address(),
+                   m.basic_auth.username.empty() ? "" : " (basic authentication)");
     }
   }
 #else
-  if (!experiment.metrics.address.empty() || !options.metrics_push_url.empty()) {
+  if (!experiment.metrics.address.empty() || !options.metrics_push_url.empty() ||
+      !experiment.metrics.push_url.empty()) {
     throw EngineError("this trainbench was built without metrics (TRAINBENCH_WITH_PROMETHEUS=OFF)", kExitConfig);
   }
 #endif

@@ -55,13 +55,20 @@ struct MeasurementSpec : protocol::StepMeasurement {
   std::string baseline = "cpu";  ///< device label that speedups are against
 };
 
+/// `metrics:`, the one struct of the metrics settings; command-line flags
+/// (RunOptions) override its fields.
 struct MetricsSpec {
   std::string address;        ///< HOST:PORT to serve /metrics on; empty: off
   double linger_seconds = 0;  ///< keep serving this long after the run
-  std::string username;       ///< basic authentication user; empty: none
-  std::string password_file;  ///< its password, first line of this file
-  std::string tls_cert_file;  ///< serve HTTPS with this PEM certificate (chain)
-  std::string tls_key_file;   ///< and this PEM private key
+  std::string push_url;       ///< Pushgateway "http://HOST:PORT" to push final metrics to; empty: none
+  struct BasicAuth {
+    std::string username;       ///< empty: none
+    std::string password_file;  ///< its password, first line of this file
+  } basic_auth;
+  struct Tls {
+    std::string cert_file;  ///< serve HTTPS with this PEM certificate (chain)
+    std::string key_file;   ///< and this PEM private key
+  } tls;
 };
 
 struct Experiment {

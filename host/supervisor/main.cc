@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
   auto* validate = app.add_subcommand("validate", "check an experiment file without running it");
   validate->add_option("config", config, "experiment YAML file")->required();
   add_plugin_dir(validate);
+  auto* config_reference = app.add_subcommand(
+      "config-reference", "print every experiment setting with its type, default, range and documentation (Markdown)");
   auto* plugins = app.add_subcommand("plugins", "list plugins found, loaded or rejected with the reason");
   add_plugin_dir(plugins);
   std::vector<fs::path> report_files;
@@ -145,6 +147,10 @@ int main(int argc, char** argv) {
 
   SetUpLogging(log_format);
   try {
+    if (config_reference->parsed()) {
+      std::fputs(ConfigReference().c_str(), stdout);
+      return kExitOk;
+    }
     if (report->parsed()) {
       std::fputs(Report(report_files, report_format == "csv" ? ReportFormat::kCsv : ReportFormat::kMarkdown).c_str(),
                  stdout);

@@ -82,7 +82,7 @@ std::string NormaliseListenAddress(const std::string& address) {
 }
 
 struct MetricsExporter::Impl {
-  MetricsOptions options;
+  MetricsSpec options;
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<TlsFront> tls;  // HTTPS in front of the exposer, when asked
@@ -231,15 +231,15 @@ constexpr int kHttpThreads = 128;
 constexpr int kRequestTimeoutMs = 5000;
 }  // namespace
 
-MetricsExporter::MetricsExporter(const MetricsOptions& options) : impl_(std::make_unique<Impl>()) {
+MetricsExporter::MetricsExporter(const MetricsSpec& options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
   if (!options.address.empty()) impl_->options.address = NormaliseListenAddress(options.address);
   std::string password;
-  if (!options.username.empty()) password = ReadPassword(options.password_file);
+  if (!options.basic_auth.username.empty()) password = ReadPassword(options.basic_auth.password_file);
   // With TLS, civetweb serves plain HTTP on a loopback port and TlsFront
   // holds the public address (civetweb's own TLS cannot work with OpenSSL 3:
   // see tls_front.h).
-  const bool tls = !options.tls_cert_file.empty() && !impl_->options.address.empty();
+  const bool tls = !options.tls.cert_file.empty() && !impl_->options.address.empty();
   const std::string http_address =
       tls ? "127.0.0.1:" + std::to_string(FreeTcpPort()) : impl_->options.address;
   try {
@@ -258,12 +258,12 @@ MetricsExporter::MetricsExporter(const MetricsOptions& options) : impl_(std::mak
                              "); is the port in use? choose another with --metrics-addr");
   }
   if (tls) {
-    impl_->tls = std::make_unique<TlsFront>(impl_->options.address, http_address, options.tls_cert_file,
-                                            options.tls_key_file);
+    impl_->tls = std::make_unique<TlsFront>(impl_->options.address, http_address, options.tls.cert_file,
+                                            options.tls.key_file);
   }
-  if (!options.username.empty() && impl_->exposer) {
+  if (!options.basic_auth.username.empty() && impl_->exposer) {
     impl_->exposer->RegisterAuth(
-        [user = options.username, password](const std::string& u, const std::string& p) {
+        [user = options.basic_auth.username, password](const std::string& u, const std::string& p) {
           return SameSecret(u, user) & SameSecret(p, password);
         },
         "trainbench");

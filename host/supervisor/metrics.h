@@ -11,15 +11,6 @@
 
 namespace trainbench {
 
-struct MetricsOptions {
-  std::string address;          ///< HOST:PORT (or PORT: loopback) to serve on; empty: push only
-  double linger_seconds = 0;    ///< keep serving after the run
-  std::string push_url;         ///< Pushgateway "http://host:port", or empty
-  std::string username;         ///< HTTP basic authentication user, or empty: none
-  std::string password_file;    ///< file whose first line is the password
-  std::string tls_cert_file;    ///< PEM certificate (chain): serve HTTPS; empty: HTTP
-  std::string tls_key_file;     ///< its PEM private key (both or neither: checked by the engine)
-};
 
 /// Normalises "9464" / ":9464" to "127.0.0.1:9464"; throws
 /// std::invalid_argument for anything that is not HOST:PORT.
@@ -32,7 +23,10 @@ class MetricsExporter : public RunObserver {
  public:
   /// Starts listening; throws std::runtime_error with a one-line message when
   /// the address cannot be bound (port in use, say).
-  explicit MetricsExporter(const MetricsOptions& options);
+  /// Serves on options.address (HOST:PORT, or PORT: loopback; empty: push
+  /// only); TLS and basic authentication as the options say (both files of
+  /// each or neither: checked by the engine).
+  explicit MetricsExporter(const MetricsSpec& options);
   ~MetricsExporter() override;
 
   /// The address actually bound ("127.0.0.1:9464").

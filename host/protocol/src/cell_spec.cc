@@ -1,6 +1,7 @@
 #include "trainbench/protocol/cell_spec.h"
 
 #include "strict_reader.h"
+#include "trainbench/protocol/settings.h"
 #include "trainbench/protocol/version.h"
 
 namespace trainbench::protocol {
@@ -23,46 +24,38 @@ PluginRef PluginFrom(StrictReader r) {
   return p;
 }
 
-DatasetSettings DatasetFrom(StrictReader r) {
-  DatasetSettings d;
-  d.kind = r.Get<std::string>("kind");
-  d.path = r.Get<std::string>("path");
-  d.train_size = r.GetNullable<int64_t>("train_size");
-  d.test_size = r.GetNullable<int64_t>("test_size");
-  r.Finish();
-  return d;
+// Settings from JSON, field by field from VisitFields (settings.h).
+struct JsonReader {
+  StrictReader& in;
+  template <class T>
+  void operator()(const Field& f, T& value) {
+    value = in.Get<T>(f.key);
+  }
+  template <class T>
+  void operator()(const Field& f, std::optional<T>& value) {
+    value = in.GetNullable<T>(f.key);
+  }
+  template <class S>
+  void Section(const char* key, const char*, S& sub) {
+    StrictReader nested = in.Object(key);
+    JsonReader r{nested};
+    VisitFields(sub, r);
+    nested.Finish();
+  }
+};
+
+template <class S>
+json Write(S settings) {
+  return SettingsToJson(settings);
 }
 
-TrainingSettings TrainingFrom(StrictReader r) {
-  TrainingSettings t;
-  t.epochs = r.Get<int64_t>("epochs");
-  t.batch_size = r.Get<int64_t>("batch_size");
-  t.augment = r.Get<bool>("augment");
-  StrictReader o = r.Object("optimizer");
-  t.optimizer.name = o.Get<std::string>("name");
-  t.optimizer.lr = o.Get<double>("lr");
-  t.optimizer.momentum = o.Get<double>("momentum");
-  t.optimizer.weight_decay = o.Get<double>("weight_decay");
-  t.optimizer.nesterov = o.Get<bool>("nesterov");
-  o.Finish();
-  StrictReader s = r.Object("schedule");
-  t.schedule.name = s.Get<std::string>("name");
-  t.schedule.step_size = s.Get<int64_t>("step_size");
-  t.schedule.gamma = s.Get<double>("gamma");
-  s.Finish();
+template <class S>
+S Read(StrictReader r) {
+  S settings;
+  JsonReader reader{r};
+  VisitFields(settings, reader);
   r.Finish();
-  return t;
-}
-
-StepMeasurement MeasurementFrom(StrictReader r) {
-  StepMeasurement m;
-  m.warmup_steps = r.Get<int64_t>("warmup_steps");
-  m.max_steps = r.GetNullable<int64_t>("max_steps");
-  m.time_budget_seconds = r.GetNullable<double>("time_budget_seconds");
-  m.progress_interval_seconds = r.Get<double>("progress_interval_seconds");
-  m.eval_batch_size = r.Get<int64_t>("eval_batch_size");
-  r.Finish();
-  return m;
+  return settings;
 }
 
 DistributedSpec DistributedFrom(StrictReader r) {
@@ -78,31 +71,9 @@ DistributedSpec DistributedFrom(StrictReader r) {
 }
 }  // namespace
 
-json ToJson(const DatasetSettings& d) {
-  return {{"kind", d.kind}, {"path", d.path}, {"train_size", Nullable(d.train_size)},
-          {"test_size", Nullable(d.test_size)}};
-}
-
-json ToJson(const TrainingSettings& t) {
-  return {{"epochs", t.epochs},
-          {"batch_size", t.batch_size},
-          {"augment", t.augment},
-          {"optimizer",
-           {{"name", t.optimizer.name},
-            {"lr", t.optimizer.lr},
-            {"momentum", t.optimizer.momentum},
-            {"weight_decay", t.optimizer.weight_decay},
-            {"nesterov", t.optimizer.nesterov}}},
-          {"schedule", {{"name", t.schedule.name}, {"step_size", t.schedule.step_size}, {"gamma", t.schedule.gamma}}}};
-}
-
-json ToJson(const StepMeasurement& m) {
-  return {{"warmup_steps", m.warmup_steps},
-          {"max_steps", Nullable(m.max_steps)},
-          {"time_budget_seconds", Nullable(m.time_budget_seconds)},
-          {"progress_interval_seconds", m.progress_interval_seconds},
-          {"eval_batch_size", m.eval_batch_size}};
-}
+json ToJson(const DatasetSettings& d) { return Write(d); }
+json ToJson(const TrainingSettings& t) { return Write(t); }
+json ToJson(const StepMeasurement& m) { return Write(m); }
 
 json ToJson(const CellSpec& s) {
   json j = {{"protocol", s.protocol},
@@ -140,9 +111,9 @@ CellSpec CellSpecFromJson(const json& j) {
   s.seed = r.Get<uint64_t>("seed");
   s.model = PluginFrom(r.Object("model"));
   s.device = PluginFrom(r.Object("device"));
-  s.dataset = DatasetFrom(r.Object("dataset"));
-  s.training = TrainingFrom(r.Object("training"));
-  s.measurement = MeasurementFrom(r.Object("measurement"));
+  s.dataset = Read<DatasetSettings>(r.Object("dataset"));
+  s.training = Read<TrainingSettings>(r.Object("training"));
+  s.measurement = Read<StepMeasurement>(r.Object("measurement"));
   if (r.Has("distributed")) s.distributed = DistributedFrom(r.Object("distributed"));
   r.Finish();
   return s;

@@ -57,6 +57,9 @@ TRAINBENCH_ENGINE_API std::string EngineGitCommit();
 /// reports it ("gnu/libstdc++/cxx11=1/torch-1.13.1/cuda-none"; the compiler
 /// is shown, not compared), or "unknown (why)". Starts a worker. (API 1.1)
 TRAINBENCH_ENGINE_API std::string WorkerFingerprint();
+/// The experiment configuration reference (Markdown), generated from the
+/// settings' declarations: docs/config-reference.md. (API 1.1)
+TRAINBENCH_ENGINE_API std::string ConfigReference();
 
 /// Everything the engine refuses. what() is one line; exit_code() is what
 /// `trainbench` exits with for it (kExitConfig for bad input, kExitError

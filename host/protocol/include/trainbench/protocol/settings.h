@@ -1,0 +1,117 @@
+#pragma once
+// Each setting of an experiment declared once: the struct member holds its
+// default; the VisitFields() entry below gives its key, range or choices and
+// one line of documentation. Everything else is derived from these: the
+// cell spec's JSON both ways (cell_spec.cc), the YAML validation with
+// did-you-mean, the resolved config in results.json and the generated
+// docs/config-reference.md (host/supervisor/settings_yaml.cc). Adding a
+// `training:` key is a member plus a line here, and the code that uses it.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "trainbench/protocol/cell_spec.h"
+
+namespace trainbench::protocol {
+
+/// What is known of one setting besides its type and default.
+struct Field {
+  const char* key;
+  const char* doc;
+  double min = 0, max = 0;        ///< numbers: inclusive range, when min < max
+  const char* choices = nullptr;  ///< strings: "a,b,c" when only those are allowed
+};
+
+// A visitor `v` is called as v(field, member) for every setting, and as
+// v.Section(key, doc, substruct) for a nested mapping; it recurses with
+// VisitFields(substruct, v).
+
+template <class V>
+void VisitFields(DatasetSettings& d, V& v) {
+  v(Field{"kind", "cifar10 (the binary files in `path`) or synthetic (random images, throughput only)", 0, 0,
+          "cifar10,synthetic"},
+    d.kind);
+  v(Field{"path",
+          "folder holding data_batch_1.bin ... test_batch.bin; relative to the config file; may use "
+          "${TRAINBENCH_DATA}, which is also the default"},
+    d.path);
+  v(Field{"train_size", "training images used (default: all; synthetic: 50000)", 1, 1e7}, d.train_size);
+  v(Field{"test_size", "test images used (default: all; synthetic: 10000)", 1, 1e7}, d.test_size);
+}
+
+template <class V>
+void VisitFields(OptimizerSettings& o, V& v) {
+  v(Field{"name", "sgd (fused on CUDA) or adam", 0, 0, "sgd,adam"}, o.name);
+  v(Field{"lr", "learning rate", 1e-12, 100}, o.lr);
+  v(Field{"momentum", "SGD momentum (sgd only)", 0, 0.999999}, o.momentum);
+  v(Field{"weight_decay", "L2 penalty added to the gradients", 0, 1}, o.weight_decay);
+  v(Field{"nesterov", "Nesterov momentum (needs momentum > 0)"}, o.nesterov);
+}
+
+template <class V>
+void VisitFields(ScheduleSettings& s, V& v) {
+  v(Field{"name", "learning-rate schedule over epochs", 0, 0, "none,step,cosine"}, s.name);
+  v(Field{"step_size", "step: epochs between decays", 1, 100000}, s.step_size);
+  v(Field{"gamma", "step: the factor of each decay", 1e-6, 1}, s.gamma);
+}
+
+template <class V>
+void VisitFields(TrainingSettings& t, V& v) {
+  v(Field{"epochs", "epochs to train", 1, 100000}, t.epochs);
+  v(Field{"batch_size", "samples per step (over all ranks of a data-parallel cell)", 1, 1 << 20}, t.batch_size);
+  v(Field{"augment", "random crop (4-pixel padding) and horizontal flip of training images"}, t.augment);
+  v.Section("optimizer", "the optimizer", t.optimizer);
+  v.Section("schedule", "the learning-rate schedule", t.schedule);
+}
+
+/// The `measurement:` settings a worker applies.
+template <class V>
+void VisitFields(StepMeasurement& m, V& v) {
+  v(Field{"warmup_steps", "untimed steps at the start of each cell (autotuning, graph capture)", 0, 1e6},
+    m.warmup_steps);
+  v(Field{"max_steps", "stop each cell after this many steps (epochs left are projected); a device entry's own "
+                       "max_steps wins",
+          1, 1099511627776.0},
+    m.max_steps);
+  v(Field{"time_budget_seconds", "stop each cell's training after this long (epochs left are projected); a "
+                                 "device entry's own wins",
+          0.001, 1e7},
+    m.time_budget_seconds);
+  v(Field{"progress_interval_seconds", "how often a worker reports progress (and metrics update)", 0.05, 3600},
+    m.progress_interval_seconds);
+  v(Field{"eval_batch_size", "samples per evaluation batch", 1, 1 << 20}, m.eval_batch_size);
+}
+
+/// Writes settings as JSON, nested as in YAML (null for an unset optional).
+struct JsonWriter {
+  nlohmann::json& out;
+  template <class T>
+  void operator()(const Field& f, T& value) {
+    out[f.key] = value;
+  }
+  template <class T>
+  void operator()(const Field& f, std::optional<T>& value) {
+    out[f.key] = value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+  }
+  template <class S>
+  void Section(const char* key, const char*, S& sub) {
+    nlohmann::json nested = nlohmann::json::object();
+    JsonWriter w{nested};
+    VisitFields(sub, w);
+    out[key] = nested;
+  }
+};
+
+/// Any settings struct with VisitFields as JSON.
+template <class S>
+nlohmann::json SettingsToJson(S settings) {
+  nlohmann::json out = nlohmann::json::object();
+  JsonWriter w{out};
+  VisitFields(settings, w);
+  return out;
+}
+
+}  // namespace trainbench::protocol
