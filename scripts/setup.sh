@@ -11,7 +11,8 @@ PACKAGES=(build-essential cmake ninja-build git pkg-config
   libtorch-dev libyaml-cpp-dev libboost-dev libboost-filesystem-dev
   prometheus-cpp-dev libgtest-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
   prometheus curl python3 libssl-dev clang libclang-rt-14-dev gnuplot-nox
-  prometheus-pushgateway libgloo-dev slurmctld slurmd slurm-client munge openssl)
+  prometheus-pushgateway libgloo-dev slurmctld slurmd slurm-client munge openssl
+  debootstrap systemd clang-format abigail-tools)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The code as .clang-format has it (fails on drift).
+scripts/check_format.sh
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
 # The input parsers under ASan+UBSan, and their fuzzers for a bounded time.
 scripts/sanitize.sh

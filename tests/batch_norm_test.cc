@@ -2,18 +2,19 @@
 // ranks (an in-process CrossRankSum), each normalising half of a batch; the
 // result must be torch::nn::BatchNorm2d on the whole batch: outputs, input
 // and parameter gradients, running statistics.
+#include "trainbench/sdk/batch_norm.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
 #include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <torch/torch.h>
-
 #include "plugin_loader.h"
 #include "test_env.h"
-#include "trainbench/sdk/batch_norm.h"
 #include "trainbench/sdk/module_model.h"
 
 namespace trainbench {
@@ -74,8 +75,12 @@ Outcome RunRank(sdk::BatchNorm2d bn, const torch::Tensor& x, const torch::Tensor
   torch::Tensor input = x.clone().requires_grad_(true);
   torch::Tensor out = bn(input);
   ((out * upstream).sum() * scale).backward();
-  return {out.detach(), input.grad(), bn->weight.grad().clone(), bn->bias.grad().clone(),
-          bn->running_mean.clone(), bn->running_var.clone()};
+  return {out.detach(),
+          input.grad(),
+          bn->weight.grad().clone(),
+          bn->bias.grad().clone(),
+          bn->running_mean.clone(),
+          bn->running_var.clone()};
 }
 
 class SyncBatchNormShapes : public ::testing::TestWithParam<std::vector<int64_t>> {};

@@ -3,8 +3,7 @@
 // every dtype and layout it takes, windows full of ties and of negative
 // values, and the shapes it leaves to the composite. Built only where the
 // kernels are (a LibTorch with CUDA); skipped without a GPU.
-#include <tuple>
-#include <vector>
+#include "bias_relu_pool.h"
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -12,7 +11,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "bias_relu_pool.h"
+#include <tuple>
+#include <vector>
 
 namespace {
 
@@ -56,7 +56,7 @@ TEST_P(BiasReluMaxPool, EqualsTheCompositeForwardAndBackward) {
   EXPECT_EQ(fused.sizes(), ref.sizes());
   if (c.fused) EXPECT_TRUE(fused.is_contiguous(format));
   EXPECT_TRUE(torch::equal(fused, ref)) << "max difference "
-                                         << (fused.to(torch::kFloat) - ref.to(torch::kFloat)).abs().max().item<double>();
+                                        << (fused.to(torch::kFloat) - ref.to(torch::kFloat)).abs().max().item<double>();
 
   const torch::Tensor upstream = torch::randn(ref.sizes(), cuda).to(c.dtype);
   fused.backward(upstream);
@@ -65,8 +65,7 @@ TEST_P(BiasReluMaxPool, EqualsTheCompositeForwardAndBackward) {
   EXPECT_EQ(b1.grad().scalar_type(), torch::kFloat);
   // The reference sums in y's type (bf16/half rounding), the fused path in fp32.
   const double tol = c.dtype == torch::kFloat ? 1e-5 : 2e-2;
-  EXPECT_TRUE(torch::allclose(b1.grad(), b2.grad(), tol, tol))
-      << b1.grad() << "\nvs\n" << b2.grad();
+  EXPECT_TRUE(torch::allclose(b1.grad(), b2.grad(), tol, tol)) << b1.grad() << "\nvs\n" << b2.grad();
 }
 
 std::vector<Case> Cases() {

@@ -1,9 +1,9 @@
 #include "cifar10.h"
 
+#include <gtest/gtest.h>
+
 #include <array>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "test_env.h"
 

@@ -1,8 +1,8 @@
 #include "config_loader.h"
 
-#include <chrono>
-
 #include <gtest/gtest.h>
+
+#include <chrono>
 
 namespace trainbench {
 namespace {
@@ -71,7 +71,8 @@ TEST(ConfigLoader, OutOfRangeValue) {
 TEST(ConfigLoader, BadChoiceSuggestsTheClosest) {
   const std::string error = ErrorOf(Replace(kGood, "name: sgd", "name: sdg"));
   EXPECT_NE(error.find("training.optimizer.name: 'sdg' is not one of sgd, adam; did you mean 'sgd'?"),
-            std::string::npos) << error;
+            std::string::npos)
+      << error;
 }
 
 TEST(ConfigLoader, SyntaxErrorHasLineAndColumn) {
@@ -97,12 +98,12 @@ TEST(ConfigLoader, MetricsTlsAndDataParallelKeys) {
   EXPECT_EQ(e.metrics.tls.key_file, "/etc/k.pem");
   EXPECT_NE(ErrorOf(std::string(kGood) + "metrics: {tls: {cert_file: c.pem}}\n").find("metrics.tls: needs both"),
             std::string::npos);
-  const Experiment dp = ParseExperiment(Replace(kGood, "  - plugin: cpu\n", "  - plugin: cpu\n    processes: 2\n"),
-                                        "exp.yaml", "/tmp");
+  const Experiment dp =
+      ParseExperiment(Replace(kGood, "  - plugin: cpu\n", "  - plugin: cpu\n    processes: 2\n"), "exp.yaml", "/tmp");
   EXPECT_EQ(dp.devices[0].ranks, 2);
   EXPECT_TRUE(dp.devices[0].device_indices.empty());
-  const Experiment gpus = ParseExperiment(Replace(kGood, "  - plugin: cpu\n", "  - plugin: cpu\n    gpus: [2, 3]\n"),
-                                          "exp.yaml", "/tmp");
+  const Experiment gpus =
+      ParseExperiment(Replace(kGood, "  - plugin: cpu\n", "  - plugin: cpu\n    gpus: [2, 3]\n"), "exp.yaml", "/tmp");
   EXPECT_EQ(gpus.devices[0].ranks, 2);
   EXPECT_EQ(gpus.devices[0].device_indices, (std::vector<int64_t>{2, 3}));
 }
@@ -113,7 +114,8 @@ TEST(ConfigLoader, DuplicateLabelsAreErrors) {
 }
 
 TEST(ConfigLoader, MissingRequiredSections) {
-  EXPECT_NE(ErrorOf("name: t\ndataset: {kind: synthetic}\ndevices: [cpu]\n").find("models: missing"), std::string::npos);
+  EXPECT_NE(ErrorOf("name: t\ndataset: {kind: synthetic}\ndevices: [cpu]\n").find("models: missing"),
+            std::string::npos);
   EXPECT_NE(ErrorOf("models: [a]\n").find("missing key 'name'"), std::string::npos);
   EXPECT_NE(ErrorOf("- just\n- a list\n").find("expected a mapping at the top level"), std::string::npos);
 }
@@ -125,8 +127,8 @@ TEST(ConfigLoader, Cifar10NeedsAPath) {
 }
 
 TEST(ConfigLoader, RelativeDataPathIsAgainstTheConfigFolder) {
-  Experiment e = ParseExperiment(Replace(kGood, "kind: synthetic", "kind: cifar10, path: data/c10"),
-                                 "exp.yaml", "/srv/exp");
+  Experiment e =
+      ParseExperiment(Replace(kGood, "kind: synthetic", "kind: cifar10, path: data/c10"), "exp.yaml", "/srv/exp");
   EXPECT_EQ(e.dataset.path, "/srv/exp/data/c10");
 }
 
@@ -153,7 +155,8 @@ TEST(ConfigLoader, OddKeysAndControlCharactersStayOneLineErrors) {
 TEST(ConfigLoader, AliasBombEndsQuicklyInAnError) {
   // models: [&a0 [x, ...], &a1 [*a0 x10], ..., &a11 [*a10 x10]]: 10^12 leaves
   // if expanded.
-  std::string text = "name: bomb\ndataset: {kind: synthetic}\ndevices: [cpu]\nmodels: [&a0 [x, x, x, x, x, x, x, x, x, x]";
+  std::string text =
+      "name: bomb\ndataset: {kind: synthetic}\ndevices: [cpu]\nmodels: [&a0 [x, x, x, x, x, x, x, x, x, x]";
   for (int i = 1; i < 12; ++i) {
     text += ", &a" + std::to_string(i) + " [";
     for (int j = 0; j < 10; ++j) text += (j ? ", *a" : "*a") + std::to_string(i - 1);
@@ -202,7 +205,8 @@ TEST(ConfigLoader, RefusesBytesThatAreNotUtf8WithTheirPosition) {
 TEST(ConfigLoader, RefusesADuplicateKeyNamingBothPlaces) {
   EXPECT_EQ(ErrorOf(Replace(kGood, "  epochs: 2\n", "  epochs: 2\n  epochs: 200\n")),
             "exp.yaml:10:3: training.epochs: key given twice (first at line 9, column 3); keep one");
-  EXPECT_NE(ErrorOf(Replace(kGood, "seed: 3\n", "seed: 3\nseed: 4\n")).find("seed: key given twice"), std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "seed: 3\n", "seed: 3\nseed: 4\n")).find("seed: key given twice"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "{name: sgd, lr: 0.1}", "{name: sgd, lr: 0.1, lr: 9}"))
                 .find("training.optimizer.lr: key given twice"),
             std::string::npos);
@@ -222,9 +226,11 @@ TEST(ConfigLoader, RefusesLabelsThatCannotNameAFile) {
 
 TEST(ConfigLoader, RefusesMoreCellsThanTheLimit) {
   std::string models = "models: [";
-  for (int i = 0; i < 100; ++i) models += (i ? ", " : "") + std::string("{plugin: simple_cnn, label: m") + std::to_string(i) + "}";
+  for (int i = 0; i < 100; ++i)
+    models += (i ? ", " : "") + std::string("{plugin: simple_cnn, label: m") + std::to_string(i) + "}";
   std::string devices = "devices: [";
-  for (int i = 0; i < 41; ++i) devices += (i ? ", " : "") + std::string("{plugin: cpu, label: d") + std::to_string(i) + "}";
+  for (int i = 0; i < 41; ++i)
+    devices += (i ? ", " : "") + std::string("{plugin: cpu, label: d") + std::to_string(i) + "}";
   const std::string text = "name: big\ndataset: {kind: synthetic}\n" + models + "]\n" + devices + "]\n";
   EXPECT_NE(ErrorOf(text).find("100 models x 41 devices make 4100 cells; the limit is 4096"), std::string::npos)
       << ErrorOf(text);

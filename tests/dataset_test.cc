@@ -1,9 +1,9 @@
 // The on-device batch pipeline: selection, crop, flip, normalisation, in
 // both memory layouts.
+#include "dataset.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-
-#include "dataset.h"
 
 namespace trainbench::worker {
 namespace {
@@ -29,8 +29,8 @@ TEST(DeviceDataset, WithoutAugmentationABatchIsTheNormalisedImages) {
     const torch::Tensor got = d.Images(idx, /*augment=*/false);
     ASSERT_EQ(got.sizes(), (std::vector<int64_t>{3, 3, 32, 32}));
     EXPECT_EQ(got.is_contiguous(torch::MemoryFormat::ChannelsLast), channels_last);
-    const torch::Tensor raw = torch::from_blob(const_cast<uint8_t*>(set.pixels.data()), {5, 3, 32, 32}, torch::kUInt8)
-                                  .to(torch::kFloat32);
+    const torch::Tensor raw =
+        torch::from_blob(const_cast<uint8_t*>(set.pixels.data()), {5, 3, 32, 32}, torch::kUInt8).to(torch::kFloat32);
     const torch::Tensor mean = torch::tensor({kMean[0], kMean[1], kMean[2]}).to(torch::kFloat32).view({1, 3, 1, 1});
     const torch::Tensor std = torch::tensor({kStd[0], kStd[1], kStd[2]}).to(torch::kFloat32).view({1, 3, 1, 1});
     const torch::Tensor expected = (raw.index_select(0, idx) - mean) / std;

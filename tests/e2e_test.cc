@@ -1,5 +1,6 @@
 // End to end: the `trainbench` command with its worker processes and real
 // plugins, training on the CIFAR-10 mini set.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -7,10 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "test_env.h"
 
@@ -45,9 +44,8 @@ Outcome Worker(const std::string& args) { return Run("trainbench-worker", args);
 class EndToEnd : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("e2e_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::path(::testing::TempDir()) / ("e2e_" + std::to_string(::getpid()) + "_" +
+                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     // Tests run side by side: each has a machine-wide benchmark lock of its own.
@@ -161,8 +159,8 @@ measurement: {warmup_steps: 1}
   EXPECT_EQ(cell["steady_steps"], 3);
   ASSERT_EQ(cell["epoch_seconds"].size(), 10u);
   // A projected epoch is the epoch's samples at steady-state throughput.
-  EXPECT_NEAR(cell["epoch_seconds"][9].get<double>(),
-              (2000 / 32) * 32 / cell["samples_per_second"].get<double>(), 1e-6);
+  EXPECT_NEAR(cell["epoch_seconds"][9].get<double>(), (2000 / 32) * 32 / cell["samples_per_second"].get<double>(),
+              1e-6);
   EXPECT_EQ(cell["test_accuracy"].size(), 1u);
 }
 
@@ -407,8 +405,7 @@ measurement: {warmup_steps: 1, time_budget_seconds: 4}
   fs::remove_all(dir_ / "out");
   const pid_t again = StartRun(config);
   for (int i = 0; i < 600 && !fs::exists(dir_ / "out" / "results.json"); ++i) usleep(50000);
-  const Outcome beside =
-      Trainbench("run " + config + " --concurrent --out " + (dir_ / "beside").string() + Plugins());
+  const Outcome beside = Trainbench("run " + config + " --concurrent --out " + (dir_ / "beside").string() + Plugins());
   EXPECT_EQ(beside.exit_code, 0) << beside.output;
   EXPECT_EQ(beside.output.find("waiting for the machine's benchmark lock"), std::string::npos) << beside.output;
   waitpid(again, &status, 0);
@@ -461,14 +458,15 @@ TEST_F(EndToEnd, PluginsOthersCanModifyAreRefused) {
   const Outcome refused = Trainbench("plugins --plugin-dir " + dir.string());
   ASSERT_EQ(refused.exit_code, 0) << refused.output;
   EXPECT_NE(refused.output.find("refused: its folder " + dir.string() + " is writable by others (mode 0777)"),
-            std::string::npos) << refused.output;
+            std::string::npos)
+      << refused.output;
   EXPECT_NE(refused.output.find("--allow-insecure-plugins"), std::string::npos);
   const Outcome allowed = Trainbench("plugins --allow-insecure-plugins --plugin-dir " + dir.string());
   EXPECT_NE(allowed.output.find(dir.string() + "/libtrainbench_simple_cnn.so  (ABI"), std::string::npos)
       << allowed.output;
   fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
-  fs::permissions(dir / "libtrainbench_simple_cnn.so", fs::perms::owner_read | fs::perms::owner_write |
-                                                           fs::perms::group_write);  // 0620
+  fs::permissions(dir / "libtrainbench_simple_cnn.so",
+                  fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_write);  // 0620
   const Outcome file_refused = Trainbench("plugins --plugin-dir " + dir.string());
   EXPECT_NE(file_refused.output.find("the file is writable by its group (mode 0620)"), std::string::npos)
       << file_refused.output;
@@ -480,7 +478,8 @@ TEST_F(EndToEnd, APluginThatHangsWhileLoadingIsReported) {
   unsetenv("TRAINBENCH_DESCRIBE_TIMEOUT");
   ASSERT_EQ(timed.exit_code, 0) << timed.output;
   EXPECT_NE(timed.output.find("fixture_hang_on_load.so: the worker hung while loading or describing it"),
-            std::string::npos) << timed.output;
+            std::string::npos)
+      << timed.output;
   EXPECT_NE(timed.output.find("simple_cnn"), std::string::npos) << timed.output;  // the rest still listed
 }
 
@@ -493,8 +492,10 @@ TEST_F(EndToEnd, ReportComparesRunsAndDrawsTheFigure) {
   const bool have_gnuplot = std::system("command -v gnuplot >/dev/null 2>&1") == 0;
   const Outcome md = Trainbench("report " + a + " " + b + (have_gnuplot ? " --plot " + png : ""));
   ASSERT_EQ(md.exit_code, 0) << md.output;
-  EXPECT_NE(md.output.find("| paper@vm (NVIDIA H200) | resnet50 | 23.53M | cuda | 8606.0 | 1.19 s | 40.9% | 13.47x | ok |"),
-            std::string::npos) << md.output;
+  EXPECT_NE(
+      md.output.find("| paper@vm (NVIDIA H200) | resnet50 | 23.53M | cuda | 8606.0 | 1.19 s | 40.9% | 13.47x | ok |"),
+      std::string::npos)
+      << md.output;
   EXPECT_NE(md.output.find("paper-synthetic50k@vm"), std::string::npos);
   if (have_gnuplot) {
     std::ifstream image(png, std::ios::binary);
@@ -507,8 +508,8 @@ TEST_F(EndToEnd, ReportComparesRunsAndDrawsTheFigure) {
   const Outcome csv = Trainbench("report --format csv " + a);
   EXPECT_EQ(csv.output.rfind("run,model,params,device,samples_per_second", 0), 0u) << csv.output;
   // Without gnuplot: the table still prints, then a one-line error that says what to install.
-  const std::string command = "PATH=/nonexistent " + (BinDir() / "trainbench").string() + " report " + a +
-                              " --plot " + (dir_ / "x.svg").string() + " 2>&1";
+  const std::string command = "PATH=/nonexistent " + (BinDir() / "trainbench").string() + " report " + a + " --plot " +
+                              (dir_ / "x.svg").string() + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   std::string out;
   char buffer[4096];
@@ -516,7 +517,8 @@ TEST_F(EndToEnd, ReportComparesRunsAndDrawsTheFigure) {
   while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
   const int status = pclose(pipe);
   EXPECT_EQ(WEXITSTATUS(status), 1) << out;
-  EXPECT_NE(out.find("gnuplot not found: install it (Debian/Ubuntu: apt-get install gnuplot-nox)"), std::string::npos) << out;
+  EXPECT_NE(out.find("gnuplot not found: install it (Debian/Ubuntu: apt-get install gnuplot-nox)"), std::string::npos)
+      << out;
   EXPECT_NE(out.find("| resnet18 |"), std::string::npos) << out;
 }
 
@@ -539,11 +541,14 @@ TEST_F(EndToEnd, ValidateReportsOneLineWithPosition) {
       << o.output;
   EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
 
-  const std::string bad_option = Config("name: v\nmodels: [{plugin: resnet18, options: {stme: cifar}}]\ndevices: [cpu]\n");
+  const std::string bad_option =
+      Config("name: v\nmodels: [{plugin: resnet18, options: {stme: cifar}}]\ndevices: [cpu]\n");
   const Outcome o2 = Trainbench("validate " + bad_option + Plugins());
   EXPECT_EQ(o2.exit_code, 2);
-  EXPECT_NE(o2.output.find(":3:39: models[0].options.stme: plugin 'resnet18' has no option 'stme'; did you mean 'stem'?"),
-            std::string::npos) << o2.output;
+  EXPECT_NE(
+      o2.output.find(":3:39: models[0].options.stme: plugin 'resnet18' has no option 'stme'; did you mean 'stem'?"),
+      std::string::npos)
+      << o2.output;
 
   setenv("TRAINBENCH_DATA", MiniData().c_str(), 1);
   for (const char* shipped : {"quickstart.yaml", "paper.yaml"}) {
@@ -562,15 +567,14 @@ TEST_F(EndToEnd, UnwritableOutputIsFoundBeforeTraining) {
 TEST_F(EndToEnd, PluginsListsRejectionsAndSurvivesACrashingPlugin) {
   const Outcome o = Trainbench("plugins --plugin-dir " + FixtureDir().string() + Plugins());
   ASSERT_EQ(o.exit_code, 0) << o.output;
-  for (const char* expected : {"simple_cnn", "resnet18", "resnet50", "faulty_model", "[available]",
-                               "fixture_abi_major.so: plugin SDK ABI 2.0", "fixture_abi_minor.so: plugin SDK ABI 1.99",
-                               "fixture_no_entry.so: no 'trainbench_plugin_entry'",
-                               "fixture_not_a_library.so: not a loadable shared library",
-                               "fixture_crash_on_load.so: the worker died while loading or describing it (killed by signal SIGABRT"}) {
+  for (const char* expected :
+       {"simple_cnn", "resnet18", "resnet50", "faulty_model", "[available]", "fixture_abi_major.so: plugin SDK ABI 2.0",
+        "fixture_abi_minor.so: plugin SDK ABI 1.99", "fixture_no_entry.so: no 'trainbench_plugin_entry'",
+        "fixture_not_a_library.so: not a loadable shared library",
+        "fixture_crash_on_load.so: the worker died while loading or describing it (killed by signal SIGABRT"}) {
     EXPECT_NE(o.output.find(expected), std::string::npos) << expected << "\n" << o.output;
   }
 }
-
 
 // Data parallelism on the CPU (Gloo): the same code path as several GPUs
 // with NCCL, which docs/results/h200-data-parallel.md measures.
@@ -617,7 +621,8 @@ devices:
   - {plugin: cpu, label: two, processes: 2, options: {threads: 1}}
 training: {epochs: 2, batch_size: 64, augment: false}
 measurement: {warmup_steps: 2, baseline: one}
-)", ", train_size: 1024, test_size: 250");
+)",
+                                    ", train_size: 1024, test_size: 250");
   const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const json cells = Results()["cells"];
@@ -698,7 +703,8 @@ devices:
   - {plugin: cpu, label: two-local, processes: 2, options: {threads: 1}}
 training: {epochs: 3, batch_size: 32, augment: false, optimizer: {name: sgd, lr: 0.002, momentum: 0.0}}
 measurement: {warmup_steps: 1, baseline: one}
-)", ", train_size: 32, test_size: 64");
+)",
+                                    ", train_size: 32, test_size: 64");
   const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const json cells = Results()["cells"];
@@ -766,8 +772,10 @@ measurement: {warmup_steps: 1, max_steps: 3, baseline: alone}
   EXPECT_EQ(cells[0]["plugins"][0]["abi"], "1.0");
   EXPECT_EQ(cells[1]["status"], "ok") << cells[1].dump(2);
   EXPECT_EQ(cells[2]["status"], "failed");
-  EXPECT_NE(cells[2].value("reason", "").find("sync_batchnorm: model plugin 'old_abi_model' was built against SDK ABI "
-                                              "1.0, which cannot synchronise batch normalisation; rebuild it"),
+  EXPECT_NE(cells[2]
+                .value("reason", "")
+                .find("sync_batchnorm: model plugin 'old_abi_model' was built against SDK ABI "
+                      "1.0, which cannot synchronise batch normalisation; rebuild it"),
             std::string::npos)
       << cells[2].value("reason", "");
 }
@@ -799,8 +807,8 @@ measurement: {warmup_steps: 1, max_steps: 3}
 
 TEST_F(EndToEnd, DataParallelMistakesAreConfigErrors) {
   auto check = [&](const std::string& devices, const std::string& expected) {
-    const std::string config = Config("name: dp-bad\nmodels: [simple_cnn]\ndevices: " + devices +
-                                      "\ntraining: {batch_size: 100}\n");
+    const std::string config =
+        Config("name: dp-bad\nmodels: [simple_cnn]\ndevices: " + devices + "\ntraining: {batch_size: 100}\n");
     const Outcome o = Trainbench("validate " + config + Plugins());
     EXPECT_EQ(o.exit_code, 2) << devices << "\n" << o.output;
     EXPECT_NE(o.output.find(expected), std::string::npos) << devices << "\n" << o.output;

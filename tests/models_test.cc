@@ -1,8 +1,8 @@
 // The three model plugins against torchvision's and PyTorch's own numbers.
-#include <map>
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <map>
 
 #include "autocast_scope.h"
 #include "plugin_loader.h"
@@ -13,8 +13,10 @@ namespace {
 
 std::shared_ptr<sdk::Model> Make(const std::string& name, int64_t classes) {
   nlohmann::json options{{"num_classes", classes}};
-  if (name == "simple_cnn") options.update({{"hidden", 192}, {"fused_epilogue", true}});
-  else options["stem"] = "imagenet";
+  if (name == "simple_cnn")
+    options.update({{"hidden", 192}, {"fused_epilogue", true}});
+  else
+    options["stem"] = "imagenet";
   return CreateModel(LoadPlugin(trainbench::testing::PluginFile(name)), options);
 }
 
@@ -63,8 +65,8 @@ TEST(Models, TrainingFlopsMatchPyTorchsFlopCounter) {
 }
 
 TEST(Models, CifarStemKeepsResolution) {
-  auto model = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
-                           {{"num_classes", 10}, {"stem", "cifar"}});
+  auto model =
+      CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10}, {"stem", "cifar"}});
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& item : model->module().named_parameters()) shapes[item.key()] = item.value().sizes().vec();
   EXPECT_EQ(shapes["conv1.weight"], (std::vector<int64_t>{64, 3, 3, 3}));
@@ -108,9 +110,9 @@ TEST(Models, ChannelsLastStridesSurviveOneByOneMapsOnCuda) {
 }
 
 TEST(Models, UnknownStemIsACreationError) {
-  EXPECT_THROW(CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
-                           {{"num_classes", 10}, {"stem", "tiny"}}),
-               PluginError);
+  EXPECT_THROW(
+      CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10}, {"stem", "tiny"}}),
+      PluginError);
 }
 
 // SimpleCNN's fused convolution epilogue (bias + ReLU + max-pool as one CUDA

@@ -60,9 +60,9 @@ TEST(PluginLoader, RejectsAnotherLibTorchFingerprint) {
   const std::string error = LoadError(FixtureDir() / "fixture_fingerprint.so");
   EXPECT_NE(error.find("torch-0.0.1"), std::string::npos) << error;
   EXPECT_NE(error.find(std::string("torch-") + HostFingerprint().torch_version), std::string::npos) << error;
-  EXPECT_NE(error.find(std::string("LibTorch differs: the plugin has 0.0.1, the host ") +
-                       HostFingerprint().torch_version),
-            std::string::npos)
+  EXPECT_NE(
+      error.find(std::string("LibTorch differs: the plugin has 0.0.1, the host ") + HostFingerprint().torch_version),
+      std::string::npos)
       << error;
   EXPECT_EQ(error.find("C++ library ABI differs"), std::string::npos) << error;
 }

@@ -1,8 +1,8 @@
 #include "results.h"
 
-#include <fstream>
-
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 namespace trainbench {
 namespace {
@@ -10,7 +10,7 @@ namespace {
 namespace fs = std::filesystem;
 
 nlohmann::json Cell(const std::string& model, const std::string& device, const std::string& status, double sps) {
-  return {{"model", model}, {"device", device}, {"status", status}, {"samples_per_second", sps},
+  return {{"model", model},         {"device", device},       {"status", status}, {"samples_per_second", sps},
           {"epoch_seconds", {1.0}}, {"test_accuracy", {0.5}}, {"params", 1000}};
 }
 

@@ -22,9 +22,7 @@ inline std::string Env(const char* name) {
   return "";
 }
 /// The CIFAR-10 mini set (2,000 train / 500 test records).
-inline std::filesystem::path MiniData() {
-  return std::filesystem::path(Env("TRAINBENCH_TEST_DATA")) / "cifar-10-mini";
-}
+inline std::filesystem::path MiniData() { return std::filesystem::path(Env("TRAINBENCH_TEST_DATA")) / "cifar-10-mini"; }
 inline std::filesystem::path PluginDir() { return Env("TRAINBENCH_PLUGIN_DIR"); }
 inline std::filesystem::path FixtureDir() { return Env("TRAINBENCH_FIXTURE_DIR"); }
 inline std::filesystem::path TestPluginDir() { return Env("TRAINBENCH_TEST_PLUGIN_DIR"); }

@@ -3,14 +3,13 @@
 // worker's end is its exit, and whatever breaks the protocol ends it.
 #include "worker_client.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "test_env.h"
 #include "trainbench/protocol/version.h"
@@ -31,8 +30,8 @@ class WorkerClient : public ::testing::Test {
   WorkerExit Run(const std::string& mode, double idle_timeout = 0) {
     ::setenv("FAKE_WORKER_MODE", mode.c_str(), 1);
     events_.clear();
-    return RunWorker(WorkerLaunch{{"run"}, "{}", log_, {}},
-                     [&](const protocol::Event& e) { events_.push_back(e); }, idle_timeout);
+    return RunWorker(
+        WorkerLaunch{{"run"}, "{}", log_, {}}, [&](const protocol::Event& e) { events_.push_back(e); }, idle_timeout);
   }
 
   fs::path log_ = fs::path(::testing::TempDir()) / ("worker_client_" + std::to_string(::getpid()) + ".log");
@@ -85,9 +84,9 @@ TEST_F(WorkerClient, AWorkerOfAnotherProtocolIsRefusedNamingBothVersions) {
   const WorkerExit exit = Run("ok");
   EXPECT_FALSE(exit.clean());
   EXPECT_TRUE(events_.empty());
-  EXPECT_NE(exit.protocol_error.find("speaks protocol version 99, this host " +
-                                     std::to_string(protocol::kProtocolVersion)),
-            std::string::npos)
+  EXPECT_NE(
+      exit.protocol_error.find("speaks protocol version 99, this host " + std::to_string(protocol::kProtocolVersion)),
+      std::string::npos)
       << exit.protocol_error;
 }
 

@@ -2,12 +2,12 @@
 // passes under bfloat16 autocast (what CPUs with AVX512-BF16 or AMX speed
 // up). docs/writing-plugins.md walks through it.
 
+#include <ATen/Parallel.h>
+
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <ATen/Parallel.h>
-#include <nlohmann/json.hpp>
 
 #include "trainbench/sdk/plugin.h"
 

@@ -6,10 +6,10 @@
 //
 // Ctrl-C stops the running cell at its next step; results stay written.
 
+#include <trainbench/engine.h>
+
 #include <cstdio>
 #include <string>
-
-#include <trainbench/engine.h>
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -22,8 +22,7 @@ int main(int argc, char** argv) {
     for (const auto& p : engine.plugins()) {
       if (p.loaded) (p.kind == "model" ? models : devices) += 1;
     }
-    std::printf("engine %s: %d model and %d device plugin(s)\n", trainbench::EngineVersion().c_str(), models,
-                devices);
+    std::printf("engine %s: %d model and %d device plugin(s)\n", trainbench::EngineVersion().c_str(), models, devices);
 
     auto experiment = trainbench::ExperimentBuilder("embedded")
                           .Seed(7)

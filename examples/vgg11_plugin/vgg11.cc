@@ -3,8 +3,6 @@
 // pool to 7x7 and a 4096-4096-classes classifier with dropout. 132,863,336
 // parameters with 1000 classes (torchvision's published figure).
 
-#include <memory>
-
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/dropout.h>
 #include <torch/nn/functional/pooling.h>
@@ -14,6 +12,8 @@
 #include <torch/nn/modules/pooling.h>
 #include <trainbench/sdk/module_model.h>
 #include <trainbench/sdk/plugin.h>
+
+#include <memory>
 
 namespace {
 
@@ -63,11 +63,10 @@ const TbParamSpec kParams[] = {
 
 std::unique_ptr<trainbench::sdk::Model> Make(const trainbench::sdk::Options& options) {
   const int64_t classes = options.GetInt("num_classes");
-  return std::make_unique<trainbench::sdk::ModuleModel<Vgg11>>(
-      Vgg11(classes, options.GetFloat("dropout")), std::array<int64_t, 3>{3, 32, 32}, classes);
+  return std::make_unique<trainbench::sdk::ModuleModel<Vgg11>>(Vgg11(classes, options.GetFloat("dropout")),
+                                                               std::array<int64_t, 3>{3, 32, 32}, classes);
 }
 
 }  // namespace
 
-TRAINBENCH_MODEL_PLUGIN("vgg11", "1.0.0", "VGG-11 (torchvision layout), an out-of-tree example",
-                        kParams, Make)
+TRAINBENCH_MODEL_PLUGIN("vgg11", "1.0.0", "VGG-11 (torchvision layout), an out-of-tree example", kParams, Make)

@@ -63,8 +63,7 @@ void AppendFile(const fs::path& file, int64_t limit, ImageSet* out) {
   DecodeRecords(buffer.data(), buffer.size(), file.string(), records, out);
 }
 
-void DecodeRecords(const uint8_t* data, size_t size, const std::string& name, int64_t limit,
-                   ImageSet* out) {
+void DecodeRecords(const uint8_t* data, size_t size, const std::string& name, int64_t limit, ImageSet* out) {
   if (size == 0 || size % kRecordBytes != 0) {
     throw DataError(name + ": " + std::to_string(size) +
                     " bytes is not a whole number of 3073-byte CIFAR-10 records "

@@ -45,8 +45,7 @@ int64_t CountRecords(const std::filesystem::path& dir, Split split);
 
 /// Reads up to `limit` records (all when unset) of a split. Throws DataError
 /// for a missing, truncated or wrong-size file or a label outside 0-9.
-ImageSet LoadSplit(const std::filesystem::path& dir, Split split,
-                   std::optional<int64_t> limit = std::nullopt);
+ImageSet LoadSplit(const std::filesystem::path& dir, Split split, std::optional<int64_t> limit = std::nullopt);
 
 /// Reads up to `limit` records of one file, appending to `out`.
 void AppendFile(const std::filesystem::path& file, int64_t limit, ImageSet* out);
@@ -54,7 +53,6 @@ void AppendFile(const std::filesystem::path& file, int64_t limit, ImageSet* out)
 /// Decodes up to `limit` whole records from `size` bytes of file contents
 /// named `name` (for messages), appending to `out`. Throws DataError for a
 /// size that is not a whole number of records or a label outside 0-9.
-void DecodeRecords(const uint8_t* data, size_t size, const std::string& name, int64_t limit,
-                   ImageSet* out);
+void DecodeRecords(const uint8_t* data, size_t size, const std::string& name, int64_t limit, ImageSet* out);
 
 }  // namespace trainbench::data

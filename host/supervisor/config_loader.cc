@@ -1,8 +1,5 @@
 #include "config_loader.h"
 
-#include "settings_yaml.h"
-#include "yaml_validator.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +10,8 @@
 
 #include "cifar10.h"
 #include "plugin_catalog.h"
+#include "settings_yaml.h"
+#include "yaml_validator.h"
 
 namespace trainbench {
 namespace fs = std::filesystem;
@@ -23,11 +22,10 @@ namespace {
 // the usual 255-byte limit for a name).
 constexpr size_t kMaxLabelBytes = 100;
 
-std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& list,
-                                       const std::string& path, bool device) {
+std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& list, const std::string& path,
+                                       bool device) {
   if (!list.IsDefined()) v.Fail(list, path, "missing; list at least one plugin");
-  if (!list.IsSequence() || list.size() == 0)
-    v.Fail(list, path, "expected a non-empty list of plugins");
+  if (!list.IsSequence() || list.size() == 0) v.Fail(list, path, "expected a non-empty list of plugins");
   std::vector<PluginUse> uses;
   std::set<std::string> labels;
   for (size_t i = 0; i < list.size(); ++i) {
@@ -52,8 +50,7 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
       if (!Absent(item["max_steps"]))
         use.max_steps = v.Int(item["max_steps"], item_path + ".max_steps", 1, INT64_C(1) << 40);
       if (!Absent(item["time_budget_seconds"]))
-        use.time_budget_seconds =
-            v.Float(item["time_budget_seconds"], item_path + ".time_budget_seconds", 0.001, 1e7);
+        use.time_budget_seconds = v.Float(item["time_budget_seconds"], item_path + ".time_budget_seconds", 0.001, 1e7);
       const YAML::Node gpus = item["gpus"], processes = item["processes"];
       if (!Absent(gpus) && !Absent(processes))
         v.Fail(processes, item_path + ".processes", "give either gpus or processes, not both");
@@ -84,16 +81,17 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
              "'" + use.label.substr(0, 40) + "...' is " + std::to_string(use.label.size()) + " bytes; the limit is " +
                  std::to_string(kMaxLabelBytes) + " (give a shorter 'label')");
     }
-    if (use.label == "." || use.label == ".." ||
-        std::any_of(use.label.begin(), use.label.end(),
-                    [](char c) { return c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    if (use.label == "." || use.label == ".." || std::any_of(use.label.begin(), use.label.end(), [](char c) {
+          return c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+        })) {
       v.Fail(label_at, item_path + ".label",
              "'" + use.label + "' cannot name a file: no '/', control characters, '.' or '..' (give a plain 'label')");
     }
     if (!labels.insert(use.label).second) {
-      v.Fail(item, item_path, "label '" + use.label +
-                                  "' is used twice; give entries of the same plugin distinct "
-                                  "'label's");
+      v.Fail(item, item_path,
+             "label '" + use.label +
+                 "' is used twice; give entries of the same plugin distinct "
+                 "'label's");
     }
     uses.push_back(std::move(use));
   }
@@ -152,16 +150,26 @@ size_t FirstInvalidUtf8(const std::string& text) {
     const unsigned char c = s[i];
     size_t len = 0;
     unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
-    if (c < 0x80) len = 1;
-    else if (c >= 0xc2 && c <= 0xdf) len = 2;
-    else if (c == 0xe0) len = 3, lo = 0xa0;
-    else if (c >= 0xe1 && c <= 0xec) len = 3;
-    else if (c == 0xed) len = 3, hi = 0x9f;
-    else if (c >= 0xee && c <= 0xef) len = 3;
-    else if (c == 0xf0) len = 4, lo = 0x90;
-    else if (c >= 0xf1 && c <= 0xf3) len = 4;
-    else if (c == 0xf4) len = 4, hi = 0x8f;
-    else return i;
+    if (c < 0x80)
+      len = 1;
+    else if (c >= 0xc2 && c <= 0xdf)
+      len = 2;
+    else if (c == 0xe0)
+      len = 3, lo = 0xa0;
+    else if (c >= 0xe1 && c <= 0xec)
+      len = 3;
+    else if (c == 0xed)
+      len = 3, hi = 0x9f;
+    else if (c >= 0xee && c <= 0xef)
+      len = 3;
+    else if (c == 0xf0)
+      len = 4, lo = 0x90;
+    else if (c >= 0xf1 && c <= 0xf3)
+      len = 4;
+    else if (c == 0xf4)
+      len = 4, hi = 0x8f;
+    else
+      return i;
     if (i + len > n) return i;
     for (size_t k = 1; k < len; ++k) {
       const unsigned char b = s[i + k];
@@ -176,8 +184,7 @@ size_t FirstInvalidUtf8(const std::string& text) {
 // would silently keep the first), naming both places. An alias is the node
 // it names (the same position): each is walked once, so an alias bomb costs
 // what its text costs.
-void CheckDuplicateKeys(const Validator& v, const YAML::Node& node, const std::string& path,
-                        std::set<int>& walked) {
+void CheckDuplicateKeys(const Validator& v, const YAML::Node& node, const std::string& path, std::set<int>& walked) {
   if ((node.IsMap() || node.IsSequence()) && !walked.insert(node.Mark().pos).second) return;
   if (node.IsMap()) {
     std::map<std::string, YAML::Mark> seen;
@@ -213,8 +220,8 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw ConfigError(file + ":" + std::to_string(e.mark.line + 1) + ":" +
-                      std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg);
+    throw ConfigError(file + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                      ": YAML syntax error: " + e.msg);
   }
   std::set<int> walked;
   CheckDuplicateKeys(v, root, "", walked);
@@ -270,8 +277,7 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
     ReadSettings(v, t, "training", e.training);
     if (const YAML::Node o = t["optimizer"]) {
       const auto& opt = e.training.optimizer;
-      if (opt.nesterov && opt.momentum <= 0)
-        v.Fail(o["nesterov"], "training.optimizer.nesterov", "needs momentum > 0");
+      if (opt.nesterov && opt.momentum <= 0) v.Fail(o["nesterov"], "training.optimizer.nesterov", "needs momentum > 0");
       if (opt.name == "adam" && o["momentum"])
         v.Fail(o["momentum"], "training.optimizer.momentum", "applies to sgd only; remove it for adam");
     }
@@ -282,8 +288,7 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
     const auto& ms = e.measurement;
     if (ms.max_steps && *ms.max_steps <= ms.warmup_steps)
       v.Fail(m["max_steps"], "measurement.max_steps",
-             "must be larger than warmup_steps (" + std::to_string(ms.warmup_steps) +
-                 "), or no step would be timed");
+             "must be larger than warmup_steps (" + std::to_string(ms.warmup_steps) + "), or no step would be timed");
   }
   for (size_t i = 0; i < e.devices.size(); ++i) {
     const auto& d = e.devices[i];
@@ -295,8 +300,7 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
     }
     if (d.max_steps && *d.max_steps <= e.measurement.warmup_steps) {
       v.Fail(root["devices"][i]["max_steps"], "devices[" + std::to_string(i) + "].max_steps",
-             "must be larger than measurement.warmup_steps (" +
-                 std::to_string(e.measurement.warmup_steps) + ")");
+             "must be larger than measurement.warmup_steps (" + std::to_string(e.measurement.warmup_steps) + ")");
     }
   }
   if (const YAML::Node m = root["metrics"]) {
@@ -305,7 +309,8 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
       v.Fail(t, "metrics.tls", "needs both cert_file and key_file (PEM)");
     if (const YAML::Node a = m["basic_auth"];
         a && (e.metrics.basic_auth.username.empty() || e.metrics.basic_auth.password_file.empty()))
-      v.Fail(a, "metrics.basic_auth", "needs both username and password_file (the password itself never goes in a config)");
+      v.Fail(a, "metrics.basic_auth",
+             "needs both username and password_file (the password itself never goes in a config)");
     // Files named here are relative to the config's folder.
     for (std::string* f : {&e.metrics.tls.cert_file, &e.metrics.tls.key_file, &e.metrics.basic_auth.password_file}) {
       if (!f->empty() && fs::path(*f).is_relative()) *f = (fs::path(base_dir) / *f).string();
@@ -317,8 +322,8 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
   if (!baseline_found) {
     std::vector<std::string> labels;
     for (const auto& d : e.devices) labels.push_back(d.label);
-    const YAML::Node at = root["measurement"] && root["measurement"]["baseline"]
-                              ? root["measurement"]["baseline"] : root["devices"];
+    const YAML::Node at =
+        root["measurement"] && root["measurement"]["baseline"] ? root["measurement"]["baseline"] : root["devices"];
     const std::string hint = DidYouMean(e.measurement.baseline, labels);
     v.Fail(at, "measurement.baseline",
            "'" + e.measurement.baseline + "' is not one of the devices" +
@@ -328,15 +333,14 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
 }
 }  // namespace
 
-Experiment ParseExperiment(const std::string& text, const std::string& file,
-                           const std::string& base_dir) {
+Experiment ParseExperiment(const std::string& text, const std::string& file, const std::string& base_dir) {
   try {
     return ParseChecked(text, file, base_dir);
   } catch (const YAML::Exception& e) {
     // A yaml-cpp conversion the checks above did not foresee: still one line
     // with the position.
-    throw ConfigError(file + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
-                      ": " + e.msg);
+    throw ConfigError(file + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) + ": " +
+                      e.msg);
   }
 }
 
@@ -361,8 +365,8 @@ namespace {
 
 // Checks `given` against a plugin's parameter schema; returns all options
 // with defaults filled in.
-nlohmann::json ValidateOptions(const Validator& v, const PluginUse& use,
-                               const nlohmann::json& params, const std::string& path) {
+nlohmann::json ValidateOptions(const Validator& v, const PluginUse& use, const nlohmann::json& params,
+                               const std::string& path) {
   nlohmann::json out = nlohmann::json::object();
   std::vector<std::string> names;
   for (const auto& p : params) {
@@ -375,8 +379,7 @@ nlohmann::json ValidateOptions(const Validator& v, const PluginUse& use,
     if (!kv.first.IsScalar()) v.Fail(kv.first, path + ".options", "an option name must be a plain name");
     const std::string key = kv.first.as<std::string>();
     const std::string key_path = path + ".options." + key;
-    auto it = std::find_if(params.begin(), params.end(),
-                           [&](const nlohmann::json& p) { return p.at("name") == key; });
+    auto it = std::find_if(params.begin(), params.end(), [&](const nlohmann::json& p) { return p.at("name") == key; });
     if (it == params.end()) {
       const std::string hint = DidYouMean(key, names);
       std::string list;
@@ -469,14 +472,12 @@ void ResolvePlugins(Experiment& e, const PluginCatalog& catalog) {
       const int64_t train = data::CountRecords(e.dataset.path, data::Split::kTrain);
       const int64_t test = data::CountRecords(e.dataset.path, data::Split::kTest);
       if (e.dataset.train_size && *e.dataset.train_size > train) {
-        throw ConfigError(e.file + ": dataset.train_size: " + std::to_string(*e.dataset.train_size) +
-                          " but " + e.dataset.path + " holds " + std::to_string(train) +
-                          " training images");
+        throw ConfigError(e.file + ": dataset.train_size: " + std::to_string(*e.dataset.train_size) + " but " +
+                          e.dataset.path + " holds " + std::to_string(train) + " training images");
       }
       if (e.dataset.test_size && *e.dataset.test_size > test) {
-        throw ConfigError(e.file + ": dataset.test_size: " + std::to_string(*e.dataset.test_size) +
-                          " but " + e.dataset.path + " holds " + std::to_string(test) +
-                          " test images");
+        throw ConfigError(e.file + ": dataset.test_size: " + std::to_string(*e.dataset.test_size) + " but " +
+                          e.dataset.path + " holds " + std::to_string(test) + " test images");
       }
       const int64_t used = e.dataset.train_size.value_or(train);
       if (e.training.batch_size > used) {

@@ -34,8 +34,7 @@ inline constexpr size_t kMaxCells = 4096;
 Experiment LoadExperiment(const std::string& file);
 
 /// Same, from YAML text (for tests); `file` names it in messages.
-Experiment ParseExperiment(const std::string& text, const std::string& file,
-                           const std::string& base_dir);
+Experiment ParseExperiment(const std::string& text, const std::string& file, const std::string& base_dir);
 
 /// Finds each model and device plugin in `catalog`, checks its options
 /// against the plugin's schema (filling in defaults), checks the kinds, the

@@ -3,10 +3,8 @@
 
 #include "trainbench/engine.h"
 
-#include <unistd.h>
-
-
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include "config_loader.h"
 #include "net.h"
@@ -15,8 +13,8 @@
 #include "report.h"
 #include "results.h"
 #include "run_lock.h"
-#include "settings_yaml.h"
 #include "runner.h"
+#include "settings_yaml.h"
 #include "system_info.h"
 #include "worker_client.h"
 #ifdef TRAINBENCH_WITH_PROMETHEUS
@@ -35,11 +33,15 @@ std::string ConfigReference() { return GenerateConfigReference(); }
 std::string WorkerFingerprint() {
   std::string text;
   try {
-    const WorkerExit exit = RunWorker(WorkerLaunch{{"info"}, "", "", {}}, [&](const protocol::Event& event) {
-      if (const auto* info = std::get_if<protocol::Info>(&event)) {
-        text = info->compiler + "/" + info->cxx_abi + "/torch-" + info->torch_version + "/cuda-" + info->cuda_version;
-      }
-    }, 60);
+    const WorkerExit exit = RunWorker(
+        WorkerLaunch{{"info"}, "", "", {}},
+        [&](const protocol::Event& event) {
+          if (const auto* info = std::get_if<protocol::Info>(&event)) {
+            text =
+                info->compiler + "/" + info->cxx_abi + "/torch-" + info->torch_version + "/cuda-" + info->cuda_version;
+          }
+        },
+        60);
     if (text.empty()) return "unknown (trainbench-worker info: " + exit.Describe() + ")";
   } catch (const std::exception& e) {
     return std::string("unknown (") + e.what() + ")";
@@ -80,14 +82,12 @@ json PluginEntry(const std::string& plugin, const json& options, const std::stri
 }
 }  // namespace
 
-ExperimentBuilder& ExperimentBuilder::Model(const std::string& plugin, const json& options,
-                                            const std::string& label) {
+ExperimentBuilder& ExperimentBuilder::Model(const std::string& plugin, const json& options, const std::string& label) {
   doc_["models"].push_back(PluginEntry(plugin, options, label));
   return *this;
 }
 
-ExperimentBuilder& ExperimentBuilder::Device(const std::string& plugin, const json& options,
-                                             const std::string& label) {
+ExperimentBuilder& ExperimentBuilder::Device(const std::string& plugin, const json& options, const std::string& label) {
   doc_["devices"].push_back(PluginEntry(plugin, options, label));
   return *this;
 }
@@ -96,16 +96,17 @@ ExperimentBuilder& ExperimentBuilder::Epochs(long long epochs) { return Set("/tr
 ExperimentBuilder& ExperimentBuilder::BatchSize(long long n) { return Set("/training/batch_size", n); }
 ExperimentBuilder& ExperimentBuilder::WarmupSteps(long long n) { return Set("/measurement/warmup_steps", n); }
 ExperimentBuilder& ExperimentBuilder::MaxSteps(long long n) { return Set("/measurement/max_steps", n); }
-ExperimentBuilder& ExperimentBuilder::TimeBudgetSeconds(double s) {
-  return Set("/measurement/time_budget_seconds", s);
-}
+ExperimentBuilder& ExperimentBuilder::TimeBudgetSeconds(double s) { return Set("/measurement/time_budget_seconds", s); }
 
 ExperimentBuilder& ExperimentBuilder::Set(const std::string& pointer, const json& value) {
   try {
     doc_[json::json_pointer(pointer)] = value;
   } catch (const json::exception& e) {
-    throw EngineError("ExperimentBuilder::Set(\"" + pointer + "\"): not a JSON pointer such as "
-                      "\"/training/epochs\": " + e.what(), kExitConfig);
+    throw EngineError("ExperimentBuilder::Set(\"" + pointer +
+                          "\"): not a JSON pointer such as "
+                          "\"/training/epochs\": " +
+                          e.what(),
+                      kExitConfig);
   }
   return *this;
 }
@@ -303,8 +304,7 @@ ExperimentPlan Engine::Build(const ExperimentBuilder& builder) const {
   return Parse(builder.document().dump(2), "<code: " + builder.document().value("name", "") + ">");
 }
 
-RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
-                       const EventCallback& on_event) const {
+RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, const EventCallback& on_event) const {
   Experiment experiment = plan.impl().experiment;
   if (options.out_dir.empty()) throw EngineError("RunOptions::out_dir is empty: say where results go", kExitConfig);
   std::error_code ec;
@@ -331,11 +331,15 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
   RunLock machine_lock;
   if (!options.concurrent && std::getenv("SLURM_JOB_ID") == nullptr) {
     try {
-      machine_lock = RunLock::Take(MachineLockFile(), me, [](const std::string& holder) {
-        spdlog::warn("waiting for the machine's benchmark lock ({}), held by {}: two benchmarks at once skew each "
-                     "other's timings (--concurrent runs beside it)",
-                     MachineLockFile().string(), holder);
-      }, &g_stop_signal);
+      machine_lock = RunLock::Take(
+          MachineLockFile(), me,
+          [](const std::string& holder) {
+            spdlog::warn(
+                "waiting for the machine's benchmark lock ({}), held by {}: two benchmarks at once skew each "
+                "other's timings (--concurrent runs beside it)",
+                MachineLockFile().string(), holder);
+          },
+          &g_stop_signal);
     } catch (const std::exception& e) {
       throw EngineError(std::string(e.what()) + " (--concurrent runs without it)", kExitError);
     }
@@ -353,8 +357,9 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options,
   if (!options.metrics_tls_cert_file.empty()) m.tls.cert_file = options.metrics_tls_cert_file;
   if (!options.metrics_tls_key_file.empty()) m.tls.key_file = options.metrics_tls_key_file;
   if (m.tls.cert_file.empty() != m.tls.key_file.empty()) {
-    throw EngineError("TLS for /metrics needs both a certificate and a key file (--metrics-tls-cert, --metrics-tls-key)",
-                      kExitConfig);
+    throw EngineError(
+        "TLS for /metrics needs both a certificate and a key file (--metrics-tls-cert, --metrics-tls-key)",
+        kExitConfig);
   }
   if (!m.basic_auth.username.empty() && m.basic_auth.password_file.empty()) {
     throw EngineError("a metrics user needs a password file (passwords are never given on the command line)",

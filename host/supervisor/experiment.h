@@ -2,13 +2,13 @@
 // An experiment as described in YAML: models x devices, training settings and
 // measurement rules. Plain data, no LibTorch.
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "trainbench/protocol/cell_spec.h"
 
@@ -16,13 +16,13 @@ namespace trainbench {
 
 /// One `models:` or `devices:` entry.
 struct PluginUse {
-  std::string plugin;        ///< plugin name
-  std::string label;         ///< name of this entry in results (default: plugin)
-  YAML::Node plugin_node;    ///< the entry naming the plugin, for error positions
-  YAML::Node options_node;   ///< as written, for error positions
-  nlohmann::json options;    ///< validated, defaults filled (after ResolvePlugins)
-  std::string path;          ///< plugin file (after ResolvePlugins); empty: missing
-  nlohmann::json record;     ///< name, kind, path, version, abi, sha256 (for results)
+  std::string plugin;          ///< plugin name
+  std::string label;           ///< name of this entry in results (default: plugin)
+  YAML::Node plugin_node;      ///< the entry naming the plugin, for error positions
+  YAML::Node options_node;     ///< as written, for error positions
+  nlohmann::json options;      ///< validated, defaults filled (after ResolvePlugins)
+  std::string path;            ///< plugin file (after ResolvePlugins); empty: missing
+  nlohmann::json record;       ///< name, kind, path, version, abi, sha256 (for results)
   std::string missing_reason;  ///< why a known optional plugin is absent
   // Device entries only: per-cell budget overriding `measurement`.
   std::optional<int64_t> max_steps;
@@ -51,8 +51,8 @@ using TrainingSpec = protocol::TrainingSettings;
 struct MeasurementSpec : protocol::StepMeasurement {
   int64_t repeats = 1;
   double stall_timeout_seconds = 1800;  ///< a worker that sends no event this long is hung
-  bool stop_on_failure = false;  ///< end the run at the first failed cell
-  std::string baseline = "cpu";  ///< device label that speedups are against
+  bool stop_on_failure = false;         ///< end the run at the first failed cell
+  std::string baseline = "cpu";         ///< device label that speedups are against
 };
 
 /// `metrics:`, the one struct of the metrics settings; command-line flags

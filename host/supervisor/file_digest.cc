@@ -1,9 +1,9 @@
 #include "file_digest.h"
 
+#include <openssl/evp.h>
+
 #include <fstream>
 #include <memory>
-
-#include <openssl/evp.h>
 
 namespace trainbench {
 

@@ -1,13 +1,13 @@
 #include "logging.h"
 
-#include <memory>
-#include <stdexcept>
-
-#include <nlohmann/json.hpp>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
 
 namespace trainbench {
 namespace {
@@ -16,14 +16,11 @@ namespace {
 class JsonMessageFlag : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
-    const std::string quoted =
-        nlohmann::json(std::string(msg.payload.data(), msg.payload.size()))
-            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const std::string quoted = nlohmann::json(std::string(msg.payload.data(), msg.payload.size()))
+                                   .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     dest.append(quoted.data(), quoted.data() + quoted.size());
   }
-  std::unique_ptr<custom_flag_formatter> clone() const override {
-    return std::make_unique<JsonMessageFlag>();
-  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonMessageFlag>(); }
 };
 
 }  // namespace

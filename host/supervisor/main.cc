@@ -3,14 +3,14 @@
 // cells (each in a fresh trainbench-worker process), writes results, serves
 // live metrics and compares runs. It never loads LibTorch itself.
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <ctime>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "logging.h"
 #include "trainbench/engine.h"
@@ -22,7 +22,8 @@ namespace {
 
 void PrintPlugins(const Engine& engine) {
   std::printf("search path:\n");
-  for (const auto& d : engine.search_path()) std::printf("  %s%s\n", d.c_str(), fs::is_directory(d) ? "" : "  (missing)");
+  for (const auto& d : engine.search_path())
+    std::printf("  %s%s\n", d.c_str(), fs::is_directory(d) ? "" : "  (missing)");
   std::printf("\n");
   for (const auto& p : engine.plugins()) {
     if (!p.loaded) {
@@ -33,9 +34,8 @@ void PrintPlugins(const Engine& engine) {
     if (p.available.has_value()) {
       availability = *p.available ? "  [available]" : "  [unavailable: " + p.unavailable_reason + "]";
     }
-    std::printf("%-7s %-12s %-8s %s%s\n        %s  (ABI %s, %s)\n", p.kind.c_str(), p.name.c_str(),
-                p.version.c_str(), p.description.c_str(), availability.c_str(), p.path.c_str(), p.abi.c_str(),
-                p.fingerprint.c_str());
+    std::printf("%-7s %-12s %-8s %s%s\n        %s  (ABI %s, %s)\n", p.kind.c_str(), p.name.c_str(), p.version.c_str(),
+                p.description.c_str(), availability.c_str(), p.path.c_str(), p.abi.c_str(), p.fingerprint.c_str());
     if (p.device.is_object() && p.device.value("accelerator", false)) {
       const auto option = [&](const char* key) {
         return p.device.contains(key) && p.device[key].is_string() ? p.device[key].get<std::string>() : "none";
@@ -45,11 +45,13 @@ void PrintPlugins(const Engine& engine) {
     }
     for (const auto& param : p.params) {
       std::string extra;
-      if (param.contains("choices")) extra = " {" + fmt::format("{}", fmt::join(param["choices"].get<std::vector<std::string>>(), ",")) + "}";
-      if (param.contains("min")) extra += fmt::format(" [{}, {}]", param["min"].get<double>(), param["max"].get<double>());
+      if (param.contains("choices"))
+        extra = " {" + fmt::format("{}", fmt::join(param["choices"].get<std::vector<std::string>>(), ",")) + "}";
+      if (param.contains("min"))
+        extra += fmt::format(" [{}, {}]", param["min"].get<double>(), param["max"].get<double>());
       std::printf("          %-16s %-6s default %-10s %s%s\n", param.value("name", "").c_str(),
-                  param.value("type", "").c_str(), param["default"].dump().c_str(),
-                  param.value("doc", "").c_str(), extra.c_str());
+                  param.value("type", "").c_str(), param["default"].dump().c_str(), param.value("doc", "").c_str(),
+                  extra.c_str());
     }
   }
   for (const std::string& note : engine.MissingPluginNotes()) std::printf("\nnote: %s\n", note.c_str());
@@ -87,7 +89,8 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "run an experiment");
   run->add_option("config", config, "experiment YAML file")->required();
   run->add_option("--out", run_options.out_dir, "output folder for results.json, results.csv and logs");
-  run->add_flag("--resume", run_options.resume, "keep the cells that finished in an earlier run into --out; run the rest");
+  run->add_flag("--resume", run_options.resume,
+                "keep the cells that finished in an earlier run into --out; run the rest");
   run->add_flag("--concurrent", run_options.concurrent,
                 "run beside other trainbench runs on this machine (by default a run waits for the machine's "
                 "benchmark lock, as two benchmarks at once skew each other's timings)");
@@ -97,8 +100,10 @@ int main(int argc, char** argv) {
                   "serve Prometheus metrics on HOST:PORT (PORT alone: loopback); overrides metrics.address");
   run->add_option("--metrics-linger", metrics_linger,
                   "keep serving metrics this many seconds after the run; overrides metrics.linger_seconds");
-  run->add_option("--metrics-push", run_options.metrics_push_url, "push final metrics to this Pushgateway (http://HOST:PORT)");
-  run->add_option("--metrics-user", run_options.metrics_username, "require HTTP basic authentication with this user for /metrics");
+  run->add_option("--metrics-push", run_options.metrics_push_url,
+                  "push final metrics to this Pushgateway (http://HOST:PORT)");
+  run->add_option("--metrics-user", run_options.metrics_username,
+                  "require HTTP basic authentication with this user for /metrics");
   run->add_option("--metrics-password-file", run_options.metrics_password_file,
                   "file whose first line is the basic-authentication password");
   run->add_option("--metrics-tls-cert", run_options.metrics_tls_cert_file,
@@ -127,7 +132,8 @@ int main(int argc, char** argv) {
   submit->add_flag("--hold", slurm_options.hold, "submit held (release with scontrol release JOBID)");
   submit->add_option("--metrics-file-sd", slurm_options.metrics_file_sd,
                      "each task serves /metrics on a free port and writes a file_sd target into this folder");
-  submit->add_option("--metrics-push", slurm_options.metrics_push_url, "each task pushes its final metrics to this Pushgateway");
+  submit->add_option("--metrics-push", slurm_options.metrics_push_url,
+                     "each task pushes its final metrics to this Pushgateway");
   auto* validate = app.add_subcommand("validate", "check an experiment file without running it");
   validate->add_option("config", config, "experiment YAML file")->required();
   add_plugin_dir(validate);
@@ -138,7 +144,8 @@ int main(int argc, char** argv) {
   std::vector<fs::path> report_files;
   std::string report_format = "markdown";
   fs::path report_plot;
-  auto* report = app.add_subcommand("report", "compare results.json files (Markdown or CSV) and draw the study's figure");
+  auto* report =
+      app.add_subcommand("report", "compare results.json files (Markdown or CSV) and draw the study's figure");
   report->add_option("results", report_files, "results.json files (several: side by side)")->required();
   report->add_option("--format", report_format, "markdown or csv")->check(CLI::IsMember({"markdown", "csv"}));
   report->add_option("--plot", report_plot, "draw speedup vs model size and throughput to this .png or .svg (gnuplot)");

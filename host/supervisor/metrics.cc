@@ -1,7 +1,13 @@
 #include "metrics.h"
 
-#include "net.h"
-#include "tls_front.h"
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gateway.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -14,17 +20,10 @@
 #include <stdexcept>
 #include <thread>
 
-#include <prometheus/counter.h>
-#include <prometheus/exposer.h>
-#include <prometheus/gateway.h>
-#include <prometheus/gauge.h>
-#include <prometheus/histogram.h>
-#include <prometheus/registry.h>
-#include <spdlog/spdlog.h>
-#include <unistd.h>
-
 #include "gpu_monitor.h"
+#include "net.h"
 #include "system_info.h"
+#include "tls_front.h"
 #include "worker_client.h"
 
 namespace trainbench {
@@ -39,8 +38,7 @@ using prometheus::Labels;
 // Step durations from 50 us (a small model on a GPU in a CUDA graph) to 60 s
 // (a large model on a slow CPU).
 const Histogram::BucketBoundaries kStepBuckets = {
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-    0.1,     0.25,   0.5,     1,      2.5,   5,      10,    30,   60};
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 
 // Seconds of CPU time used by process `pid` so far, or -1.
 double ProcessCpuSeconds(int pid) {
@@ -87,64 +85,116 @@ struct MetricsExporter::Impl {
   std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<TlsFront> tls;  // HTTPS in front of the exposer, when asked
 
-  Family<Gauge>& info = prometheus::BuildGauge().Name("trainbench_info")
-      .Help("Build and run metadata; always 1").Register(*registry);
-  Family<Gauge>& cells = prometheus::BuildGauge().Name("trainbench_cells")
-      .Help("Cells (model x device) in the experiment").Register(*registry);
-  Family<Gauge>& cell_index = prometheus::BuildGauge().Name("trainbench_cell_index")
-      .Help("1-based index of the cell running now (or last run)").Register(*registry);
-  Family<Counter>& cells_finished = prometheus::BuildCounter().Name("trainbench_cells_finished_total")
-      .Help("Cells finished, by status").Register(*registry);
-  Family<Counter>& samples = prometheus::BuildCounter().Name("trainbench_samples_total")
-      .Help("Training samples processed").Register(*registry);
-  Family<Counter>& steps = prometheus::BuildCounter().Name("trainbench_steps_total")
-      .Help("Training steps (optimizer updates) processed").Register(*registry);
-  Family<Histogram>& step_duration = prometheus::BuildHistogram().Name("trainbench_step_duration_seconds")
-      .Help("Duration of steady-state training steps (warm-up excluded)").Register(*registry);
-  Family<Gauge>& throughput = prometheus::BuildGauge().Name("trainbench_samples_per_second")
-      .Help("Training throughput over the last progress interval").Register(*registry);
-  Family<Gauge>& epoch_duration = prometheus::BuildGauge().Name("trainbench_epoch_duration_seconds")
-      .Help("Wall time of the last finished epoch (evaluation excluded)").Register(*registry);
-  Family<Gauge>& loss = prometheus::BuildGauge().Name("trainbench_train_loss")
-      .Help("Mean training loss of the current epoch so far").Register(*registry);
-  Family<Gauge>& accuracy = prometheus::BuildGauge().Name("trainbench_test_accuracy_ratio")
-      .Help("Test accuracy after the last epoch, 0-1").Register(*registry);
-  Family<Gauge>& epoch = prometheus::BuildGauge().Name("trainbench_epoch")
-      .Help("Current epoch, 1-based").Register(*registry);
-  Family<Gauge>& epochs = prometheus::BuildGauge().Name("trainbench_epochs")
-      .Help("Epochs the cell is configured for").Register(*registry);
-  Family<Gauge>& step = prometheus::BuildGauge().Name("trainbench_epoch_step")
-      .Help("Current step within the epoch, 1-based").Register(*registry);
-  Family<Gauge>& steps_per_epoch = prometheus::BuildGauge().Name("trainbench_steps_per_epoch")
-      .Help("Steps in one epoch").Register(*registry);
-  Family<Gauge>& progress = prometheus::BuildGauge().Name("trainbench_cell_progress_ratio")
-      .Help("Fraction of the cell's training done, 0-1 (budget-limited cells: of the budget)").Register(*registry);
-  Family<Gauge>& eta = prometheus::BuildGauge().Name("trainbench_cell_remaining_seconds")
-      .Help("Estimated seconds of training left in the cell").Register(*registry);
-  Family<Gauge>& speedup = prometheus::BuildGauge().Name("trainbench_speedup")
-      .Help("Samples/s over the baseline device's for the same model").Register(*registry);
-  Family<Gauge>& cell_samples_per_second = prometheus::BuildGauge().Name("trainbench_cell_samples_per_second")
-      .Help("Steady-state samples/s of a finished cell").Register(*registry);
-  Family<Gauge>& ranks = prometheus::BuildGauge().Name("trainbench_cell_ranks")
-      .Help("Worker processes (GPUs) of a finished data-parallel cell").Register(*registry);
-  Family<Gauge>& rank_samples_per_second = prometheus::BuildGauge().Name("trainbench_rank_samples_per_second")
-      .Help("Steady-state samples/s of one rank (GPU) of a finished data-parallel cell").Register(*registry);
-  Family<Gauge>& scaling_efficiency = prometheus::BuildGauge().Name("trainbench_scaling_efficiency_ratio")
-      .Help("Samples/s of a data-parallel cell over N times the one-rank cell's, 0-1").Register(*registry);
-  Family<Gauge>& params = prometheus::BuildGauge().Name("trainbench_model_parameters")
-      .Help("Trainable parameters of the model").Register(*registry);
-  Family<Gauge>& memory = prometheus::BuildGauge().Name("trainbench_device_memory_bytes")
-      .Help("Device memory in use by the cell (resident set on a CPU, allocator reserve on a GPU)").Register(*registry);
-  Family<Gauge>& gpu_util = prometheus::BuildGauge().Name("trainbench_gpu_utilization_ratio")
-      .Help("GPU busy fraction as NVML reports it, 0-1").Register(*registry);
-  Family<Gauge>& gpu_power = prometheus::BuildGauge().Name("trainbench_gpu_power_watts")
-      .Help("GPU board power draw").Register(*registry);
-  Family<Gauge>& gpu_temp = prometheus::BuildGauge().Name("trainbench_gpu_temperature_celsius")
-      .Help("GPU core temperature").Register(*registry);
-  Family<Gauge>& gpu_memory = prometheus::BuildGauge().Name("trainbench_gpu_memory_used_bytes")
-      .Help("GPU memory used by all processes, as NVML reports it").Register(*registry);
-  Family<Gauge>& cpu_util = prometheus::BuildGauge().Name("trainbench_worker_cpu_utilization_ratio")
-      .Help("CPU time of the cell's worker process over wall time, divided by logical cores, 0-1").Register(*registry);
+  Family<Gauge>& info =
+      prometheus::BuildGauge().Name("trainbench_info").Help("Build and run metadata; always 1").Register(*registry);
+  Family<Gauge>& cells = prometheus::BuildGauge()
+                             .Name("trainbench_cells")
+                             .Help("Cells (model x device) in the experiment")
+                             .Register(*registry);
+  Family<Gauge>& cell_index = prometheus::BuildGauge()
+                                  .Name("trainbench_cell_index")
+                                  .Help("1-based index of the cell running now (or last run)")
+                                  .Register(*registry);
+  Family<Counter>& cells_finished = prometheus::BuildCounter()
+                                        .Name("trainbench_cells_finished_total")
+                                        .Help("Cells finished, by status")
+                                        .Register(*registry);
+  Family<Counter>& samples = prometheus::BuildCounter()
+                                 .Name("trainbench_samples_total")
+                                 .Help("Training samples processed")
+                                 .Register(*registry);
+  Family<Counter>& steps = prometheus::BuildCounter()
+                               .Name("trainbench_steps_total")
+                               .Help("Training steps (optimizer updates) processed")
+                               .Register(*registry);
+  Family<Histogram>& step_duration = prometheus::BuildHistogram()
+                                         .Name("trainbench_step_duration_seconds")
+                                         .Help("Duration of steady-state training steps (warm-up excluded)")
+                                         .Register(*registry);
+  Family<Gauge>& throughput = prometheus::BuildGauge()
+                                  .Name("trainbench_samples_per_second")
+                                  .Help("Training throughput over the last progress interval")
+                                  .Register(*registry);
+  Family<Gauge>& epoch_duration = prometheus::BuildGauge()
+                                      .Name("trainbench_epoch_duration_seconds")
+                                      .Help("Wall time of the last finished epoch (evaluation excluded)")
+                                      .Register(*registry);
+  Family<Gauge>& loss = prometheus::BuildGauge()
+                            .Name("trainbench_train_loss")
+                            .Help("Mean training loss of the current epoch so far")
+                            .Register(*registry);
+  Family<Gauge>& accuracy = prometheus::BuildGauge()
+                                .Name("trainbench_test_accuracy_ratio")
+                                .Help("Test accuracy after the last epoch, 0-1")
+                                .Register(*registry);
+  Family<Gauge>& epoch =
+      prometheus::BuildGauge().Name("trainbench_epoch").Help("Current epoch, 1-based").Register(*registry);
+  Family<Gauge>& epochs =
+      prometheus::BuildGauge().Name("trainbench_epochs").Help("Epochs the cell is configured for").Register(*registry);
+  Family<Gauge>& step = prometheus::BuildGauge()
+                            .Name("trainbench_epoch_step")
+                            .Help("Current step within the epoch, 1-based")
+                            .Register(*registry);
+  Family<Gauge>& steps_per_epoch =
+      prometheus::BuildGauge().Name("trainbench_steps_per_epoch").Help("Steps in one epoch").Register(*registry);
+  Family<Gauge>& progress = prometheus::BuildGauge()
+                                .Name("trainbench_cell_progress_ratio")
+                                .Help("Fraction of the cell's training done, 0-1 (budget-limited cells: of the budget)")
+                                .Register(*registry);
+  Family<Gauge>& eta = prometheus::BuildGauge()
+                           .Name("trainbench_cell_remaining_seconds")
+                           .Help("Estimated seconds of training left in the cell")
+                           .Register(*registry);
+  Family<Gauge>& speedup = prometheus::BuildGauge()
+                               .Name("trainbench_speedup")
+                               .Help("Samples/s over the baseline device's for the same model")
+                               .Register(*registry);
+  Family<Gauge>& cell_samples_per_second = prometheus::BuildGauge()
+                                               .Name("trainbench_cell_samples_per_second")
+                                               .Help("Steady-state samples/s of a finished cell")
+                                               .Register(*registry);
+  Family<Gauge>& ranks = prometheus::BuildGauge()
+                             .Name("trainbench_cell_ranks")
+                             .Help("Worker processes (GPUs) of a finished data-parallel cell")
+                             .Register(*registry);
+  Family<Gauge>& rank_samples_per_second =
+      prometheus::BuildGauge()
+          .Name("trainbench_rank_samples_per_second")
+          .Help("Steady-state samples/s of one rank (GPU) of a finished data-parallel cell")
+          .Register(*registry);
+  Family<Gauge>& scaling_efficiency =
+      prometheus::BuildGauge()
+          .Name("trainbench_scaling_efficiency_ratio")
+          .Help("Samples/s of a data-parallel cell over N times the one-rank cell's, 0-1")
+          .Register(*registry);
+  Family<Gauge>& params = prometheus::BuildGauge()
+                              .Name("trainbench_model_parameters")
+                              .Help("Trainable parameters of the model")
+                              .Register(*registry);
+  Family<Gauge>& memory =
+      prometheus::BuildGauge()
+          .Name("trainbench_device_memory_bytes")
+          .Help("Device memory in use by the cell (resident set on a CPU, allocator reserve on a GPU)")
+          .Register(*registry);
+  Family<Gauge>& gpu_util = prometheus::BuildGauge()
+                                .Name("trainbench_gpu_utilization_ratio")
+                                .Help("GPU busy fraction as NVML reports it, 0-1")
+                                .Register(*registry);
+  Family<Gauge>& gpu_power =
+      prometheus::BuildGauge().Name("trainbench_gpu_power_watts").Help("GPU board power draw").Register(*registry);
+  Family<Gauge>& gpu_temp = prometheus::BuildGauge()
+                                .Name("trainbench_gpu_temperature_celsius")
+                                .Help("GPU core temperature")
+                                .Register(*registry);
+  Family<Gauge>& gpu_memory = prometheus::BuildGauge()
+                                  .Name("trainbench_gpu_memory_used_bytes")
+                                  .Help("GPU memory used by all processes, as NVML reports it")
+                                  .Register(*registry);
+  Family<Gauge>& cpu_util =
+      prometheus::BuildGauge()
+          .Name("trainbench_worker_cpu_utilization_ratio")
+          .Help("CPU time of the cell's worker process over wall time, divided by logical cores, 0-1")
+          .Register(*registry);
 
   std::mutex mutex;  // guards the fields below (the sampler thread reads them)
   std::string experiment;
@@ -240,8 +290,7 @@ MetricsExporter::MetricsExporter(const MetricsSpec& options) : impl_(std::make_u
   // holds the public address (civetweb's own TLS cannot work with OpenSSL 3:
   // see tls_front.h).
   const bool tls = !options.tls.cert_file.empty() && !impl_->options.address.empty();
-  const std::string http_address =
-      tls ? "127.0.0.1:" + std::to_string(FreeTcpPort()) : impl_->options.address;
+  const std::string http_address = tls ? "127.0.0.1:" + std::to_string(FreeTcpPort()) : impl_->options.address;
   try {
     // No address: push only (--metrics-push), nothing served.
     // civetweb gives each connection a thread until its request is read: a
@@ -258,8 +307,8 @@ MetricsExporter::MetricsExporter(const MetricsSpec& options) : impl_(std::make_u
                              "); is the port in use? choose another with --metrics-addr");
   }
   if (tls) {
-    impl_->tls = std::make_unique<TlsFront>(impl_->options.address, http_address, options.tls.cert_file,
-                                            options.tls.key_file);
+    impl_->tls =
+        std::make_unique<TlsFront>(impl_->options.address, http_address, options.tls.cert_file, options.tls.key_file);
   }
   if (!options.basic_auth.username.empty() && impl_->exposer) {
     impl_->exposer->RegisterAuth(
@@ -289,8 +338,12 @@ void MetricsExporter::OnRunStarted(const Experiment& e, size_t cells) {
   impl_->epochs_configured = e.training.epochs;
   for (const auto& d : e.devices)
     if (d.accelerator) impl_->accelerators.insert(d.label);
-  impl_->info.Add({{"experiment", e.name}, {"version", TrainbenchVersion()},
-                   {"git_commit", TrainbenchGitCommit()}, {"config", e.file}}).Set(1);
+  impl_->info
+      .Add({{"experiment", e.name},
+            {"version", TrainbenchVersion()},
+            {"git_commit", TrainbenchGitCommit()},
+            {"config", e.file}})
+      .Set(1);
   impl_->cells.Add({{"experiment", e.name}}).Set(static_cast<double>(cells));
 }
 
@@ -396,16 +449,16 @@ void MetricsExporter::Finish() {
       prometheus::Gateway gateway(m[1], m[2], "trainbench", {{"experiment", impl_->experiment}});
       gateway.RegisterCollectable(impl_->registry);
       const int code = gateway.Push();
-      if (code >= 200 && code < 300) spdlog::info("metrics pushed to {}", impl_->options.push_url);
-      else spdlog::error("metrics push to {} failed (HTTP {})", impl_->options.push_url, code);
+      if (code >= 200 && code < 300)
+        spdlog::info("metrics pushed to {}", impl_->options.push_url);
+      else
+        spdlog::error("metrics push to {} failed (HTTP {})", impl_->options.push_url, code);
     }
   }
   if (impl_->options.linger_seconds > 0 && impl_->exposer) {
     spdlog::info("serving final metrics on {}://{}/metrics for {:.0f} s", impl_->tls ? "https" : "http",
-                 impl_->options.address,
-                 impl_->options.linger_seconds);
-    const auto end = std::chrono::steady_clock::now() +
-                     std::chrono::duration<double>(impl_->options.linger_seconds);
+                 impl_->options.address, impl_->options.linger_seconds);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(impl_->options.linger_seconds);
     while (std::chrono::steady_clock::now() < end && g_stop_signal.load() == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

@@ -11,7 +11,6 @@
 
 namespace trainbench {
 
-
 /// Normalises "9464" / ":9464" to "127.0.0.1:9464"; throws
 /// std::invalid_argument for anything that is not HOST:PORT.
 std::string NormaliseListenAddress(const std::string& address);

@@ -1,12 +1,12 @@
 #include "plugin_catalog.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <sstream>
-
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "file_digest.h"
 #include "worker_client.h"
@@ -59,8 +59,7 @@ std::string UnsafeBecause(const fs::path& path) {
   if (st.st_mode & (S_IWGRP | S_IWOTH)) {
     char mode[8];
     std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return std::string("writable by ") + ((st.st_mode & S_IWOTH) ? "others" : "its group") +
-           " (mode " + mode + ")";
+    return std::string("writable by ") + ((st.st_mode & S_IWOTH) ? "others" : "its group") + " (mode " + mode + ")";
   }
   return "";
 }
@@ -90,10 +89,10 @@ PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs, bool al
         // Refused before any of its code runs.
         PluginInfo info;
         info.path = file;
-        info.reason = file + ": refused: " +
-                      (unsafe_file.empty() ? "its folder " + dir.string() + " is " + unsafe_dir
-                                           : "the file is " + unsafe_file) +
-                      "; fix with chmod go-w (or chown), or pass --allow-insecure-plugins";
+        info.reason =
+            file + ": refused: " +
+            (unsafe_file.empty() ? "its folder " + dir.string() + " is " + unsafe_dir : "the file is " + unsafe_file) +
+            "; fix with chmod go-w (or chown), or pass --allow-insecure-plugins";
         described[file] = info;
         catalog.plugins_.push_back(info);
         continue;
@@ -111,19 +110,22 @@ PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs, bool al
     std::vector<std::string> args = {"describe"};
     args.insert(args.end(), files.begin() + static_cast<long>(next), files.end());
     size_t got = 0;
-    WorkerExit exit = RunWorker(WorkerLaunch{args, "", "", {}}, [&](const protocol::Event& event) {
-      const auto* plugin = std::get_if<protocol::PluginDescribed>(&event);
-      if (plugin == nullptr) return;
-      PluginInfo info;
-      info.path = plugin->path;
-      info.loaded = plugin->loaded;
-      info.reason = plugin->reason;
-      if (plugin->loaded) info.descriptor = plugin->descriptor;
-      info.available = plugin->available;
-      info.unavailable_reason = plugin->unavailable_reason;
-      described[info.path] = info;
-      ++got;
-    }, DescribeTimeout());
+    WorkerExit exit = RunWorker(
+        WorkerLaunch{args, "", "", {}},
+        [&](const protocol::Event& event) {
+          const auto* plugin = std::get_if<protocol::PluginDescribed>(&event);
+          if (plugin == nullptr) return;
+          PluginInfo info;
+          info.path = plugin->path;
+          info.loaded = plugin->loaded;
+          info.reason = plugin->reason;
+          if (plugin->loaded) info.descriptor = plugin->descriptor;
+          info.available = plugin->available;
+          info.unavailable_reason = plugin->unavailable_reason;
+          described[info.path] = info;
+          ++got;
+        },
+        DescribeTimeout());
     next += got;
     if (next < files.size() && (exit.signaled || exit.code != 0)) {
       PluginInfo info;

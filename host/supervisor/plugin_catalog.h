@@ -4,21 +4,20 @@
 // while being described takes down one worker, not the host.
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace trainbench {
 
 /// What is known of one plugin file.
 struct PluginInfo {
   std::string path;
-  std::string sha256;    ///< of the file, hex
-  bool loaded = false;   ///< accepted by the loader
-  std::string reason;    ///< why rejected (or shadowed)
-  nlohmann::json descriptor;  ///< name, kind, version, abi, fingerprint, params
+  std::string sha256;             ///< of the file, hex
+  bool loaded = false;            ///< accepted by the loader
+  std::string reason;             ///< why rejected (or shadowed)
+  nlohmann::json descriptor;      ///< name, kind, version, abi, fingerprint, params
   std::optional<bool> available;  ///< device plugins: usable on this machine
   std::string unavailable_reason;
 
@@ -27,9 +26,13 @@ struct PluginInfo {
   /// Device plugins' own description (SDK ABI 1.2; older ones: host devices).
   bool accelerator() const { return Trait("accelerator").is_boolean() && Trait("accelerator").get<bool>(); }
   /// The option selecting which accelerator, or "" when it has none.
-  std::string index_option() const { return Trait("index_option").is_string() ? Trait("index_option").get<std::string>() : ""; }
+  std::string index_option() const {
+    return Trait("index_option").is_string() ? Trait("index_option").get<std::string>() : "";
+  }
   /// The option that captures the step in a graph, or "".
-  std::string graph_option() const { return Trait("graph_option").is_string() ? Trait("graph_option").get<std::string>() : ""; }
+  std::string graph_option() const {
+    return Trait("graph_option").is_string() ? Trait("graph_option").get<std::string>() : "";
+  }
 
  private:
   nlohmann::json Trait(const char* key) const {
@@ -60,8 +63,7 @@ class PluginCatalog {
   /// ssh refuses such keys, unless `allow_insecure`. A worker that prints
   /// nothing for TRAINBENCH_DESCRIBE_TIMEOUT seconds (default 60) while
   /// describing is killed and the plugin it was on is reported as hanging.
-  static PluginCatalog Discover(const std::vector<std::filesystem::path>& dirs,
-                                bool allow_insecure = false);
+  static PluginCatalog Discover(const std::vector<std::filesystem::path>& dirs, bool allow_insecure = false);
 
   const std::vector<PluginInfo>& plugins() const { return plugins_; }
   const std::vector<std::filesystem::path>& search_path() const { return dirs_; }

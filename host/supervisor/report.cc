@@ -1,5 +1,7 @@
 #include "report.h"
-#include "results.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,9 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include <fmt/format.h>
-#include <unistd.h>
-
+#include "results.h"
 #include "worker_client.h"
 
 namespace trainbench {
@@ -94,8 +94,8 @@ std::string ReportCsv(const std::vector<LoadedResults>& runs) {
   std::ostringstream out;
   out << "run,model,params,device,samples_per_second,epoch_seconds_median,projected,test_accuracy,speedup,status\n";
   for (const Row& r : Rows(runs)) {
-    out << json(r.run).dump() << "," << json(r.model).dump() << "," << r.params << "," << json(r.device).dump()
-        << "," << r.sps << "," << r.epoch << "," << (r.projected ? "true" : "false") << ","
+    out << json(r.run).dump() << "," << json(r.model).dump() << "," << r.params << "," << json(r.device).dump() << ","
+        << r.sps << "," << r.epoch << "," << (r.projected ? "true" : "false") << ","
         << (r.accuracy >= 0 ? std::to_string(r.accuracy) : "") << ","
         << (r.speedup.is_number() ? std::to_string(r.speedup.get<double>()) : "") << "," << r.status << "\n";
   }
@@ -132,27 +132,34 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
   std::string plot;
   for (auto& [name, points] : by_series) {
     std::sort(points.begin(), points.end(), [](const Row* a, const Row* b) { return a->params < b->params; });
-    for (const Row* p : points) speedups << p->params << " " << p->speedup.get<double>() << " " << json(p->model).dump() << "\n";
+    for (const Row* p : points)
+      speedups << p->params << " " << p->speedup.get<double>() << " " << json(p->model).dump() << "\n";
     speedups << "\n\n";
     size_t run_number = 1;
-    for (size_t k = 0; k < runs.size(); ++k) if (name.rfind(runs[k].label + " / ", 0) == 0) run_number = k + 1;
-    plot += fmt::format("{}{} index {} using 1:2 with linespoints pointtype 7 title {}, '' index {} using 1:2:3 with labels offset 0,1 notitle",
-                        plot.empty() ? "plot " : ", ", Quote((dir / "speedup.dat").string()), block,
-                        Quote("#" + std::to_string(run_number) + " " + name), block);
+    for (size_t k = 0; k < runs.size(); ++k)
+      if (name.rfind(runs[k].label + " / ", 0) == 0) run_number = k + 1;
+    plot += fmt::format(
+        "{}{} index {} using 1:2 with linespoints pointtype 7 title {}, '' index {} using 1:2:3 with labels offset 0,1 "
+        "notitle",
+        plot.empty() ? "plot " : ", ", Quote((dir / "speedup.dat").string()), block,
+        Quote("#" + std::to_string(run_number) + " " + name), block);
     ++block;
   }
   speedups.close();
-  script << (plot.empty() ? "set label 'no speedups (only the baseline device ran)' at graph 0.5,0.5 center\nplot 1 notitle\n"
-                          : plot + "\n");
-  script << "unset logscale x\nset title 'Throughput per cell'\nset xlabel ''\nset ylabel 'samples/s'\n"
-         << "set logscale y\nset style fill solid 0.7\nset boxwidth 0.7\nset xtics rotate by -45 font ',9'\nset key off\n";
+  script << (plot.empty()
+                 ? "set label 'no speedups (only the baseline device ran)' at graph 0.5,0.5 center\nplot 1 notitle\n"
+                 : plot + "\n");
+  script
+      << "unset logscale x\nset title 'Throughput per cell'\nset xlabel ''\nset ylabel 'samples/s'\n"
+      << "set logscale y\nset style fill solid 0.7\nset boxwidth 0.7\nset xtics rotate by -45 font ',9'\nset key off\n";
   std::ofstream bars(dir / "throughput.dat");
   size_t i = 0;
   for (const Row& r : rows) {
     if (r.status != "ok") continue;
     // Runs are numbered in the order given (the legend of the left plot names them).
     size_t run_number = 1;
-    for (size_t k = 0; k < runs.size(); ++k) if (runs[k].label == r.run) run_number = k + 1;
+    for (size_t k = 0; k < runs.size(); ++k)
+      if (runs[k].label == r.run) run_number = k + 1;
     bars << i++ << " " << r.sps << " "
          << json(r.model + " " + r.device + (runs.size() > 1 ? " #" + std::to_string(run_number) : "")).dump() << "\n";
   }

@@ -3,10 +3,9 @@
 // by side, say) as a Markdown or CSV comparison, and the study's figure
 // (speedup against model size, plus throughput per device) drawn by gnuplot.
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace trainbench {
 

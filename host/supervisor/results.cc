@@ -1,15 +1,15 @@
 #include "results.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
-
-#include <fmt/format.h>
-#include <unistd.h>
 
 namespace trainbench {
 namespace fs = std::filesystem;
@@ -24,8 +24,8 @@ void WriteFileAtomically(const fs::path& path, const std::string& content) {
     out << content;
     out.flush();
     if (!out) {
-      throw std::runtime_error(tmp.string() + ": write failed: " +
-                               (errno != 0 ? std::strerror(errno) : "unknown error") +
+      throw std::runtime_error(tmp.string() +
+                               ": write failed: " + (errno != 0 ? std::strerror(errno) : "unknown error") +
                                " (the previous " + path.filename().string() + " is kept)");
     }
   }
@@ -106,8 +106,8 @@ void Results::ComputeSpeedups() {
     cell["speedup"] = nullptr;
     if (cell.value("status", "") != "ok" || cell.value("device", "") == baseline_) continue;
     for (const auto& base : cells()) {
-      if (base.value("model", "") == cell.value("model", "") &&
-          base.value("device", "") == baseline_ && base.value("status", "") == "ok") {
+      if (base.value("model", "") == cell.value("model", "") && base.value("device", "") == baseline_ &&
+          base.value("status", "") == "ok") {
         const double b = base.value("samples_per_second", 0.0);
         if (b > 0) cell["speedup"] = cell.value("samples_per_second", 0.0) / b;
       }
@@ -165,12 +165,25 @@ std::string CsvField(const json& v) {
 
 void Results::Write() {
   WriteFileAtomically(out_dir_ / "results.json", doc_.dump(2) + "\n");
-  static const char* kColumns[] = {"model", "device", "status", "reason", "params",
-                                   "flops_per_sample", "samples_per_second",
-                                   "step_seconds_median", "step_seconds_p90", "epoch_seconds",
-                                   "train_seconds", "train_loss", "test_accuracy", "projected",
-                                   "speedup", "peak_memory_bytes", "ranks",
-                                   "rank_samples_per_second", "scaling_efficiency"};
+  static const char* kColumns[] = {"model",
+                                   "device",
+                                   "status",
+                                   "reason",
+                                   "params",
+                                   "flops_per_sample",
+                                   "samples_per_second",
+                                   "step_seconds_median",
+                                   "step_seconds_p90",
+                                   "epoch_seconds",
+                                   "train_seconds",
+                                   "train_loss",
+                                   "test_accuracy",
+                                   "projected",
+                                   "speedup",
+                                   "peak_memory_bytes",
+                                   "ranks",
+                                   "rank_samples_per_second",
+                                   "scaling_efficiency"};
   std::ostringstream csv;
   for (size_t i = 0; i < std::size(kColumns); ++i) csv << (i ? "," : "") << kColumns[i];
   csv << "\n";
@@ -185,8 +198,8 @@ void Results::Write() {
 
 std::string Results::Table() const {
   std::ostringstream out;
-  out << fmt::format("{:<12} {:>11} {:<10} {:>11} {:>12} {:>9} {:>8}  {}\n", "model", "params",
-                     "device", "samples/s", "epoch time", "test acc", "speedup", "status");
+  out << fmt::format("{:<12} {:>11} {:<10} {:>11} {:>12} {:>9} {:>8}  {}\n", "model", "params", "device", "samples/s",
+                     "epoch time", "test acc", "speedup", "status");
   for (const auto& c : doc_.at("cells")) {
     const bool ok = c.value("status", "") == "ok";
     std::string params =
@@ -201,13 +214,13 @@ std::string Results::Table() const {
                           ? fmt::format("{:.1f}%", 100.0 * accuracy.back().get<double>())
                           : "-";
     const json speedup_value = c.value("speedup", json());
-    std::string speedup = speedup_value.is_number() ? fmt::format("{:.2f}x", speedup_value.get<double>())
-                                                    : (ok ? "baseline" : "-");
+    std::string speedup =
+        speedup_value.is_number() ? fmt::format("{:.2f}x", speedup_value.get<double>()) : (ok ? "baseline" : "-");
     if (ok && c.value("device", "") != baseline_ && !speedup_value.is_number()) speedup = "n/a";
     std::string status = c.value("status", "?");
     if (!ok && c.contains("reason") && c["reason"].is_string()) status += ": " + c["reason"].get<std::string>();
-    out << fmt::format("{:<12} {:>11} {:<10} {:>11} {:>12} {:>9} {:>8}  {}\n", c.value("model", ""),
-                       params, c.value("device", ""), sps, epoch, acc, speedup, status);
+    out << fmt::format("{:<12} {:>11} {:<10} {:>11} {:>12} {:>9} {:>8}  {}\n", c.value("model", ""), params,
+                       c.value("device", ""), sps, epoch, acc, speedup, status);
   }
   bool any_projected = false;
   for (const auto& c : doc_.at("cells")) any_projected |= c.value("projected", false);
@@ -218,8 +231,8 @@ std::string Results::Table() const {
                        c.value("model", ""), c.value("device", ""), c.value("ranks", int64_t{1}),
                        c.value("backend", "?"),
                        c.value("samples_per_second", 0.0) / static_cast<double>(c.value("ranks", int64_t{1})),
-                       eff.is_number() ? fmt::format(", scaling efficiency {:.0f}% against {}", 100.0 * eff.get<double>(),
-                                                     c.value("scaling_baseline", ""))
+                       eff.is_number() ? fmt::format(", scaling efficiency {:.0f}% against {}",
+                                                     100.0 * eff.get<double>(), c.value("scaling_baseline", ""))
                                        : std::string(", no one-rank cell to compare with"));
   }
   if (any_projected) out << "* projected from steady-state throughput (time budget reached before the epoch ended)\n";

@@ -5,9 +5,8 @@
 
 #include <filesystem>
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace trainbench {
 
@@ -34,8 +33,7 @@ std::string ResultsDocumentProblem(const nlohmann::json& doc);
 /// The results document of one run. Not thread-safe.
 class Results {
  public:
-  Results(std::filesystem::path out_dir, nlohmann::json experiment, nlohmann::json system,
-          std::string baseline);
+  Results(std::filesystem::path out_dir, nlohmann::json experiment, nlohmann::json system, std::string baseline);
 
   /// The cells, in run order (model-major). Callers fill them as cells run.
   nlohmann::json& cells() { return doc_["cells"]; }

@@ -58,8 +58,7 @@ RunLock RunLock::Take(const fs::path& file, const std::string& what, void (*wait
   return Lock(file, what, true, waiting, stop);
 }
 
-RunLock::RunLock(RunLock&& other) noexcept
-    : fd_(other.fd_), held_(other.held_), holder_(std::move(other.holder_)) {
+RunLock::RunLock(RunLock&& other) noexcept : fd_(other.fd_), held_(other.held_), holder_(std::move(other.holder_)) {
   other.fd_ = -1;
   other.held_ = false;
 }

@@ -1,12 +1,12 @@
 #include "runner.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <ctime>
-
-#include <spdlog/spdlog.h>
 
 #include "net.h"
 #include "trainbench/protocol/version.h"
@@ -26,8 +26,7 @@ constexpr double kStopGraceSeconds = 20;
 
 extern "C" void OnSignal(int sig) { RequestStop(sig); }
 
-protocol::CellSpec BuildCellSpec(const Experiment& e, const PluginUse& model, const PluginUse& device,
-                                 size_t index) {
+protocol::CellSpec BuildCellSpec(const Experiment& e, const PluginUse& model, const PluginUse& device, size_t index) {
   protocol::CellSpec spec;
   spec.protocol = protocol::kProtocolVersion;
   spec.experiment = e.name;
@@ -93,9 +92,8 @@ std::vector<WorkerLaunch> Launches(const protocol::CellSpec& spec, const PluginU
 // Runs one attempt of a cell in fresh workers (one per rank); returns the
 // cell's outcome. Rank 0 speaks for the cell; the other ranks' results give
 // the per-rank figures and their failures the reason.
-json RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const json& base_cell,
-                const fs::path& log, size_t index, size_t total, double stall_timeout,
-                std::vector<RunObserver*>& observers) {
+json RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const json& base_cell, const fs::path& log,
+                size_t index, size_t total, double stall_timeout, std::vector<RunObserver*>& observers) {
   json cell = base_cell;
   bool finished = false;  // a final event came (result, skipped, error, interrupted)
   bool result = false;    // ... and it was a result
@@ -162,17 +160,19 @@ json RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const j
   } else if (exit.killed_after_stop) {
     const char* abbrev = sigabbrev_np(g_stop_signal.load());
     cell["status"] = "interrupted";
-    cell["reason"] = fmt::format("interrupted by {}; the worker had not stopped {:.0f} s later (hung in a plugin?) "
-                                 "and was killed",
-                                 abbrev ? "SIG" + std::string(abbrev) : "a signal", kStopGraceSeconds);
+    cell["reason"] = fmt::format(
+        "interrupted by {}; the worker had not stopped {:.0f} s later (hung in a plugin?) "
+        "and was killed",
+        abbrev ? "SIG" + std::string(abbrev) : "a signal", kStopGraceSeconds);
   } else if (!exit.protocol_error.empty()) {
     cell["status"] = "failed";
     cell["reason"] = "worker " + exit.Describe();
   } else if (exit.timed_out) {
     cell["status"] = "failed";
-    cell["reason"] = fmt::format("the worker sent no event for {:.0f} s (measurement.stall_timeout_seconds) "
-                                 "and was killed: hung?",
-                                 stall_timeout);
+    cell["reason"] = fmt::format(
+        "the worker sent no event for {:.0f} s (measurement.stall_timeout_seconds) "
+        "and was killed: hung?",
+        stall_timeout);
   } else if (result || !finished) {
     // A result counts only from a worker that then exits cleanly: one that
     // crashes after it may have reported anything.
@@ -201,10 +201,14 @@ json RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const j
     std::string others;
     for (size_t r = 1; r < ranks; ++r) {
       std::string why;
-      if (rank_errors[r]) why = rank_errors[r]->reason;
-      else if (!exits[r].protocol_error.empty()) why = "worker " + exits[r].Describe();
-      else if (exits[r].signaled && exits[r].signal != SIGKILL) why = "worker " + exits[r].Describe();
-      else if (!exits[r].signaled && exits[r].code != 0) why = "worker " + exits[r].Describe();
+      if (rank_errors[r])
+        why = rank_errors[r]->reason;
+      else if (!exits[r].protocol_error.empty())
+        why = "worker " + exits[r].Describe();
+      else if (exits[r].signaled && exits[r].signal != SIGKILL)
+        why = "worker " + exits[r].Describe();
+      else if (!exits[r].signaled && exits[r].code != 0)
+        why = "worker " + exits[r].Describe();
       if (!why.empty()) others += fmt::format("; rank {}: {}", r, why);
     }
     if (!others.empty() && cell.value("status", "") != "interrupted") {
@@ -271,8 +275,9 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
         fs::rename(file, aside, ec);
         spdlog::warn("--resume: {} is unusable ({}); kept as {}{}, and every cell runs again", file.string(), problem,
                      aside.string(), ec ? " (could not rename it: " + ec.message() + ")" : "");
-        if (ec) throw std::runtime_error(file.string() + ": unusable for --resume (" + problem +
-                                         ") and cannot be moved aside: " + ec.message());
+        if (ec)
+          throw std::runtime_error(file.string() + ": unusable for --resume (" + problem +
+                                   ") and cannot be moved aside: " + ec.message());
       } else {
         for (const auto& c : previous["cells"])
           if (c.value("status", "") == "ok") earlier.push_back(c);
@@ -330,8 +335,8 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
         ++index;
         continue;
       }
-      auto done = std::find_if(earlier.begin(), earlier.end(),
-                               [&](const json& c) { return c["config"] == cell["config"]; });
+      auto done =
+          std::find_if(earlier.begin(), earlier.end(), [&](const json& c) { return c["config"] == cell["config"]; });
       if (done != earlier.end()) {
         json kept = *done;
         kept["index"] = index;
@@ -356,8 +361,8 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
         spdlog::info("[{}/{}] {} on {}: starting", index + 1, total, model.label, device.label);
         if (const std::string job_gpus = SlurmJobGpus(); !job_gpus.empty() && !device.device_indices.empty()) {
           cell["slurm"] = {{"job_gpus", job_gpus}};
-          spdlog::info("[{}/{}] {} on {}: the Slurm job's GPUs {}, in that order for its {} rank(s)", index + 1,
-                       total, model.label, device.label, job_gpus, device.ranks);
+          spdlog::info("[{}/{}] {} on {}: the Slurm job's GPUs {}, in that order for its {} rank(s)", index + 1, total,
+                       model.label, device.label, job_gpus, device.ranks);
         }
         std::vector<json> attempts;
         for (int64_t r = 0; r < e.measurement.repeats && g_stop_signal.load() == 0; ++r) {

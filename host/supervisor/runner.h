@@ -5,14 +5,13 @@
 
 #include <atomic>
 #include <filesystem>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "experiment.h"
 #include "results.h"
-#include "trainbench/protocol/events.h"
 #include "trainbench/engine.h"
+#include "trainbench/protocol/events.h"
 
 namespace trainbench {
 
@@ -46,8 +45,8 @@ struct RunOutcome {
 /// With `only` not empty, just those cells run (by index, model-major); the
 /// others are recorded as skipped ("not selected"), as in a Slurm array task.
 RunOutcome RunExperiment(const Experiment& experiment, const std::filesystem::path& out_dir,
-                         const nlohmann::json& system, std::vector<RunObserver*> observers,
-                         bool resume = false, const std::vector<size_t>& only = {});
+                         const nlohmann::json& system, std::vector<RunObserver*> observers, bool resume = false,
+                         const std::vector<size_t>& only = {});
 
 /// Records `signal` as the reason to stop and forwards it to the running
 /// worker, which stops at its next step. Async-signal-safe.

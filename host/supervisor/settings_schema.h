@@ -16,7 +16,9 @@ using protocol::VisitFields;
 template <class V>
 void VisitFields(MeasurementSpec& m, V& v) {
   protocol::VisitFields(static_cast<protocol::StepMeasurement&>(m), v);
-  v(Field{"repeats", "run each cell this many times; the repeat of median throughput is kept, every repeat's rate recorded", 1, 100},
+  v(Field{"repeats",
+          "run each cell this many times; the repeat of median throughput is kept, every repeat's rate recorded", 1,
+          100},
     m.repeats);
   v(Field{"stall_timeout_seconds", "a worker that sends no event this long is killed and its cell failed", 1, 1e6},
     m.stall_timeout_seconds);
@@ -41,8 +43,7 @@ void VisitFields(MetricsSpec::Tls& t, V& v) {
 /// `metrics:`. Command-line flags (--metrics-addr, ...) override each.
 template <class V>
 void VisitFields(MetricsSpec& m, V& v) {
-  v(Field{"address", "serve Prometheus metrics on HOST:PORT (PORT alone: loopback; port 0: a free one)"},
-    m.address);
+  v(Field{"address", "serve Prometheus metrics on HOST:PORT (PORT alone: loopback; port 0: a free one)"}, m.address);
   v(Field{"linger_seconds", "keep serving this long after the run", 0, 86400}, m.linger_seconds);
   v(Field{"push_url", "push the final metrics to this Pushgateway (http://HOST:PORT)"}, m.push_url);
   v.Section("basic_auth", "HTTP basic authentication (both keys or neither)", m.basic_auth);

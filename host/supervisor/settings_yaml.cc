@@ -1,8 +1,8 @@
 #include "settings_yaml.h"
 
-#include <sstream>
-
 #include <fmt/format.h>
+
+#include <sstream>
 
 namespace trainbench {
 namespace {
@@ -79,7 +79,9 @@ std::string GenerateConfigReference() {
          "| `training` | mapping | | how each cell trains (below) |\n"
          "| `measurement` | mapping | | what is timed and how (below) |\n"
          "| `metrics` | mapping | | live Prometheus metrics (below) |\n\n"
-         "An experiment has at most " << kMaxCells << " cells (models x devices).\n\n"
+         "An experiment has at most "
+      << kMaxCells
+      << " cells (models x devices).\n\n"
          "## `models:` and `devices:` entries\n\n"
          "| key | type | what it does |\n|---|---|---|\n"
          "| `plugin` | string | the plugin's name (`trainbench plugins` lists them); required |\n"

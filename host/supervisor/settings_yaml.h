@@ -2,10 +2,10 @@
 // Settings from YAML, and their reference, driven by the declarations in
 // settings_schema.h and trainbench/protocol/settings.h.
 
+#include <yaml-cpp/yaml.h>
+
 #include <string>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "settings_schema.h"
 #include "yaml_validator.h"

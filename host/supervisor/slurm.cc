@@ -2,6 +2,8 @@
 // tasks' results gathered into one results.json. Uses Slurm's own commands
 // (sbatch, squeue, scontrol); see docs/slurm.md.
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,9 +12,6 @@
 #include <map>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "plan_impl.h"
 #include "results.h"
@@ -171,7 +170,8 @@ SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, co
     if (!options.time_limit.empty()) script << "#SBATCH --time=" << options.time_limit << "\n";
     script << "export NCCL_NVLS_ENABLE=0\n"
            << "exec " << Quote(trainbench.string()) << " run " << Quote(config.string())
-           << " --cells \"$SLURM_ARRAY_TASK_ID\" --out " << Quote((out / "tasks").string()) << "/cell-\"$SLURM_ARRAY_TASK_ID\"";
+           << " --cells \"$SLURM_ARRAY_TASK_ID\" --out " << Quote((out / "tasks").string())
+           << "/cell-\"$SLURM_ARRAY_TASK_ID\"";
     for (const auto& d : engine.plugin_dirs()) script << " --plugin-dir " << Quote(fs::absolute(d).string());
     if (engine.allow_insecure_plugins()) script << " --allow-insecure-plugins";
     if (!options.metrics_file_sd.empty()) {
@@ -199,7 +199,10 @@ SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, co
     std::string last = Trim(text);
     last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
     const std::string job_id = last.substr(0, last.find(';'));
-    jobs.push_back({{"job_id", job_id}, {"cells", group}, {"gpus", gpus}, {"script", script_file.string()},
+    jobs.push_back({{"job_id", job_id},
+                    {"cells", group},
+                    {"gpus", gpus},
+                    {"script", script_file.string()},
                     {"config", config.string()}});
     WriteFileAtomically(out / "slurm" / "jobs.json", jobs.dump(2) + "\n");
     spdlog::info("submitted job {}: cells {}{}", job_id, array, gpus > 0 ? fmt::format(" ({} GPU(s) each)", gpus) : "");
@@ -241,8 +244,11 @@ SlurmGathered SlurmGather(const ExperimentPlan& plan, const fs::path& out_dir) {
     const std::string status = cell.is_object() ? cell.value("status", "") : "";
     if (!cell.is_object() || status == "pending" || status == "interrupted" || status.empty()) {
       const std::string previous_reason = cell.is_object() ? cell.value("reason", "") : "";
-      cell = {{"model", model->label}, {"model_plugin", model->plugin}, {"device", device->label},
-              {"device_plugin", device->plugin}, {"index", i}};
+      cell = {{"model", model->label},
+              {"model_plugin", model->plugin},
+              {"device", device->label},
+              {"device_plugin", device->plugin},
+              {"index", i}};
       if (job_id.empty()) {
         cell["status"] = "pending";
         cell["reason"] = "not submitted yet (trainbench slurm submit)";

@@ -1,11 +1,11 @@
 #include "system_info.h"
 
+#include <sys/utsname.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <string>
 #include <thread>
-
-#include <sys/utsname.h>
-#include <unistd.h>
 
 namespace trainbench {
 namespace {

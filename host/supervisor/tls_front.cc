@@ -1,14 +1,14 @@
 #include "tls_front.h"
 
+#include <spdlog/spdlog.h>
+
 #include <array>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
-
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-#include <spdlog/spdlog.h>
 
 namespace trainbench {
 namespace asio = boost::asio;
@@ -30,7 +30,9 @@ tcp::endpoint Endpoint(const std::string& address) {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket socket, asio::ssl::context& ssl, tcp::endpoint backend)
-      : front_(std::move(socket), ssl), back_(front_.get_executor()), backend_(backend),
+      : front_(std::move(socket), ssl),
+        back_(front_.get_executor()),
+        backend_(backend),
         handshake_timer_(front_.get_executor()) {}
 
   void Start() {
@@ -69,14 +71,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   template <typename From, typename To, typename Buffer>
   void Relay(From& from, To& to, Buffer& buffer) {
     auto self = shared_from_this();
-    from.async_read_some(asio::buffer(buffer), [self, &from, &to, &buffer](const boost::system::error_code& ec, size_t n) {
-      if (ec) return self->Close();
-      self->Touch();
-      asio::async_write(to, asio::buffer(buffer, n), [self, &from, &to, &buffer](const boost::system::error_code& ec2, size_t) {
-        if (ec2) return self->Close();
-        self->Relay(from, to, buffer);
-      });
-    });
+    from.async_read_some(asio::buffer(buffer),
+                         [self, &from, &to, &buffer](const boost::system::error_code& ec, size_t n) {
+                           if (ec) return self->Close();
+                           self->Touch();
+                           asio::async_write(to, asio::buffer(buffer, n),
+                                             [self, &from, &to, &buffer](const boost::system::error_code& ec2, size_t) {
+                                               if (ec2) return self->Close();
+                                               self->Relay(from, to, buffer);
+                                             });
+                         });
   }
 
   void Close() {
@@ -125,7 +129,8 @@ TlsFront::TlsFront(const std::string& listen, const std::string& backend, const 
   i.ssl.use_certificate_chain_file(cert_file, ec);
   if (ec) throw std::runtime_error(cert_file + ": not a PEM certificate (chain) for TLS: " + ec.message());
   i.ssl.use_private_key_file(key_file, asio::ssl::context::pem, ec);
-  if (ec) throw std::runtime_error(key_file + ": not a PEM private key for TLS, or not " + cert_file + "'s: " + ec.message());
+  if (ec)
+    throw std::runtime_error(key_file + ": not a PEM private key for TLS, or not " + cert_file + "'s: " + ec.message());
   i.backend = Endpoint(backend);
   const tcp::endpoint at = Endpoint(listen);
   i.acceptor.open(at.protocol(), ec);

@@ -1,19 +1,18 @@
 #include "worker_client.h"
 
 #include <dlfcn.h>
-
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
-#include <chrono>
 #include <fstream>
 #include <optional>
 #include <stdexcept>
@@ -40,8 +39,8 @@ std::string WorkerExit::Describe() const {
   if (killed_after_stop) return "killed: it had not stopped within the grace period after the stop request";
   if (!signaled) return "exit code " + std::to_string(code);
   const char* abbrev = sigabbrev_np(signal);
-  return std::string("killed by signal ") +
-         (abbrev ? std::string("SIG") + abbrev : std::to_string(signal)) + " (" + strsignal(signal) + ")";
+  return std::string("killed by signal ") + (abbrev ? std::string("SIG") + abbrev : std::to_string(signal)) + " (" +
+         strsignal(signal) + ")";
 }
 
 fs::path InstallRoot() {
@@ -124,8 +123,7 @@ Started Spawn(const fs::path& worker, const WorkerLaunch& launch, pid_t pgid) {
   Fd in_read, in_write, events_read, events_write;
   MakePipe(in_read, in_write);
   MakePipe(events_read, events_write);
-  Fd log(::open(launch.log.empty() ? "/dev/null" : launch.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                0644));
+  Fd log(::open(launch.log.empty() ? "/dev/null" : launch.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (log.fd < 0) throw std::runtime_error(launch.log.string() + ": cannot write: " + std::strerror(errno));
   // Reading the channel never blocks: after the worker exits, what it wrote
   // is drained even when a child of its holds the write end.
@@ -205,8 +203,8 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, const WorkerEventHandler& on_event,
-                                   double idle_timeout_seconds, double straggler_seconds,
-                                   const std::atomic<int>* stop, double stop_grace_seconds) {
+                                   double idle_timeout_seconds, double straggler_seconds, const std::atomic<int>* stop,
+                                   double stop_grace_seconds) {
   const fs::path worker = WorkerPath();
   if (::access(worker.c_str(), X_OK) != 0) {
     throw std::runtime_error(worker.string() +
@@ -256,8 +254,9 @@ std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, co
           protocol::Event event = protocol::EventFromJson(*message);
           if (!w.hello) {
             const auto* hello = std::get_if<protocol::Hello>(&event);
-            if (hello == nullptr) throw protocol::ProtocolError("event channel: the first message was '" +
-                                                                protocol::EventName(event) + "', not 'hello'");
+            if (hello == nullptr)
+              throw protocol::ProtocolError("event channel: the first message was '" + protocol::EventName(event) +
+                                            "', not 'hello'");
             if (hello->protocol != protocol::kProtocolVersion) {
               throw protocol::ProtocolError("the worker (" + hello->worker_version + ") speaks protocol version " +
                                             std::to_string(hello->protocol) + ", this host " +
@@ -316,8 +315,9 @@ std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, co
         if (protocol_errors[i].empty() && w.frames.pending() > 0)
           protocol_errors[i] = "event channel: the worker ended inside a message";
         if (protocol_errors[i].empty() && !w.hello && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-          protocol_errors[i] = "the worker never said hello on its event channel (an older trainbench-worker, "
-                               "of protocol 1, on TRAINBENCH_WORKER?)";
+          protocol_errors[i] =
+              "the worker never said hello on its event channel (an older trainbench-worker, "
+              "of protocol 1, on TRAINBENCH_WORKER?)";
         }
         w.events.Close();
         --running;
@@ -362,7 +362,8 @@ std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, co
 
 WorkerExit RunWorker(const WorkerLaunch& launch, const std::function<void(const protocol::Event&)>& on_event,
                      double idle_timeout_seconds) {
-  return RunWorkers({launch}, [&](size_t, const protocol::Event& event) { on_event(event); }, idle_timeout_seconds)
+  return RunWorkers(
+             {launch}, [&](size_t, const protocol::Event& event) { on_event(event); }, idle_timeout_seconds)
       .front();
 }
 

@@ -21,8 +21,8 @@ extern std::atomic<int> g_worker_pid;
 /// How a worker ended.
 struct WorkerExit {
   bool signaled = false;
-  int code = 0;    ///< exit code when not signaled
-  int signal = 0;  ///< signal number when signaled
+  int code = 0;            ///< exit code when not signaled
+  int signal = 0;          ///< signal number when signaled
   bool timed_out = false;  ///< killed by us: no event for the idle timeout
   /// Killed by us: its channel broke the protocol (another version, a
   /// missing or unknown field, a torn frame); one line naming what.
@@ -52,7 +52,7 @@ using WorkerEventHandler = std::function<void(size_t, const protocol::Event&)>;
 struct WorkerLaunch {
   std::vector<std::string> args;
   std::string stdin_text;
-  std::filesystem::path log;  ///< its stdout and stderr; empty: discarded
+  std::filesystem::path log;                             ///< its stdout and stderr; empty: discarded
   std::vector<std::pair<std::string, std::string>> env;  ///< added to ours
 };
 

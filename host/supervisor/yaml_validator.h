@@ -3,14 +3,14 @@
 // every key of a config goes through (type, range, choices, known keys with
 // a did-you-mean).
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "config_loader.h"
 
@@ -22,8 +22,7 @@ class Validator {
  public:
   explicit Validator(std::string file) : file_(std::move(file)) {}
 
-  [[noreturn]] void Fail(const YAML::Node& node, const std::string& path,
-                         const std::string& message) const {
+  [[noreturn]] void Fail(const YAML::Node& node, const std::string& path, const std::string& message) const {
     std::ostringstream out;
     out << file_;
     if (node.IsDefined() && node.Mark().line >= 0) {
@@ -34,8 +33,7 @@ class Validator {
   }
 
   // Checks that `node` is a map whose keys are all in `allowed`.
-  void Keys(const YAML::Node& node, const std::string& path,
-            const std::vector<std::string>& allowed) const {
+  void Keys(const YAML::Node& node, const std::string& path, const std::vector<std::string>& allowed) const {
     if (!node.IsMap()) Fail(node, path, "expected a mapping of keys to values");
     for (const auto& kv : node) {
       if (!kv.first.IsScalar()) Fail(kv.first, path, "a key must be a plain name, not a list or mapping");
@@ -45,8 +43,7 @@ class Validator {
         std::string list;
         for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
         Fail(kv.first, Join(path, key),
-             "unknown key" + (hint.empty() ? "" : "; did you mean '" + hint + "'?") +
-                 " (allowed: " + list + ")");
+             "unknown key" + (hint.empty() ? "" : "; did you mean '" + hint + "'?") + " (allowed: " + list + ")");
       }
     }
   }
@@ -60,15 +57,14 @@ class Validator {
     return node.as<std::string>();
   }
 
-  std::string Choice(const YAML::Node& node, const std::string& path,
-                     const std::vector<std::string>& choices) const {
+  std::string Choice(const YAML::Node& node, const std::string& path, const std::vector<std::string>& choices) const {
     const std::string value = String(node, path);
     if (std::find(choices.begin(), choices.end(), value) == choices.end()) {
       std::string list;
       for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
       std::string hint = DidYouMean(value, choices);
-      Fail(node, path, "'" + value + "' is not one of " + list +
-                           (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+      Fail(node, path,
+           "'" + value + "' is not one of " + list + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
     }
     return value;
   }
@@ -79,8 +75,8 @@ class Validator {
       Fail(node, path, "expected an integer");
     }
     if (value < min || value > max) {
-      Fail(node, path, std::to_string(value) + " is out of range [" + std::to_string(min) + ", " +
-                           std::to_string(max) + "]");
+      Fail(node, path,
+           std::to_string(value) + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) + "]");
     }
     return value;
   }

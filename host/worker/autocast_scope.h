@@ -13,8 +13,7 @@ class AutocastScope {
  public:
   /// `cache`: reuse low-precision copies of weights within the scope; must be
   /// off while a CUDA graph is captured (as torch.cuda.graph requires).
-  AutocastScope(c10::DeviceType type, sdk::Amp amp, bool cache = true)
-      : type_(type), active_(amp != sdk::Amp::kNone) {
+  AutocastScope(c10::DeviceType type, sdk::Amp amp, bool cache = true) : type_(type), active_(amp != sdk::Amp::kNone) {
     if (!active_) return;
     cache_was_enabled_ = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_cache_enabled(cache);
@@ -38,8 +37,10 @@ class AutocastScope {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
     at::autocast::set_autocast_enabled(type_, false);
 #else
-    if (type_ == c10::kCUDA) at::autocast::set_enabled(false);
-    else at::autocast::set_cpu_enabled(false);
+    if (type_ == c10::kCUDA)
+      at::autocast::set_enabled(false);
+    else
+      at::autocast::set_cpu_enabled(false);
 #endif
     // Like Python's autocast exit: drop the cached low-precision weights.
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();

@@ -1,8 +1,8 @@
 #include "dataset.h"
 
-#include <random>
-
 #include <torch/torch.h>
+
+#include <random>
 
 namespace trainbench::worker {
 
@@ -10,8 +10,7 @@ DeviceDataset::DeviceDataset(const data::ImageSet& set, c10::Device device, bool
     : device_(device), channels_last_(channels_last) {
   auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  torch::Tensor images =
-      torch::from_blob(const_cast<uint8_t*>(set.pixels.data()), {set.count, 3, 32, 32}, u8);
+  torch::Tensor images = torch::from_blob(const_cast<uint8_t*>(set.pixels.data()), {set.count, 3, 32, 32}, u8);
   const torch::Tensor mean = torch::tensor({kMean[0], kMean[1], kMean[2]}, f32).view({1, 3, 1, 1});
   const torch::Tensor std = torch::tensor({kStd[0], kStd[1], kStd[2]}, f32).view({1, 3, 1, 1});
   // Normalise on the device, one slice at a time, to keep host memory flat.
@@ -27,12 +26,9 @@ DeviceDataset::DeviceDataset(const data::ImageSet& set, c10::Device device, bool
   for (int64_t start = 0; start < set.count; start += chunk) {
     const int64_t end = std::min(start + chunk, set.count);
     torch::Tensor part = images.slice(0, start, end).to(device).to(torch::kFloat32);
-    padded_nchw.slice(0, start, end).slice(2, 4, 36).slice(3, 4, 36).copy_(
-        (part - mean.to(device)) / std.to(device));
+    padded_nchw.slice(0, start, end).slice(2, 4, 36).slice(3, 4, 36).copy_((part - mean.to(device)) / std.to(device));
   }
-  labels_ = torch::from_blob(const_cast<uint8_t*>(set.labels.data()), {set.count}, u8)
-                .to(torch::kInt64)
-                .to(device);
+  labels_ = torch::from_blob(const_cast<uint8_t*>(set.labels.data()), {set.count}, u8).to(torch::kInt64).to(device);
   auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   const torch::Tensor span = torch::arange(32, i64);
   rows_ = (torch::arange(9, i64).view({9, 1}) + span).to(device);
@@ -62,11 +58,9 @@ torch::Tensor DeviceDataset::Images(const torch::Tensor& indices, bool augment) 
   if (channels_last_) {
     // NHWC: whole pixels (3 channels) gathered; the [B,3,32,32] view of the
     // [B,32,32,3] result has channels_last strides.
-    return padded_.index({indices.view({b, 1, 1}), rows.view({b, 32, 1}), cols.view({b, 1, 32})})
-        .permute({0, 3, 1, 2});
+    return padded_.index({indices.view({b, 1, 1}), rows.view({b, 32, 1}), cols.view({b, 1, 32})}).permute({0, 3, 1, 2});
   }
-  return padded_.index(
-      {indices.view({b, 1, 1, 1}), channels_, rows.view({b, 1, 32, 1}), cols.view({b, 1, 1, 32})});
+  return padded_.index({indices.view({b, 1, 1, 1}), channels_, rows.view({b, 1, 32, 1}), cols.view({b, 1, 1, 32})});
 }
 
 data::ImageSet SyntheticImageSet(int64_t count, uint64_t seed) {

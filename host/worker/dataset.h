@@ -4,10 +4,10 @@
 // per-channel normalisation done on that device: no per-step host-to-device
 // copy.
 
+#include <torch/types.h>
+
 #include <cstdint>
 #include <string>
-
-#include <torch/types.h>
 
 #include "cifar10.h"
 

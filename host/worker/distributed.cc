@@ -1,10 +1,10 @@
 #include "distributed.h"
 
+#include <torch/torch.h>
+
 #include <chrono>
 #include <map>
 #include <stdexcept>
-
-#include <torch/torch.h>
 
 #if defined(TRAINBENCH_WITH_GLOO) || defined(TRAINBENCH_WITH_NCCL)
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -112,11 +112,11 @@ std::unique_ptr<Collective> ConnectCollective(const DistributedSpec& spec, c10::
 #endif
   std::string built;
   for (const auto& b : DistributedBackends()) built += (built.empty() ? "" : ", ") + b;
-  throw std::runtime_error(std::string("data-parallel cells on ") + (device.is_cuda() ? "CUDA need NCCL" : "the CPU need Gloo") +
-                           ", which this trainbench-worker was built without (built with: " +
-                           (built.empty() ? "none" : built) +
-                           "); rebuild with LibTorch's c10d headers and " +
-                           (device.is_cuda() ? "nccl.h" : "gloo's headers (Debian: libgloo-dev)"));
+  throw std::runtime_error(
+      std::string("data-parallel cells on ") + (device.is_cuda() ? "CUDA need NCCL" : "the CPU need Gloo") +
+      ", which this trainbench-worker was built without (built with: " + (built.empty() ? "none" : built) +
+      "); rebuild with LibTorch's c10d headers and " +
+      (device.is_cuda() ? "nccl.h" : "gloo's headers (Debian: libgloo-dev)"));
 }
 
 }  // namespace trainbench::worker

@@ -5,12 +5,12 @@
 // The host starts the ranks and gives each its rank, the world size and the
 // store's port (docs/architecture.md, "Data-parallel cells").
 
+#include <torch/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "trainbench/protocol/cell_spec.h"
 #include "trainbench/sdk/batch_norm.h"

@@ -20,8 +20,7 @@ class EventSink {
       writer_.Write(event);
       return;
     }
-    const std::string line =
-        protocol::ToJson(event).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const std::string line = protocol::ToJson(event).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::lock_guard<std::mutex> lock(mutex_);
     std::fputs(line.c_str(), stdout);
     std::fputc('\n', stdout);

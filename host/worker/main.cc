@@ -7,19 +7,18 @@
 
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <torch/version.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-#include <torch/version.h>
 
 #include "distributed.h"
 #include "event_sink.h"

@@ -11,10 +11,8 @@ namespace {
 // variant on CUDA with LibTorch 2.x.
 class ForeachSgd : public Optimizer {
  public:
-  ForeachSgd(std::vector<torch::Tensor> params, double lr, double momentum, double weight_decay,
-             bool nesterov)
-      : params_(std::move(params)), lr_(lr), momentum_(momentum), weight_decay_(weight_decay),
-        nesterov_(nesterov) {}
+  ForeachSgd(std::vector<torch::Tensor> params, double lr, double momentum, double weight_decay, bool nesterov)
+      : params_(std::move(params)), lr_(lr), momentum_(momentum), weight_decay_(weight_decay), nesterov_(nesterov) {}
 
   void Step() override {
     torch::NoGradGuard no_grad;
@@ -35,8 +33,8 @@ class ForeachSgd : public Optimizer {
         buffers_.clear();
         for (const auto& p : params) buffers_.push_back(torch::empty_like(p));
       }
-      at::_fused_sgd_(params, grads, momentum_ != 0 ? buffers_ : std::vector<torch::Tensor>{}, weight_decay_,
-                      momentum_, lr_, /*dampening=*/0.0, nesterov_, /*maximize=*/false, /*is_first_step=*/first);
+      at::_fused_sgd_(params, grads, momentum_ != 0 ? buffers_ : std::vector<torch::Tensor>{}, weight_decay_, momentum_,
+                      lr_, /*dampening=*/0.0, nesterov_, /*maximize=*/false, /*is_first_step=*/first);
       return;
     }
 #endif

@@ -4,10 +4,10 @@
 // handful of launches per step instead of several per parameter, which is
 // what keeps a GPU busy with small models, and what a CUDA graph captures.
 
+#include <torch/types.h>
+
 #include <memory>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "trainbench/protocol/cell_spec.h"
 

@@ -1,8 +1,7 @@
 #include "plugin_loader.h"
 
-#include <boost/dll/shared_library_load_mode.hpp>
-
 #include <algorithm>
+#include <boost/dll/shared_library_load_mode.hpp>
 #include <cctype>
 #include <set>
 
@@ -11,18 +10,13 @@
 namespace trainbench::worker {
 namespace {
 
-std::string VersionText(uint32_t major, uint32_t minor) {
-  return std::to_string(major) + "." + std::to_string(minor);
-}
+std::string VersionText(uint32_t major, uint32_t minor) { return std::to_string(major) + "." + std::to_string(minor); }
 
-bool SameText(const char* a, const char* b) {
-  return a != nullptr && b != nullptr && std::string(a) == b;
-}
+bool SameText(const char* a, const char* b) { return a != nullptr && b != nullptr && std::string(a) == b; }
 
 // Creates an object of the plugin's kind and ties the library's lifetime to it.
 template <class Interface>
-std::shared_ptr<Interface> Create(const LoadedPlugin& plugin, TbPluginKind kind,
-                                  const nlohmann::json& options) {
+std::shared_ptr<Interface> Create(const LoadedPlugin& plugin, TbPluginKind kind, const nlohmann::json& options) {
   const TbPluginDescriptor& d = *plugin.descriptor;
   if (d.kind != kind) {
     throw PluginError(plugin.path.string() + ": plugin '" + d.name + "' is a " +
@@ -39,8 +33,7 @@ std::shared_ptr<Interface> Create(const LoadedPlugin& plugin, TbPluginKind kind,
   // The deleter owns a reference to the library: the code of ~Interface
   // lives in it (Boost.DLL tutorial 8).
   auto library = plugin.library;
-  return std::shared_ptr<Interface>(static_cast<Interface*>(raw),
-                                    [library](Interface* p) { delete p; });
+  return std::shared_ptr<Interface>(static_cast<Interface*>(raw), [library](Interface* p) { delete p; });
 }
 
 // The device traits of a descriptor that has the slot (ABI 1.2+), or null.
@@ -62,7 +55,8 @@ std::string SchemaProblem(const TbPluginDescriptor& d) {
     const std::string name = p.name;
     const std::string option = "option '" + name + "'";
     const bool identifier =
-        std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }) &&
+        std::all_of(name.begin(), name.end(),
+                    [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }) &&
         !std::isdigit(static_cast<unsigned char>(name[0]));
     if (!identifier) return "has an " + where + " whose name is not a plain identifier";
     if (!names.insert(name).second) return "declares " + option + " twice";
@@ -118,8 +112,8 @@ std::string FingerprintMismatch(const TbBuildFingerprint& host, const TbBuildFin
   std::string why;
   auto add = [&](const std::string& field, const char* mine, const char* theirs, const std::string& fix) {
     if (SameText(mine, theirs)) return;
-    why += std::string(why.empty() ? "" : "; ") + field + " differs: the plugin has " + text(theirs) +
-           ", the host " + text(mine) + " (" + fix + ")";
+    why += std::string(why.empty() ? "" : "; ") + field + " differs: the plugin has " + text(theirs) + ", the host " +
+           text(mine) + " (" + fix + ")";
   };
   add("the C++ library ABI", host.cxx_abi, plugin.cxx_abi,
       "build the plugin with the host's C++ library and -D_GLIBCXX_USE_CXX11_ABI setting, which "
@@ -149,17 +143,14 @@ LoadedPlugin LoadPlugin(const std::filesystem::path& path) {
     // RTLD_LOCAL: plugins' symbols stay private to each plugin; RTLD_NOW:
     // a missing symbol is found here, not in the middle of a run.
     plugin.library = std::make_shared<boost::dll::shared_library>(
-        boost::dll::fs::path(path.string()),
-        boost::dll::load_mode::rtld_local | boost::dll::load_mode::rtld_now);
+        boost::dll::fs::path(path.string()), boost::dll::load_mode::rtld_local | boost::dll::load_mode::rtld_now);
   } catch (const std::exception& e) {
     throw PluginError(path.string() + ": not a loadable shared library: " + e.what());
   }
   if (!plugin.library->has(TRAINBENCH_PLUGIN_ENTRY_NAME)) {
-    throw PluginError(path.string() + ": no '" TRAINBENCH_PLUGIN_ENTRY_NAME
-                                      "' symbol: not a trainbench plugin");
+    throw PluginError(path.string() + ": no '" TRAINBENCH_PLUGIN_ENTRY_NAME "' symbol: not a trainbench plugin");
   }
-  const auto entry = plugin.library->get_alias<const TbPluginDescriptor*()>(
-      TRAINBENCH_PLUGIN_ENTRY_NAME);
+  const auto entry = plugin.library->get_alias<const TbPluginDescriptor*()>(TRAINBENCH_PLUGIN_ENTRY_NAME);
   const TbPluginDescriptor* d = entry();
   if (d == nullptr) throw PluginError(path.string() + ": entry returned no descriptor");
   const std::string host_abi = VersionText(TRAINBENCH_SDK_ABI_MAJOR, TRAINBENCH_SDK_ABI_MINOR);
@@ -170,8 +161,8 @@ LoadedPlugin LoadPlugin(const std::filesystem::path& path) {
                       "; rebuild the plugin against this trainbench SDK");
   }
   if (d->abi_minor > TRAINBENCH_SDK_ABI_MINOR) {
-    throw PluginError(path.string() + ": plugin SDK ABI " + plugin_abi +
-                      " is newer than the host's " + host_abi + "; upgrade trainbench");
+    throw PluginError(path.string() + ": plugin SDK ABI " + plugin_abi + " is newer than the host's " + host_abi +
+                      "; upgrade trainbench");
   }
   const std::string mismatch = FingerprintMismatch(HostFingerprint(), d->fingerprint);
   if (!mismatch.empty()) throw PluginError(path.string() + ": " + mismatch);
@@ -235,8 +226,7 @@ std::shared_ptr<sdk::Model> CreateModel(const LoadedPlugin& plugin, const nlohma
   return Create<sdk::Model>(plugin, TB_PLUGIN_MODEL, options);
 }
 
-std::shared_ptr<sdk::Device> CreateDevice(const LoadedPlugin& plugin,
-                                          const nlohmann::json& options) {
+std::shared_ptr<sdk::Device> CreateDevice(const LoadedPlugin& plugin, const nlohmann::json& options) {
   return Create<sdk::Device>(plugin, TB_PLUGIN_DEVICE, options);
 }
 

@@ -3,12 +3,11 @@
 // the ABI and fingerprint checks, and creating their objects so that each
 // object keeps its library loaded.
 
+#include <boost/dll/shared_library.hpp>
 #include <filesystem>
 #include <memory>
-#include <string>
-
-#include <boost/dll/shared_library.hpp>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "trainbench/sdk/abi.h"
 #include "trainbench/sdk/device.h"
@@ -53,7 +52,6 @@ nlohmann::json DescriptorJson(const TbPluginDescriptor& d);
 /// object holds the library: it stays loaded while the object lives. Throws
 /// PluginError when the plugin's factory fails or the kind is wrong.
 std::shared_ptr<sdk::Model> CreateModel(const LoadedPlugin& plugin, const nlohmann::json& options);
-std::shared_ptr<sdk::Device> CreateDevice(const LoadedPlugin& plugin,
-                                          const nlohmann::json& options);
+std::shared_ptr<sdk::Device> CreateDevice(const LoadedPlugin& plugin, const nlohmann::json& options);
 
 }  // namespace trainbench::worker

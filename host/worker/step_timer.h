@@ -3,12 +3,12 @@
 // is a recorded CUDA event and the host only waits when it collects; on a CPU
 // it is the host clock (the work is synchronous anyway).
 
+#include <c10/core/Device.h>
+#include <torch/types.h>
+
 #include <functional>
 #include <memory>
 #include <vector>
-
-#include <c10/core/Device.h>
-#include <torch/types.h>
 
 #include "trainbench/sdk/device.h"
 

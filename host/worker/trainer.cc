@@ -1,12 +1,12 @@
 #include "trainer.h"
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "autocast_scope.h"
 #include "dataset.h"
@@ -297,8 +297,8 @@ class CellRun {
     if (!collective_) return TimeBudgetSpent(train_start);
     if (steps_done_ - steps_at_budget_check_ < kBudgetCheckSteps) return false;
     steps_at_budget_check_ = steps_done_;
-    torch::Tensor flag = torch::full({1}, TimeBudgetSpent(train_start) ? 1.0 : 0.0,
-                                     torch::TensorOptions().device(settings_.device));
+    torch::Tensor flag =
+        torch::full({1}, TimeBudgetSpent(train_start) ? 1.0 : 0.0, torch::TensorOptions().device(settings_.device));
     collective_->Broadcast({flag});
     return flag.item<double>() > 0;
   }
@@ -327,9 +327,8 @@ class CellRun {
   // batch cursor too), so the same code runs eagerly or inside a CUDA graph.
   void TrainStep(bool for_graph) {
     const torch::Tensor row = epoch_images_.index_select(0, cursor_);
-    const torch::Tensor x = settings_.channels_last
-                                ? row.view({local_batch_, 32, 32, 3}).permute({0, 3, 1, 2})
-                                : row.view({local_batch_, 3, 32, 32});
+    const torch::Tensor x = settings_.channels_last ? row.view({local_batch_, 32, 32, 3}).permute({0, 3, 1, 2})
+                                                    : row.view({local_batch_, 3, 32, 32});
     const torch::Tensor y = epoch_labels_.index_select(0, cursor_).view({-1});
     cursor_ += 1;
     loss_sum_ += Step(x, y, for_graph);
@@ -362,8 +361,8 @@ class CellRun {
                    .view({steps_per_epoch, s_.training.batch_size})
                    .narrow(1, rank_ * local_batch_, local_batch_);
     cursor_ = torch::zeros({1}, i64);
-    epoch_images_ = torch::empty({steps_per_epoch, local_batch_ * 3 * 32 * 32},
-                                 torch::TensorOptions().device(settings_.device));
+    epoch_images_ =
+        torch::empty({steps_per_epoch, local_batch_ * 3 * 32 * 32}, torch::TensorOptions().device(settings_.device));
     epoch_labels_ = torch::empty({steps_per_epoch, local_batch_}, i64);
     loss_sum_ = torch::zeros({}, torch::TensorOptions().device(settings_.device));
     timer_ = MakeStepTimer(settings_, *device_);
@@ -405,8 +404,8 @@ class CellRun {
         epoch_steps += ran;
         stop = BudgetSpent(train_start);
         if (const int sig = InterruptSignal(); sig != 0) {
-          throw Interrupted(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
-                            " at epoch " + std::to_string(epoch + 1) + " step " + std::to_string(epoch_steps));
+          throw Interrupted(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " at epoch " +
+                            std::to_string(epoch + 1) + " step " + std::to_string(epoch_steps));
         }
         const Clock::time_point t1 = Clock::now();
         if (Seconds(t1 - last_report) >= s_.measurement.progress_interval_seconds || stop) {
@@ -423,8 +422,8 @@ class CellRun {
           const double mean_loss = loss_sum_.item<double>() / static_cast<double>(epoch_steps);
           if (!std::isfinite(mean_loss)) {
             throw NonFiniteLoss("training loss became " + std::to_string(mean_loss) + " at epoch " +
-                            std::to_string(epoch + 1) + " step " + std::to_string(epoch_steps) +
-                            " (lower the learning rate?)");
+                                std::to_string(epoch + 1) + " step " + std::to_string(epoch_steps) +
+                                " (lower the learning rate?)");
           }
           protocol::Progress progress;
           progress.epoch = epoch + 1;
@@ -433,8 +432,7 @@ class CellRun {
           progress.steps_done = steps_done_;
           progress.samples_done = steps_done_ * s_.training.batch_size;
           progress.loss = mean_loss;
-          progress.samples_per_second =
-              report_seconds > 0 ? static_cast<double>(report_samples) / report_seconds : 0.0;
+          progress.samples_per_second = report_seconds > 0 ? static_cast<double>(report_samples) / report_seconds : 0.0;
           progress.step_seconds = std::move(durations);
           progress.memory_bytes = device_->MemoryInUseBytes();
           progress.elapsed_seconds = Seconds(t1 - train_start);
@@ -450,7 +448,8 @@ class CellRun {
         collective_->AllReduceSum({loss_sum_}, 1.0 / static_cast<double>(world_));
       }
       const double mean_loss = loss_sum_.item<double>() / static_cast<double>(epoch_steps);
-      if (!std::isfinite(mean_loss)) throw NonFiniteLoss("training loss became nan in epoch " + std::to_string(epoch + 1));
+      if (!std::isfinite(mean_loss))
+        throw NonFiniteLoss("training loss became nan in epoch " + std::to_string(epoch + 1));
       train_loss_.push_back(mean_loss);
       const double accuracy = Evaluate();
       test_accuracy_.push_back(accuracy);
@@ -469,7 +468,7 @@ class CellRun {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StepTimer> timer_;
   std::unique_ptr<GraphedStep> graphed_;
-  std::unique_ptr<Collective> collective_;  // data parallel; null when alone
+  std::unique_ptr<Collective> collective_;         // data parallel; null when alone
   std::unique_ptr<CollectiveSum> cross_rank_sum_;  // sync_batchnorm; null otherwise
   int world_ = 1, rank_ = 0;
   int64_t local_batch_ = 0;  // samples per step on this rank

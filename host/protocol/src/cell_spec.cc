@@ -103,8 +103,9 @@ CellSpec CellSpecFromJson(const json& j) {
   // The version first: another version's fields would only confuse.
   s.protocol = r.Get<int>("protocol");
   if (s.protocol != kProtocolVersion) {
-    throw ProtocolError("cell spec: protocol version " + std::to_string(s.protocol) + " from the host, but this worker speaks " +
-                        std::to_string(kProtocolVersion) + " (install trainbench and trainbench-worker together)");
+    throw ProtocolError("cell spec: protocol version " + std::to_string(s.protocol) +
+                        " from the host, but this worker speaks " + std::to_string(kProtocolVersion) +
+                        " (install trainbench and trainbench-worker together)");
   }
   s.experiment = r.Get<std::string>("experiment");
   s.cell_index = r.Get<int64_t>("cell_index");

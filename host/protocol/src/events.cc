@@ -14,56 +14,124 @@ inline constexpr bool kAlwaysFalse = false;
 
 template <class T>
 const char* NameOf() {
-  if constexpr (std::is_same_v<T, Hello>) return "hello";
-  else if constexpr (std::is_same_v<T, Started>) return "started";
-  else if constexpr (std::is_same_v<T, Progress>) return "progress";
-  else if constexpr (std::is_same_v<T, Epoch>) return "epoch";
-  else if constexpr (std::is_same_v<T, Result>) return "result";
-  else if constexpr (std::is_same_v<T, Skipped>) return "skipped";
-  else if constexpr (std::is_same_v<T, Error>) return "error";
-  else if constexpr (std::is_same_v<T, Interrupted>) return "interrupted";
-  else if constexpr (std::is_same_v<T, PluginDescribed>) return "plugin";
-  else if constexpr (std::is_same_v<T, Info>) return "info";
-  else static_assert(kAlwaysFalse<T>, "an event without a name");
+  if constexpr (std::is_same_v<T, Hello>)
+    return "hello";
+  else if constexpr (std::is_same_v<T, Started>)
+    return "started";
+  else if constexpr (std::is_same_v<T, Progress>)
+    return "progress";
+  else if constexpr (std::is_same_v<T, Epoch>)
+    return "epoch";
+  else if constexpr (std::is_same_v<T, Result>)
+    return "result";
+  else if constexpr (std::is_same_v<T, Skipped>)
+    return "skipped";
+  else if constexpr (std::is_same_v<T, Error>)
+    return "error";
+  else if constexpr (std::is_same_v<T, Interrupted>)
+    return "interrupted";
+  else if constexpr (std::is_same_v<T, PluginDescribed>)
+    return "plugin";
+  else if constexpr (std::is_same_v<T, Info>)
+    return "info";
+  else
+    static_assert(kAlwaysFalse<T>, "an event without a name");
 }
 
 // Each event's fields, both ways. `Fields(event, visitor)` calls
 // visitor(key, member) for every member, so writing and reading cannot
 // disagree on a name.
-template <class V> void Fields(Hello& e, V&& v) { v("protocol", e.protocol); v("worker_version", e.worker_version); }
-template <class V> void Fields(Started& e, V&& v) {
-  v("params", e.params); v("flops_per_sample", e.flops_per_sample); v("hardware", e.hardware);
-  v("steps_per_epoch", e.steps_per_epoch); v("train_size", e.train_size); v("test_size", e.test_size);
-  v("ranks", e.ranks); v("rank", e.rank); v("plugins", e.plugins);
+template <class V>
+void Fields(Hello& e, V&& v) {
+  v("protocol", e.protocol);
+  v("worker_version", e.worker_version);
 }
-template <class V> void Fields(Progress& e, V&& v) {
-  v("epoch", e.epoch); v("step", e.step); v("steps_per_epoch", e.steps_per_epoch); v("steps_done", e.steps_done);
-  v("samples_done", e.samples_done); v("loss", e.loss); v("samples_per_second", e.samples_per_second);
-  v("step_seconds", e.step_seconds); v("memory_bytes", e.memory_bytes); v("elapsed_seconds", e.elapsed_seconds);
+template <class V>
+void Fields(Started& e, V&& v) {
+  v("params", e.params);
+  v("flops_per_sample", e.flops_per_sample);
+  v("hardware", e.hardware);
+  v("steps_per_epoch", e.steps_per_epoch);
+  v("train_size", e.train_size);
+  v("test_size", e.test_size);
+  v("ranks", e.ranks);
+  v("rank", e.rank);
+  v("plugins", e.plugins);
 }
-template <class V> void Fields(Epoch& e, V&& v) {
-  v("epoch", e.epoch); v("complete", e.complete); v("seconds", e.seconds); v("steps", e.steps);
-  v("train_loss", e.train_loss); v("test_accuracy", e.test_accuracy);
+template <class V>
+void Fields(Progress& e, V&& v) {
+  v("epoch", e.epoch);
+  v("step", e.step);
+  v("steps_per_epoch", e.steps_per_epoch);
+  v("steps_done", e.steps_done);
+  v("samples_done", e.samples_done);
+  v("loss", e.loss);
+  v("samples_per_second", e.samples_per_second);
+  v("step_seconds", e.step_seconds);
+  v("memory_bytes", e.memory_bytes);
+  v("elapsed_seconds", e.elapsed_seconds);
 }
-template <class V> void Fields(Result& e, V&& v) {
-  v("params", e.params); v("flops_per_sample", e.flops_per_sample); v("samples_per_second", e.samples_per_second);
-  v("achieved_tflops", e.achieved_tflops); v("step_seconds_median", e.step_seconds_median);
-  v("step_seconds_p90", e.step_seconds_p90); v("steps", e.steps); v("steady_steps", e.steady_steps);
-  v("epoch_seconds", e.epoch_seconds); v("measured_epochs", e.measured_epochs); v("train_seconds", e.train_seconds);
-  v("train_loss", e.train_loss); v("test_accuracy", e.test_accuracy); v("projected", e.projected);
-  v("peak_memory_bytes", e.peak_memory_bytes); v("ranks", e.ranks); v("rank", e.rank); v("backend", e.backend);
-  v("hardware", e.hardware); v("sync_batchnorm", e.sync_batchnorm);
+template <class V>
+void Fields(Epoch& e, V&& v) {
+  v("epoch", e.epoch);
+  v("complete", e.complete);
+  v("seconds", e.seconds);
+  v("steps", e.steps);
+  v("train_loss", e.train_loss);
+  v("test_accuracy", e.test_accuracy);
 }
-template <class V> void Fields(Skipped& e, V&& v) { v("reason", e.reason); }
-template <class V> void Fields(Error& e, V&& v) { v("reason", e.reason); v("loss_nan", e.loss_nan); }
-template <class V> void Fields(Interrupted& e, V&& v) { v("reason", e.reason); }
-template <class V> void Fields(PluginDescribed& e, V&& v) {
-  v("path", e.path); v("loaded", e.loaded); v("reason", e.reason); v("descriptor", e.descriptor);
-  v("available", e.available); v("unavailable_reason", e.unavailable_reason);
+template <class V>
+void Fields(Result& e, V&& v) {
+  v("params", e.params);
+  v("flops_per_sample", e.flops_per_sample);
+  v("samples_per_second", e.samples_per_second);
+  v("achieved_tflops", e.achieved_tflops);
+  v("step_seconds_median", e.step_seconds_median);
+  v("step_seconds_p90", e.step_seconds_p90);
+  v("steps", e.steps);
+  v("steady_steps", e.steady_steps);
+  v("epoch_seconds", e.epoch_seconds);
+  v("measured_epochs", e.measured_epochs);
+  v("train_seconds", e.train_seconds);
+  v("train_loss", e.train_loss);
+  v("test_accuracy", e.test_accuracy);
+  v("projected", e.projected);
+  v("peak_memory_bytes", e.peak_memory_bytes);
+  v("ranks", e.ranks);
+  v("rank", e.rank);
+  v("backend", e.backend);
+  v("hardware", e.hardware);
+  v("sync_batchnorm", e.sync_batchnorm);
 }
-template <class V> void Fields(Info& e, V&& v) {
-  v("torch_version", e.torch_version); v("compiler", e.compiler); v("cxx_abi", e.cxx_abi);
-  v("cuda_version", e.cuda_version); v("distributed_backends", e.distributed_backends);
+template <class V>
+void Fields(Skipped& e, V&& v) {
+  v("reason", e.reason);
+}
+template <class V>
+void Fields(Error& e, V&& v) {
+  v("reason", e.reason);
+  v("loss_nan", e.loss_nan);
+}
+template <class V>
+void Fields(Interrupted& e, V&& v) {
+  v("reason", e.reason);
+}
+template <class V>
+void Fields(PluginDescribed& e, V&& v) {
+  v("path", e.path);
+  v("loaded", e.loaded);
+  v("reason", e.reason);
+  v("descriptor", e.descriptor);
+  v("available", e.available);
+  v("unavailable_reason", e.unavailable_reason);
+}
+template <class V>
+void Fields(Info& e, V&& v) {
+  v("torch_version", e.torch_version);
+  v("compiler", e.compiler);
+  v("cxx_abi", e.cxx_abi);
+  v("cuda_version", e.cuda_version);
+  v("distributed_backends", e.distributed_backends);
 }
 
 template <class T>

@@ -3,12 +3,11 @@
 // protocol's two processes are built together, so a missing or an unknown
 // field means they are not (or one of them is not what it claims to be).
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "trainbench/protocol/error.h"
 

@@ -1,8 +1,7 @@
 // The supervisor-worker protocol: specs and events survive the trip, and
 // whatever does not follow the protocol is refused with the field named.
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "trainbench/protocol/cell_spec.h"
 #include "trainbench/protocol/channel.h"
@@ -62,8 +61,7 @@ TEST(CellSpec, DefaultsAreDeclaredOnce) {
 TEST(CellSpec, AMissingFieldIsNamed) {
   json j = ToJson(SampleSpec());
   j["training"]["optimizer"].erase("momentum");
-  EXPECT_EQ(ErrorOf([&] { CellSpecFromJson(j); }),
-            "cell spec: training: optimizer: missing field 'momentum'");
+  EXPECT_EQ(ErrorOf([&] { CellSpecFromJson(j); }), "cell spec: training: optimizer: missing field 'momentum'");
 }
 
 TEST(CellSpec, AnUnknownFieldIsNamed) {

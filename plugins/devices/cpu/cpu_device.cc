@@ -1,13 +1,13 @@
 // The CPU device: LibTorch's CPU kernels with a chosen number of threads.
 
-#include <fstream>
-#include <memory>
-#include <string>
-#include <thread>
-
-#include <nlohmann/json.hpp>
 #include <ATen/Parallel.h>
 #include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
 
 #include "trainbench/sdk/plugin.h"
 
@@ -41,8 +41,7 @@ int64_t ProcStatusBytes(const char* key) {
 
 class CpuDevice : public trainbench::sdk::Device {
  public:
-  CpuDevice(int64_t threads, bool channels_last)
-      : threads_(threads), channels_last_(channels_last) {}
+  CpuDevice(int64_t threads, bool channels_last) : threads_(threads), channels_last_(channels_last) {}
 
   bool Available(std::string*) noexcept override { return true; }
 
@@ -80,10 +79,18 @@ class CpuDevice : public trainbench::sdk::Device {
   Status Synchronize() noexcept override { return Status::Ok(); }
 
   int64_t MemoryInUseBytes() noexcept override {
-    try { return ProcStatusBytes("VmRSS"); } catch (...) { return -1; }
+    try {
+      return ProcStatusBytes("VmRSS");
+    } catch (...) {
+      return -1;
+    }
   }
   int64_t PeakMemoryBytes() noexcept override {
-    try { return ProcStatusBytes("VmHWM"); } catch (...) { return -1; }
+    try {
+      return ProcStatusBytes("VmHWM");
+    } catch (...) {
+      return -1;
+    }
   }
   void ResetPeakMemory() noexcept override {
     // Linux resets VmHWM to the current RSS when "5" is written here.

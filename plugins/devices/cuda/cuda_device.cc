@@ -1,19 +1,19 @@
 // The CUDA device: one NVIDIA GPU through LibTorch's CUDA and cuDNN backends.
 // Built only when the LibTorch found at configure time has CUDA.
 
-#include <cstdio>
-#include <memory>
-#include <string>
-
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
-#include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 #include <torch/version.h>
+
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "trainbench/sdk/plugin.h"
 
@@ -23,14 +23,12 @@ using trainbench::sdk::Amp;
 using trainbench::sdk::DeviceSettings;
 using trainbench::sdk::Status;
 
-std::string CudaVersionText(int v) {
-  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
-}
+std::string CudaVersionText(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 
 class CudaDevice : public trainbench::sdk::Device {
  public:
-  CudaDevice(int64_t index, bool cudnn_benchmark, int64_t benchmark_limit, bool tf32, Amp amp,
-             bool channels_last, bool cuda_graph)
+  CudaDevice(int64_t index, bool cudnn_benchmark, int64_t benchmark_limit, bool tf32, Amp amp, bool channels_last,
+             bool cuda_graph)
       : index_(static_cast<c10::DeviceIndex>(index)),
         cudnn_benchmark_(cudnn_benchmark),
         benchmark_limit_(benchmark_limit),
@@ -47,8 +45,8 @@ class CudaDevice : public trainbench::sdk::Device {
       }
       const auto count = static_cast<int64_t>(torch::cuda::device_count());
       if (index_ >= count) {
-        *why_not = "device_index " + std::to_string(index_) + " but only " +
-                   std::to_string(count) + " CUDA GPU(s) visible";
+        *why_not =
+            "device_index " + std::to_string(index_) + " but only " + std::to_string(count) + " CUDA GPU(s) visible";
         return false;
       }
       return true;
@@ -98,8 +96,9 @@ class CudaDevice : public trainbench::sdk::Device {
       // nvidia-smi's form of the GPU's UUID: the identity metrics and results use.
       const auto* b = reinterpret_cast<const unsigned char*>(p->uuid.bytes);
       char uuid[64];
-      std::snprintf(uuid, sizeof(uuid), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                    b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+      std::snprintf(uuid, sizeof(uuid), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                    b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                    b[15]);
       j["uuid"] = uuid;
       j["memory_bytes"] = static_cast<int64_t>(p->totalGlobalMem);
       j["compute_capability"] = std::to_string(p->major) + "." + std::to_string(p->minor);
@@ -161,19 +160,16 @@ class CudaDevice : public trainbench::sdk::Device {
 
 const TbParamSpec kParams[] = {
     {"device_index", TB_PARAM_INT, "0", "which CUDA GPU", nullptr, 1, 0, 1024},
-    {"cudnn_benchmark", TB_PARAM_BOOL, "true", "let cuDNN autotune convolution algorithms",
-     nullptr, 0, 0, 0},
+    {"cudnn_benchmark", TB_PARAM_BOOL, "true", "let cuDNN autotune convolution algorithms", nullptr, 0, 0, 0},
     {"cudnn_benchmark_limit", TB_PARAM_INT, "0",
-     "cuDNN engines timed per convolution shape when autotuning (0: all; PyTorch's default is 10)",
-     nullptr, 1, 0, 10000},
+     "cuDNN engines timed per convolution shape when autotuning (0: all; PyTorch's default is 10)", nullptr, 1, 0,
+     10000},
     {"tf32", TB_PARAM_BOOL, "true",
-     "let cuDNN use TF32 for fp32 convolutions (PyTorch's default); matrix products stay fp32",
-     nullptr, 0, 0, 0},
+     "let cuDNN use TF32 for fp32 convolutions (PyTorch's default); matrix products stay fp32", nullptr, 0, 0, 0},
     {"amp", TB_PARAM_ENUM, "\"none\"", "automatic mixed precision", "none,bf16,fp16", 0, 0, 0},
     {"channels_last", TB_PARAM_BOOL, "false", "use the NHWC memory format", nullptr, 0, 0, 0},
     {"cuda_graph", TB_PARAM_BOOL, "false",
-     "capture the whole training step (forward, backward, optimizer) in a CUDA graph", nullptr,
-     0, 0, 0},
+     "capture the whole training step (forward, backward, optimizer) in a CUDA graph", nullptr, 0, 0, 0},
 };
 
 std::unique_ptr<trainbench::sdk::Device> Make(const trainbench::sdk::Options& options) {
@@ -185,12 +181,9 @@ std::unique_ptr<trainbench::sdk::Device> Make(const trainbench::sdk::Options& op
         "cuda_graph cannot be combined with amp: fp16 (its loss scaling decides on the host "
         "every step); use amp: bf16");
   }
-  return std::make_unique<CudaDevice>(options.GetInt("device_index"),
-                                      options.GetBool("cudnn_benchmark"),
-                                      options.GetInt("cudnn_benchmark_limit"),
-                                      options.GetBool("tf32"), amp,
-                                      options.GetBool("channels_last"),
-                                      options.GetBool("cuda_graph"));
+  return std::make_unique<CudaDevice>(options.GetInt("device_index"), options.GetBool("cudnn_benchmark"),
+                                      options.GetInt("cudnn_benchmark_limit"), options.GetBool("tf32"), amp,
+                                      options.GetBool("channels_last"), options.GetBool("cuda_graph"));
 }
 
 }  // namespace
@@ -198,5 +191,5 @@ std::unique_ptr<trainbench::sdk::Device> Make(const trainbench::sdk::Options& op
 // An accelerator: one per rank, chosen by device_index; its step can be a CUDA graph.
 const TbDeviceTraits kTraits = {1, "device_index", "cuda_graph"};
 
-TRAINBENCH_DEVICE_PLUGIN_WITH_TRAITS("cuda", "1.1.0", "one NVIDIA GPU through LibTorch's CUDA and cuDNN", kParams,
-                                     Make, kTraits)
+TRAINBENCH_DEVICE_PLUGIN_WITH_TRAITS("cuda", "1.1.0", "one NVIDIA GPU through LibTorch's CUDA and cuDNN", kParams, Make,
+                                     kTraits)

@@ -1,21 +1,21 @@
 #include "resnet.h"
 
-#include <stdexcept>
-
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/pooling.h>
 
+#include <stdexcept>
+
 #include "trainbench/sdk/module_model.h"
 
 namespace trainbench::plugins {
 namespace {
 
+using sdk::BatchNorm2d;  // torch::nn::BatchNorm2d that can normalise across ranks
 using sdk::CountedConv2d;
 using sdk::CountedLinear;
-using sdk::BatchNorm2d;  // torch::nn::BatchNorm2d that can normalise across ranks
 using torch::nn::Conv2dOptions;
 
 CountedConv2d Conv3x3(int64_t in, int64_t out, int64_t stride) {
@@ -28,8 +28,7 @@ CountedConv2d Conv1x1(int64_t in, int64_t out, int64_t stride) {
 // One residual block, basic (two 3x3) or bottleneck (1x1, 3x3, 1x1 x4).
 class BlockImpl : public torch::nn::Module {
  public:
-  BlockImpl(int64_t in, int64_t width, int64_t stride, bool bottleneck)
-      : bottleneck_(bottleneck) {
+  BlockImpl(int64_t in, int64_t width, int64_t stride, bool bottleneck) : bottleneck_(bottleneck) {
     const int64_t out = bottleneck ? width * 4 : width;
     if (bottleneck) {
       conv1_ = register_module("conv1", Conv1x1(in, width, 1));
@@ -45,8 +44,7 @@ class BlockImpl : public torch::nn::Module {
       bn2_ = register_module("bn2", BatchNorm2d(width));
     }
     if (stride != 1 || in != out) {
-      downsample_ = register_module(
-          "downsample", torch::nn::Sequential(Conv1x1(in, out, stride), BatchNorm2d(out)));
+      downsample_ = register_module("downsample", torch::nn::Sequential(Conv1x1(in, out, stride), BatchNorm2d(out)));
     }
   }
 
@@ -74,12 +72,10 @@ TORCH_MODULE(Block);
 
 class ResNetImpl : public torch::nn::Module {
  public:
-  ResNetImpl(const ResNetSpec& spec, int64_t num_classes, bool imagenet_stem)
-      : imagenet_stem_(imagenet_stem) {
-    conv1_ = register_module(
-        "conv1", imagenet_stem
-                     ? CountedConv2d(Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false))
-                     : Conv3x3(3, 64, 1));
+  ResNetImpl(const ResNetSpec& spec, int64_t num_classes, bool imagenet_stem) : imagenet_stem_(imagenet_stem) {
+    conv1_ =
+        register_module("conv1", imagenet_stem ? CountedConv2d(Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false))
+                                               : Conv3x3(3, 64, 1));
     bn1_ = register_module("bn1", BatchNorm2d(64));
     int64_t in = 64;
     const int64_t widths[4] = {64, 128, 256, 512};

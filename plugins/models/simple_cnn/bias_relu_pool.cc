@@ -1,8 +1,8 @@
 #include "bias_relu_pool.h"
 
-#include <string>
-
 #include <torch/nn/functional/pooling.h>
+
+#include <string>
 
 #ifdef TRAINBENCH_SIMPLE_CNN_KERNELS
 #include <c10/cuda/CUDAException.h>
@@ -39,18 +39,17 @@ kernels::PoolProblem Problem(const torch::Tensor& y, bool nhwc) {
                               : type == torch::kBFloat16 ? kernels::DType::kBFloat16
                                                          : kernels::DType::kHalf,
                               nhwc ? kernels::Layout::kNhwc : kernels::Layout::kNchw,
-                              y.size(0), y.size(1), y.size(2), y.size(3)};
+                              y.size(0),
+                              y.size(1),
+                              y.size(2),
+                              y.size(3)};
 }
 
-c10::MemoryFormat Format(bool nhwc) {
-  return nhwc ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
-}
+c10::MemoryFormat Format(bool nhwc) { return nhwc ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous; }
 
 // channels_last when y is in it (a cuDNN output of channels_last input); a
 // tensor both layouts describe takes the NCHW kernel.
-bool IsNhwc(const torch::Tensor& y) {
-  return !y.is_contiguous() && y.is_contiguous(c10::MemoryFormat::ChannelsLast);
-}
+bool IsNhwc(const torch::Tensor& y) { return !y.is_contiguous() && y.is_contiguous(c10::MemoryFormat::ChannelsLast); }
 
 // The forward kernel; with `offsets`, also the window offsets (p's shape, int8).
 torch::Tensor Forward(const torch::Tensor& y_in, const torch::Tensor& bias, torch::Tensor* offsets) {
@@ -62,8 +61,8 @@ torch::Tensor Forward(const torch::Tensor& y_in, const torch::Tensor& bias, torc
   const std::vector<int64_t> pooled{y.size(0), y.size(1), y.size(2) / 2, y.size(3) / 2};
   torch::Tensor p = torch::empty(pooled, options);
   if (offsets != nullptr) *offsets = torch::empty(pooled, options.dtype(torch::kChar));
-  C10_CUDA_CHECK(kernels::BiasReluMaxPoolForward(Problem(y, nhwc), y.data_ptr(), b.data_ptr<float>(),
-                                                 p.data_ptr(), offsets != nullptr ? offsets->data_ptr<int8_t>() : nullptr,
+  C10_CUDA_CHECK(kernels::BiasReluMaxPoolForward(Problem(y, nhwc), y.data_ptr(), b.data_ptr<float>(), p.data_ptr(),
+                                                 offsets != nullptr ? offsets->data_ptr<int8_t>() : nullptr,
                                                  c10::cuda::getCurrentCUDAStream()));
   return p;
 }
@@ -90,8 +89,8 @@ struct FusedBiasReluMaxPool : public torch::autograd::Function<FusedBiasReluMaxP
     torch::Tensor grad_y = torch::empty(y_sizes, grad_p.options().memory_format(Format(nhwc)));
     torch::Tensor masked = torch::empty(grad_p.sizes(), grad_p.options().memory_format(Format(nhwc)));
     C10_CUDA_CHECK(kernels::BiasReluMaxPoolBackward(Problem(grad_y, nhwc), grad_p.data_ptr(),
-                                                    offsets.data_ptr<int8_t>(), grad_y.data_ptr(),
-                                                    masked.data_ptr(), c10::cuda::getCurrentCUDAStream()));
+                                                    offsets.data_ptr<int8_t>(), grad_y.data_ptr(), masked.data_ptr(),
+                                                    c10::cuda::getCurrentCUDAStream()));
     // The bias gradient: every pooled gradient that passed ReLU, summed per
     // channel in fp32 (a reduction over a quarter of grad_y).
     torch::Tensor grad_bias = masked.sum({0, 2, 3}, /*keepdim=*/false, torch::kFloat).to(bias_type);

@@ -2,13 +2,13 @@
 // y once and writes a quarter of it plus one byte per pooled element (eager:
 // bias add, ReLU and max-pool with int64 indices, ~12 bytes moved per element
 // of y in bf16); backward writes grad_y once.
-#include "bias_relu_pool_kernels.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
+
+#include "bias_relu_pool_kernels.h"
 
 namespace simple_cnn::kernels {
 namespace {
@@ -16,24 +16,38 @@ namespace {
 template <typename T>
 __device__ __forceinline__ float ToFloat(T v);
 template <>
-__device__ __forceinline__ float ToFloat<float>(float v) { return v; }
+__device__ __forceinline__ float ToFloat<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 template <>
-__device__ __forceinline__ float ToFloat<__half>(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ToFloat<__half>(__half v) {
+  return __half2float(v);
+}
 
 template <typename T>
 __device__ __forceinline__ T FromFloat(float v);
 template <>
-__device__ __forceinline__ float FromFloat<float>(float v) { return v; }
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
 
 // Rounds a float to T's precision and back.
 template <typename T>
-__device__ __forceinline__ float Round(float v) { return ToFloat<T>(FromFloat<T>(v)); }
+__device__ __forceinline__ float Round(float v) {
+  return ToFloat<T>(FromFloat<T>(v));
+}
 
 template <typename T, int kVec>
 struct alignas(sizeof(T) * kVec) Pack {
@@ -132,9 +146,8 @@ __global__ void ForwardKernel(const T* __restrict__ y, const float* __restrict__
 }
 
 template <typename T, int kVec, bool kNhwc, typename Index>
-__global__ void BackwardKernel(const T* __restrict__ grad_p, const int8_t* __restrict__ offsets,
-                               T* __restrict__ grad_y, T* __restrict__ grad_masked, Index c, Index h, Index w,
-                               Index packs) {
+__global__ void BackwardKernel(const T* __restrict__ grad_p, const int8_t* __restrict__ offsets, T* __restrict__ grad_y,
+                               T* __restrict__ grad_masked, Index c, Index h, Index w, Index packs) {
   const T zero = FromFloat<T>(0.f);
   for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < packs;
        i += static_cast<Index>(gridDim.x) * blockDim.x) {
@@ -184,11 +197,11 @@ int Blocks(int64_t threads, int per_block) {
 }
 
 struct Buffers {
-  const void* in;        // forward: y; backward: grad_p
-  const float* bias;     // forward only
-  void* out;             // forward: p; backward: grad_y
-  int8_t* offsets;       // written forward (unless null), read backward
-  void* grad_masked;     // backward only
+  const void* in;     // forward: y; backward: grad_p
+  const float* bias;  // forward only
+  void* out;          // forward: p; backward: grad_y
+  int8_t* offsets;    // written forward (unless null), read backward
+  void* grad_masked;  // backward only
 };
 
 template <typename T, int kVec, bool kNhwc, typename Index>
@@ -201,8 +214,7 @@ void Launch(bool forward, const PoolProblem& pr, const Buffers& b, cudaStream_t 
         static_cast<const T*>(b.in), b.bias, static_cast<T*>(b.out), b.offsets, c, h, w, packs);
   } else {
     BackwardKernel<T, kVec, kNhwc, Index><<<Blocks(packs, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(b.in), b.offsets, static_cast<T*>(b.out), static_cast<T*>(b.grad_masked), c, h,
-        w, packs);
+        static_cast<const T*>(b.in), b.offsets, static_cast<T*>(b.out), static_cast<T*>(b.grad_masked), c, h, w, packs);
   }
 }
 
@@ -210,21 +222,33 @@ template <typename T, int kVec>
 void LaunchWithLayout(bool forward, const PoolProblem& pr, const Buffers& b, cudaStream_t stream) {
   const bool small = pr.n * pr.c * pr.h * pr.w < (int64_t{1} << 31);
   if (pr.layout == Layout::kNhwc) {
-    if (small) Launch<T, kVec, true, int32_t>(forward, pr, b, stream);
-    else Launch<T, kVec, true, int64_t>(forward, pr, b, stream);
+    if (small)
+      Launch<T, kVec, true, int32_t>(forward, pr, b, stream);
+    else
+      Launch<T, kVec, true, int64_t>(forward, pr, b, stream);
   } else {
-    if (small) Launch<T, kVec, false, int32_t>(forward, pr, b, stream);
-    else Launch<T, kVec, false, int64_t>(forward, pr, b, stream);
+    if (small)
+      Launch<T, kVec, false, int32_t>(forward, pr, b, stream);
+    else
+      Launch<T, kVec, false, int64_t>(forward, pr, b, stream);
   }
 }
 
 template <typename T>
 void LaunchWithWidth(bool forward, const PoolProblem& pr, const Buffers& b, cudaStream_t stream) {
   switch (PackWidth<T>(pr)) {
-    case 8: LaunchWithLayout<T, 8>(forward, pr, b, stream); break;
-    case 4: LaunchWithLayout<T, 4>(forward, pr, b, stream); break;
-    case 2: LaunchWithLayout<T, 2>(forward, pr, b, stream); break;
-    default: LaunchWithLayout<T, 1>(forward, pr, b, stream); break;
+    case 8:
+      LaunchWithLayout<T, 8>(forward, pr, b, stream);
+      break;
+    case 4:
+      LaunchWithLayout<T, 4>(forward, pr, b, stream);
+      break;
+    case 2:
+      LaunchWithLayout<T, 2>(forward, pr, b, stream);
+      break;
+    default:
+      LaunchWithLayout<T, 1>(forward, pr, b, stream);
+      break;
   }
 }
 
@@ -232,22 +256,28 @@ cudaError_t Run(bool forward, const PoolProblem& pr, const Buffers& b, cudaStrea
   if (pr.h % 2 != 0 || pr.w % 2 != 0) return cudaErrorInvalidValue;
   if (pr.n * pr.c * pr.h * pr.w == 0) return cudaSuccess;
   switch (pr.dtype) {
-    case DType::kFloat: LaunchWithWidth<float>(forward, pr, b, stream); break;
-    case DType::kBFloat16: LaunchWithWidth<__nv_bfloat16>(forward, pr, b, stream); break;
-    case DType::kHalf: LaunchWithWidth<__half>(forward, pr, b, stream); break;
+    case DType::kFloat:
+      LaunchWithWidth<float>(forward, pr, b, stream);
+      break;
+    case DType::kBFloat16:
+      LaunchWithWidth<__nv_bfloat16>(forward, pr, b, stream);
+      break;
+    case DType::kHalf:
+      LaunchWithWidth<__half>(forward, pr, b, stream);
+      break;
   }
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t BiasReluMaxPoolForward(const PoolProblem& pr, const void* y, const float* bias, void* p,
-                                   int8_t* offsets, cudaStream_t stream) {
+cudaError_t BiasReluMaxPoolForward(const PoolProblem& pr, const void* y, const float* bias, void* p, int8_t* offsets,
+                                   cudaStream_t stream) {
   return Run(true, pr, Buffers{y, bias, p, offsets, nullptr}, stream);
 }
 
-cudaError_t BiasReluMaxPoolBackward(const PoolProblem& pr, const void* grad_p, const int8_t* offsets,
-                                    void* grad_y, void* grad_masked, cudaStream_t stream) {
+cudaError_t BiasReluMaxPoolBackward(const PoolProblem& pr, const void* grad_p, const int8_t* offsets, void* grad_y,
+                                    void* grad_masked, cudaStream_t stream) {
   return Run(false, pr, Buffers{grad_p, nullptr, grad_y, const_cast<int8_t*>(offsets), grad_masked}, stream);
 }
 

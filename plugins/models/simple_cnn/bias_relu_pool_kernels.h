@@ -15,9 +15,9 @@
 // relu is monotone, so the first maximum of relu(v) is the first maximum of v
 // whenever it is positive, and otherwise relu's gradient is 0 everywhere.
 
-#include <cstdint>
-
 #include <cuda_runtime_api.h>
+
+#include <cstdint>
 
 namespace simple_cnn::kernels {
 
@@ -36,7 +36,7 @@ cudaError_t BiasReluMaxPoolForward(const PoolProblem& problem, const void* y, co
                                    int8_t* offsets, cudaStream_t stream);
 
 /// grad_p, grad_masked: p's shape; grad_y: y's shape; all of `dtype`.
-cudaError_t BiasReluMaxPoolBackward(const PoolProblem& problem, const void* grad_p, const int8_t* offsets,
-                                    void* grad_y, void* grad_masked, cudaStream_t stream);
+cudaError_t BiasReluMaxPoolBackward(const PoolProblem& problem, const void* grad_p, const int8_t* offsets, void* grad_y,
+                                    void* grad_masked, cudaStream_t stream);
 
 }  // namespace simple_cnn::kernels

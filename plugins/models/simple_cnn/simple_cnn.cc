@@ -13,11 +13,11 @@
 // their backward (bias_relu_pool.h). The same function and gradients; the
 // parameters keep their names and shapes.
 
-#include <memory>
-
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/module.h>
+
+#include <memory>
 
 #include "bias_relu_pool.h"
 #include "trainbench/sdk/module_model.h"
@@ -68,11 +68,10 @@ TORCH_MODULE(SimpleCnn);
 
 const TbParamSpec kParams[] = {
     {"num_classes", TB_PARAM_INT, "10", "number of output classes", nullptr, 1, 2, 100000},
-    {"hidden", TB_PARAM_INT, "192", "width of the hidden fully connected layer", nullptr, 1, 1,
-     65536},
+    {"hidden", TB_PARAM_INT, "192", "width of the hidden fully connected layer", nullptr, 1, 1, 65536},
     {"fused_epilogue", TB_PARAM_BOOL, "true",
-     "on CUDA, bias + ReLU + max-pool of each convolution as one kernel (and one for their backward)", nullptr, 0,
-     0, 0},
+     "on CUDA, bias + ReLU + max-pool of each convolution as one kernel (and one for their backward)", nullptr, 0, 0,
+     0},
 };
 
 std::unique_ptr<trainbench::sdk::Model> Make(const trainbench::sdk::Options& options) {
@@ -84,5 +83,4 @@ std::unique_ptr<trainbench::sdk::Model> Make(const trainbench::sdk::Options& opt
 
 }  // namespace
 
-TRAINBENCH_MODEL_PLUGIN("simple_cnn", "1.1.0",
-                        "SimpleCNN: 3 conv + 2 fc layers, about 0.5M parameters", kParams, Make)
+TRAINBENCH_MODEL_PLUGIN("simple_cnn", "1.1.0", "SimpleCNN: 3 conv + 2 fc layers, about 0.5M parameters", kParams, Make)

@@ -27,12 +27,11 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #define TRAINBENCH_ENGINE_API __attribute__((visibility("default")))
 
@@ -66,8 +65,7 @@ TRAINBENCH_ENGINE_API std::string ConfigReference();
 /// for an environment problem such as an unwritable folder).
 class TRAINBENCH_ENGINE_API EngineError : public std::runtime_error {
  public:
-  EngineError(const std::string& message, int exit_code)
-      : std::runtime_error(message), exit_code_(exit_code) {}
+  EngineError(const std::string& message, int exit_code) : std::runtime_error(message), exit_code_(exit_code) {}
   int exit_code() const noexcept { return exit_code_; }
 
  private:
@@ -79,9 +77,9 @@ struct PluginRecord {
   std::string path;
   std::string sha256;
   bool loaded = false;
-  std::string reason;         ///< why rejected or shadowed (when !loaded)
+  std::string reason;                                              ///< why rejected or shadowed (when !loaded)
   std::string name, kind, version, abi, fingerprint, description;  ///< when loaded
-  nlohmann::json params;      ///< the option schema: [{name, type, default, doc, ...}]
+  nlohmann::json params;          ///< the option schema: [{name, type, default, doc, ...}]
   std::optional<bool> available;  ///< device plugins: usable on this machine
   std::string unavailable_reason;
   /// Device plugins: {accelerator, index_option, graph_option}, as the plugin
@@ -210,8 +208,8 @@ struct RunSummary {
   int exit_code = kExitOk;  ///< as `trainbench run` would exit
   std::filesystem::path results_json;
   std::vector<CellResult> cells;
-  std::string table;        ///< the closing table `trainbench run` prints
-  nlohmann::json results;   ///< the whole results.json document
+  std::string table;       ///< the closing table `trainbench run` prints
+  nlohmann::json results;  ///< the whole results.json document
 };
 
 class TRAINBENCH_ENGINE_API Engine {
@@ -241,8 +239,7 @@ class TRAINBENCH_ENGINE_API Engine {
   /// Runs every cell, each in a fresh worker, writing results after each
   /// one. Blocks. Throws EngineError before training for an unusable
   /// out_dir or metrics address; afterwards failures are cells' statuses.
-  RunSummary Run(const ExperimentPlan& plan, const RunOptions& options,
-                 const EventCallback& on_event = {}) const;
+  RunSummary Run(const ExperimentPlan& plan, const RunOptions& options, const EventCallback& on_event = {}) const;
 
   /// Asks the running cell to stop at its next step (recorded as
   /// interrupted) and the run to end; results are written. Safe from a
@@ -264,9 +261,9 @@ class TRAINBENCH_ENGINE_API Engine {
 /// Slurm: an experiment as job arrays, one cell per array task, and the
 /// tasks' results gathered into one results.json (docs/slurm.md).
 struct SlurmOptions {
-  std::filesystem::path out_dir;  ///< tasks write out_dir/tasks/cell-N/; gathered results in out_dir
-  std::string partition;          ///< sbatch --partition; empty: the cluster's default
-  std::string time_limit;         ///< sbatch --time ("02:00:00"); empty: the partition's
+  std::filesystem::path out_dir;         ///< tasks write out_dir/tasks/cell-N/; gathered results in out_dir
+  std::string partition;                 ///< sbatch --partition; empty: the cluster's default
+  std::string time_limit;                ///< sbatch --time ("02:00:00"); empty: the partition's
   std::vector<std::string> sbatch_args;  ///< more sbatch options, as they are
   bool hold = false;                     ///< submit held (start with scontrol release)
   /// Each task serves /metrics on a free port and writes a file_sd target there.
@@ -282,7 +279,7 @@ struct SlurmSubmission {
 
 struct SlurmGathered {
   std::size_t done = 0, failed = 0, queued = 0;  ///< ok; failed or cancelled; pending or running
-  RunSummary summary;  ///< results.json in out_dir, speedups across tasks
+  RunSummary summary;                            ///< results.json in out_dir, speedups across tasks
 };
 
 /// Writes one sbatch script per resource shape under out_dir/slurm/ and
@@ -290,8 +287,7 @@ struct SlurmGathered {
 /// (ok) or are queued. The tasks run `trainbench run yaml_file --cells N`
 /// with this engine's plugin folders. Throws EngineError when sbatch fails.
 TRAINBENCH_ENGINE_API SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan,
-                                                  const std::filesystem::path& yaml_file,
-                                                  const SlurmOptions& options);
+                                                  const std::filesystem::path& yaml_file, const SlurmOptions& options);
 /// Gathers the tasks' results into out_dir/results.json; a cell whose task
 /// ended without a result (failed, cancelled, timed out) is failed with
 /// Slurm's state and reason; queued ones are listed as pending/running.

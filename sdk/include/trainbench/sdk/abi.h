@@ -96,8 +96,7 @@ typedef struct TbDeviceTraits {
 /// @param error receives a static-or-thread-local message when creation
 ///        fails; valid until the next call on this thread.
 /// @return 0 on success, nonzero on failure. Never throws.
-typedef int (*TbCreateFn)(const char* options_json, void** out,
-                          const char** error);
+typedef int (*TbCreateFn)(const char* options_json, void** out, const char** error);
 
 /// The descriptor: static data plus one factory. Owned by the plugin, valid
 /// while its library is loaded. Thread-safe to read.

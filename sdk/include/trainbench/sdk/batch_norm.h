@@ -16,15 +16,15 @@
 /// combined batch and are the same on every rank. Outside a data-parallel cell, and in eval
 /// mode, it is exactly torch::nn::BatchNorm2d.
 
-#include <cstdint>
-#include <ostream>
-#include <vector>
-
 #include <torch/autograd.h>
 #include <torch/nn/functional/batchnorm.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
+
+#include <cstdint>
+#include <ostream>
+#include <vector>
 
 namespace trainbench::sdk {
 
@@ -69,8 +69,7 @@ class CrossRankBatchNormFunction : public torch::autograd::Function<CrossRankBat
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &input = saved[0], &weight = saved[1], &mean = saved[2], &invstd = saved[3],
-                        &count = saved[4];
+    const torch::Tensor &input = saved[0], &weight = saved[1], &mean = saved[2], &invstd = saved[3], &count = saved[4];
     auto* sum = reinterpret_cast<CrossRankSum*>(ctx->saved_data["sum"].toInt());
     const torch::Tensor dy = grads[0].to(mean.scalar_type());
     const torch::Tensor xmu = input - PerChannel(mean);
@@ -85,9 +84,14 @@ class CrossRankBatchNormFunction : public torch::autograd::Function<CrossRankBat
     const torch::Tensor mean_dy = sums.narrow(0, 0, channels) / count;
     const torch::Tensor mean_dy_xmu = sums.narrow(0, channels, channels) / count;
     torch::Tensor scale = weight.defined() ? invstd * weight : invstd;
-    const torch::Tensor dx = (dy - PerChannel(mean_dy) - xmu * PerChannel(invstd * invstd * mean_dy_xmu)) *
-                             PerChannel(scale);
-    return {dx.to(input.scalar_type()), grad_weight, grad_bias, torch::Tensor(), torch::Tensor(), torch::Tensor(),
+    const torch::Tensor dx =
+        (dy - PerChannel(mean_dy) - xmu * PerChannel(invstd * invstd * mean_dy_xmu)) * PerChannel(scale);
+    return {dx.to(input.scalar_type()),
+            grad_weight,
+            grad_bias,
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
             torch::Tensor()};
   }
 };

@@ -2,10 +2,10 @@
 /// @file
 /// The interface a device plugin's object implements.
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <string>
-
-#include <c10/core/Device.h>
 
 #include "trainbench/sdk/status.h"
 
@@ -65,19 +65,26 @@ class Device {
 
 /// Parses "none", "bf16", "fp16"; returns false on anything else.
 inline bool ParseAmp(const std::string& text, Amp* out) {
-  if (text == "none") *out = Amp::kNone;
-  else if (text == "bf16") *out = Amp::kBf16;
-  else if (text == "fp16") *out = Amp::kFp16;
-  else return false;
+  if (text == "none")
+    *out = Amp::kNone;
+  else if (text == "bf16")
+    *out = Amp::kBf16;
+  else if (text == "fp16")
+    *out = Amp::kFp16;
+  else
+    return false;
   return true;
 }
 
 /// Inverse of ParseAmp.
 inline const char* AmpName(Amp amp) {
   switch (amp) {
-    case Amp::kBf16: return "bf16";
-    case Amp::kFp16: return "fp16";
-    default: return "none";
+    case Amp::kBf16:
+      return "bf16";
+    case Amp::kFp16:
+      return "fp16";
+    default:
+      return "none";
   }
 }
 

@@ -36,8 +36,5 @@
 #endif
 
 /// Fingerprint initializer for a TbBuildFingerprint.
-#define TRAINBENCH_BUILD_FINGERPRINT                                      \
-  TbBuildFingerprint {                                                    \
-    TRAINBENCH_COMPILER_FAMILY, TRAINBENCH_CXX_ABI, TORCH_VERSION,        \
-        TRAINBENCH_TORCH_CUDA_VERSION                                     \
-  }
+#define TRAINBENCH_BUILD_FINGERPRINT \
+  TbBuildFingerprint { TRAINBENCH_COMPILER_FAMILY, TRAINBENCH_CXX_ABI, TORCH_VERSION, TRAINBENCH_TORCH_CUDA_VERSION }

@@ -13,14 +13,14 @@
 /// forward for the weight gradient plus one more when the layer's input needs
 /// a gradient (not so for the first layer).
 
-#include <array>
-#include <cstdint>
-#include <exception>
-
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
+
+#include <array>
+#include <cstdint>
+#include <exception>
 
 #include "trainbench/sdk/status.h"
 
@@ -81,8 +81,7 @@ TORCH_MODULE(CountedLinear);
 /// recorded, and stores the training FLOPs per sample in `flops`. The module
 /// must be on the CPU; its train/eval mode is restored. Never throws.
 template <class ForwardFn>
-Status MeasureTrainingFlops(torch::nn::Module& module, ForwardFn&& forward,
-                            const std::array<int64_t, 3>& sample_shape,
+Status MeasureTrainingFlops(torch::nn::Module& module, ForwardFn&& forward, const std::array<int64_t, 3>& sample_shape,
                             int64_t* flops) noexcept {
   const bool was_training = module.is_training();
   FlopCounter counter;

@@ -2,11 +2,11 @@
 /// @file
 /// The interface a model plugin's object implements.
 
-#include <array>
-#include <cstdint>
-
 #include <torch/nn/module.h>
 #include <torch/types.h>
+
+#include <array>
+#include <cstdint>
 
 #include "trainbench/sdk/status.h"
 
@@ -30,8 +30,7 @@ class Model {
 
   /// Runs the network on a batch `input` of shape [N, C, H, W] (InputShape()
   /// per sample) and stores logits [N, NumClasses()] in `logits`.
-  virtual Status Forward(const torch::Tensor& input,
-                         torch::Tensor* logits) noexcept = 0;
+  virtual Status Forward(const torch::Tensor& input, torch::Tensor* logits) noexcept = 0;
 
   /// Shape of one input sample: {channels, height, width}.
   virtual std::array<int64_t, 3> InputShape() const noexcept = 0;

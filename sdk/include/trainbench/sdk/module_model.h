@@ -4,14 +4,14 @@
 /// holder whose forward(Tensor) returns logits, so that a model plugin only
 /// writes its network.
 
+#include <torch/nn/modules/batchnorm.h>
+
 #include <array>
 #include <cstdint>
 #include <exception>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/nn/modules/batchnorm.h>
 
 #include "trainbench/sdk/batch_norm.h"
 #include "trainbench/sdk/flops.h"
@@ -43,8 +43,7 @@ class ModuleModel : public Model {
 
   Status TrainingFlopsPerSample(int64_t* flops) noexcept override {
     return MeasureTrainingFlops(
-        *net_, [this](const torch::Tensor& x) { return net_->forward(x); }, input_shape_,
-        flops);
+        *net_, [this](const torch::Tensor& x) { return net_->forward(x); }, input_shape_, flops);
   }
 
   /// Switches every trainbench::sdk::BatchNorm2d to cross-rank statistics;

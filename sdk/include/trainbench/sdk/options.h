@@ -3,10 +3,9 @@
 /// Options: typed, read-only access to a plugin's validated options.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace trainbench::sdk {
 
@@ -18,25 +17,21 @@ namespace trainbench::sdk {
 class Options {
  public:
   /// Parses a JSON object text; throws std::runtime_error on bad JSON.
-  explicit Options(const char* json_text)
-      : values_(nlohmann::json::parse(json_text ? json_text : "{}")) {
+  explicit Options(const char* json_text) : values_(nlohmann::json::parse(json_text ? json_text : "{}")) {
     if (!values_.is_object()) throw std::runtime_error("options must be an object");
   }
 
   bool GetBool(const std::string& key) const { return At(key).get<bool>(); }
   int64_t GetInt(const std::string& key) const { return At(key).get<int64_t>(); }
   double GetFloat(const std::string& key) const { return At(key).get<double>(); }
-  std::string GetString(const std::string& key) const {
-    return At(key).get<std::string>();
-  }
+  std::string GetString(const std::string& key) const { return At(key).get<std::string>(); }
   /// The whole object (for diagnostics).
   const nlohmann::json& json() const noexcept { return values_; }
 
  private:
   const nlohmann::json& At(const std::string& key) const {
     auto it = values_.find(key);
-    if (it == values_.end())
-      throw std::runtime_error("option '" + key + "' was not declared in the plugin's schema");
+    if (it == values_.end()) throw std::runtime_error("option '" + key + "' was not declared in the plugin's schema");
     return *it;
   }
   nlohmann::json values_;

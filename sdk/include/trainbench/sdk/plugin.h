@@ -16,11 +16,10 @@
 /// hidden visibility (the `trainbench_add_plugin` CMake function does); the
 /// entry alias is the only exported symbol.
 
+#include <boost/dll/alias.hpp>
 #include <exception>
 #include <memory>
 #include <string>
-
-#include <boost/dll/alias.hpp>
 
 #include "trainbench/sdk/abi.h"
 #include "trainbench/sdk/device.h"
@@ -33,8 +32,7 @@ namespace trainbench::sdk::detail {
 /// Calls `factory(Options(options_json))` and hands the result out as a raw
 /// pointer to the interface type; converts every exception to an error text.
 template <class Interface, class Factory>
-int GuardedCreate(Factory factory, const char* options_json, void** out,
-                  const char** error) noexcept {
+int GuardedCreate(Factory factory, const char* options_json, void** out, const char** error) noexcept {
   static thread_local std::string message;
   try {
     Options options(options_json);
@@ -59,52 +57,42 @@ int GuardedCreate(Factory factory, const char* options_json, void** out,
 
 #define TRAINBENCH_SDK_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-#define TRAINBENCH_DEFINE_PLUGIN_(KIND, INTERFACE, NAME, VERSION, DESCRIPTION, \
-                                  PARAMS, NUM_PARAMS, FACTORY, TRAITS)         \
-  namespace {                                                                  \
-  int TrainbenchCreate(const char* options_json, void** out,                   \
-                       const char** error) {                                   \
-    return ::trainbench::sdk::detail::GuardedCreate<INTERFACE>(                \
-        FACTORY, options_json, out, error);                                    \
-  }                                                                            \
-  const TbPluginDescriptor kTrainbenchDescriptor = {                           \
-      TRAINBENCH_SDK_ABI_MAJOR,                                                \
-      TRAINBENCH_SDK_ABI_MINOR,                                                \
-      KIND,                                                                    \
-      NAME,                                                                    \
-      VERSION,                                                                 \
-      DESCRIPTION,                                                             \
-      TRAINBENCH_BUILD_FINGERPRINT,                                            \
-      PARAMS,                                                                  \
-      NUM_PARAMS,                                                              \
-      &TrainbenchCreate,                                                       \
-      TRAITS};                                                                 \
-  const TbPluginDescriptor* TrainbenchEntry() {                                \
-    return &kTrainbenchDescriptor;                                             \
-  }                                                                            \
-  }                                                                            \
+#define TRAINBENCH_DEFINE_PLUGIN_(KIND, INTERFACE, NAME, VERSION, DESCRIPTION, PARAMS, NUM_PARAMS, FACTORY, TRAITS) \
+  namespace {                                                                                                       \
+  int TrainbenchCreate(const char* options_json, void** out, const char** error) {                                  \
+    return ::trainbench::sdk::detail::GuardedCreate<INTERFACE>(FACTORY, options_json, out, error);                  \
+  }                                                                                                                 \
+  const TbPluginDescriptor kTrainbenchDescriptor = {TRAINBENCH_SDK_ABI_MAJOR,                                       \
+                                                    TRAINBENCH_SDK_ABI_MINOR,                                       \
+                                                    KIND,                                                           \
+                                                    NAME,                                                           \
+                                                    VERSION,                                                        \
+                                                    DESCRIPTION,                                                    \
+                                                    TRAINBENCH_BUILD_FINGERPRINT,                                   \
+                                                    PARAMS,                                                         \
+                                                    NUM_PARAMS,                                                     \
+                                                    &TrainbenchCreate,                                              \
+                                                    TRAITS};                                                        \
+  const TbPluginDescriptor* TrainbenchEntry() { return &kTrainbenchDescriptor; }                                    \
+  }                                                                                                                 \
   BOOST_DLL_ALIAS(TrainbenchEntry, trainbench_plugin_entry)
 
 /// Defines a model plugin. PARAMS: a static TbParamSpec array. FACTORY:
 /// callable `std::unique_ptr<trainbench::sdk::Model>(const Options&)`.
-#define TRAINBENCH_MODEL_PLUGIN(NAME, VERSION, DESCRIPTION, PARAMS, FACTORY)  \
-  TRAINBENCH_DEFINE_PLUGIN_(TB_PLUGIN_MODEL, ::trainbench::sdk::Model, NAME, \
-                            VERSION, DESCRIPTION, PARAMS,                    \
+#define TRAINBENCH_MODEL_PLUGIN(NAME, VERSION, DESCRIPTION, PARAMS, FACTORY)                               \
+  TRAINBENCH_DEFINE_PLUGIN_(TB_PLUGIN_MODEL, ::trainbench::sdk::Model, NAME, VERSION, DESCRIPTION, PARAMS, \
                             TRAINBENCH_SDK_ARRAY_SIZE(PARAMS), FACTORY, nullptr)
 
 /// Defines a device plugin of a host device (like the CPU: one per machine).
 /// FACTORY: callable `std::unique_ptr<trainbench::sdk::Device>(const Options&)`.
-#define TRAINBENCH_DEVICE_PLUGIN(NAME, VERSION, DESCRIPTION, PARAMS, FACTORY) \
-  TRAINBENCH_DEFINE_PLUGIN_(TB_PLUGIN_DEVICE, ::trainbench::sdk::Device,     \
-                            NAME, VERSION, DESCRIPTION, PARAMS,              \
+#define TRAINBENCH_DEVICE_PLUGIN(NAME, VERSION, DESCRIPTION, PARAMS, FACTORY)                                \
+  TRAINBENCH_DEFINE_PLUGIN_(TB_PLUGIN_DEVICE, ::trainbench::sdk::Device, NAME, VERSION, DESCRIPTION, PARAMS, \
                             TRAINBENCH_SDK_ARRAY_SIZE(PARAMS), FACTORY, nullptr)
 
 /// Defines a device plugin that describes itself to the host (ABI 1.2):
 /// TRAITS is a static TbDeviceTraits, e.g. for a GPU
 /// `static const TbDeviceTraits kTraits = {1, "device_index", "cuda_graph"};`
 /// (its index_option and graph_option must name an INT and a BOOL option).
-#define TRAINBENCH_DEVICE_PLUGIN_WITH_TRAITS(NAME, VERSION, DESCRIPTION, PARAMS, \
-                                             FACTORY, TRAITS)                    \
-  TRAINBENCH_DEFINE_PLUGIN_(TB_PLUGIN_DEVICE, ::trainbench::sdk::Device,         \
-                            NAME, VERSION, DESCRIPTION, PARAMS,                  \
+#define TRAINBENCH_DEVICE_PLUGIN_WITH_TRAITS(NAME, VERSION, DESCRIPTION, PARAMS, FACTORY, TRAITS)            \
+  TRAINBENCH_DEFINE_PLUGIN_(TB_PLUGIN_DEVICE, ::trainbench::sdk::Device, NAME, VERSION, DESCRIPTION, PARAMS, \
                             TRAINBENCH_SDK_ARRAY_SIZE(PARAMS), FACTORY, &TRAITS)

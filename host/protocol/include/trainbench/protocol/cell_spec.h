@@ -6,10 +6,9 @@
 // worker's stdin (docs/architecture.md, "Worker protocol").
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace trainbench::protocol {
 

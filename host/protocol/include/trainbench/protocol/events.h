@@ -4,12 +4,11 @@
 // Hello, carrying the protocol version.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace trainbench::protocol {
 
@@ -34,7 +33,7 @@ struct Started {
 struct Progress {
   int64_t epoch = 0, step = 0, steps_per_epoch = 0, steps_done = 0, samples_done = 0;
   double loss = 0;
-  double samples_per_second = 0;  ///< since the last report; 0 in the warm-up
+  double samples_per_second = 0;     ///< since the last report; 0 in the warm-up
   std::vector<double> step_seconds;  ///< timed steps since the last report (a sample)
   int64_t memory_bytes = 0;
   double elapsed_seconds = 0;
@@ -91,8 +90,8 @@ struct Interrupted {
 struct PluginDescribed {
   std::string path;
   bool loaded = false;
-  std::string reason;  ///< why rejected
-  nlohmann::json descriptor;  ///< when loaded
+  std::string reason;             ///< why rejected
+  nlohmann::json descriptor;      ///< when loaded
   std::optional<bool> available;  ///< device plugins
   std::string unavailable_reason;
 };
@@ -103,8 +102,7 @@ struct Info {
   std::vector<std::string> distributed_backends;
 };
 
-using Event = std::variant<Hello, Started, Progress, Epoch, Result, Skipped, Error, Interrupted, PluginDescribed,
-                           Info>;
+using Event = std::variant<Hello, Started, Progress, Epoch, Result, Skipped, Error, Interrupted, PluginDescribed, Info>;
 
 /// The event's name on the wire ("hello", "started", "progress", ...).
 std::string EventName(const Event& event);

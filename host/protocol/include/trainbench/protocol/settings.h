@@ -8,10 +8,9 @@
 // `training:` key is a member plus a line here, and the code that uses it.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "trainbench/protocol/cell_spec.h"
 
@@ -72,12 +71,14 @@ template <class V>
 void VisitFields(StepMeasurement& m, V& v) {
   v(Field{"warmup_steps", "untimed steps at the start of each cell (autotuning, graph capture)", 0, 1e6},
     m.warmup_steps);
-  v(Field{"max_steps", "stop each cell after this many steps (epochs left are projected); a device entry's own "
-                       "max_steps wins",
+  v(Field{"max_steps",
+          "stop each cell after this many steps (epochs left are projected); a device entry's own "
+          "max_steps wins",
           1, 1099511627776.0},
     m.max_steps);
-  v(Field{"time_budget_seconds", "stop each cell's training after this long (epochs left are projected); a "
-                                 "device entry's own wins",
+  v(Field{"time_budget_seconds",
+          "stop each cell's training after this long (epochs left are projected); a "
+          "device entry's own wins",
           0.001, 1e7},
     m.time_budget_seconds);
   v(Field{"progress_interval_seconds", "how often a worker reports progress (and metrics update)", 0.05, 3600},
