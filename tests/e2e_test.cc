@@ -753,6 +753,20 @@ measurement: {warmup_steps: 1, max_steps: 4, baseline: one}
   EXPECT_NE(plugins.output.find("acme_npu"), std::string::npos) << plugins.output;
 }
 
+TEST_F(EndToEnd, APluginBuiltAgainstThePreviousSdkHeadersTrains) {
+  const std::string config = Config(R"(name: sdk11
+models: [sdk11_model]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const json cell = Results()["cells"][0];
+  EXPECT_EQ(cell["status"], "ok") << cell;
+  EXPECT_EQ(cell["plugins"][0]["abi"], "1.1");  // tests/fixtures/sdk-1.1: the real headers of SDK 1.1
+}
+
 TEST_F(EndToEnd, OlderPluginsRunButCannotSyncBatchNorm) {
   if (!WorkerHasGloo()) GTEST_SKIP() << "trainbench-worker built without Gloo (libgloo-dev)";
   const std::string config = Config(R"(name: old-abi
