@@ -9,9 +9,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-nlohmann::json Cell(const std::string& model, const std::string& device, const std::string& status, double sps) {
+nlohmann::json CellJson(const std::string& model, const std::string& device, const std::string& status, double sps) {
   return {{"model", model},         {"device", device},       {"status", status}, {"samples_per_second", sps},
           {"epoch_seconds", {1.0}}, {"test_accuracy", {0.5}}, {"params", 1000}};
+}
+
+CellRecord Cell(const std::string& model, const std::string& device, const std::string& status, double sps) {
+  return protocol::CellRecordFromJson(CellJson(model, device, status, sps));
 }
 
 TEST(Results, SpeedupIsAgainstTheBaselineOfTheSameModel) {
@@ -21,9 +25,10 @@ TEST(Results, SpeedupIsAgainstTheBaselineOfTheSameModel) {
   r.cells().push_back(Cell("b", "cpu", "failed", 0));
   r.cells().push_back(Cell("b", "cuda", "ok", 900));
   r.ComputeSpeedups();
-  EXPECT_TRUE(r.cells()[0]["speedup"].is_null());
-  EXPECT_DOUBLE_EQ(r.cells()[1]["speedup"].get<double>(), 7.5);
-  EXPECT_TRUE(r.cells()[3]["speedup"].is_null());  // no baseline result
+  EXPECT_FALSE(r.cells()[0].speedup.has_value());
+  EXPECT_DOUBLE_EQ(r.cells()[1].speedup.value(), 7.5);
+  EXPECT_FALSE(r.cells()[3].speedup.has_value());         // no baseline result
+  EXPECT_TRUE(r.doc()["cells"][0]["speedup"].is_null());  // written as null, as results.json always had it
 }
 
 TEST(Results, WritesJsonAndCsvAtomically) {
@@ -31,7 +36,7 @@ TEST(Results, WritesJsonAndCsvAtomically) {
   fs::create_directories(dir);
   Results r(dir, {{"name", "x"}}, {{"cpu_model", "test"}}, "cpu");
   r.cells().push_back(Cell("a", "cpu", "ok", 100));
-  r.cells().back()["reason"] = "has, a comma and \"quotes\"";
+  r.cells().back().reason = "has, a comma and \"quotes\"";
   r.Write();
   std::ifstream in(dir / "results.json");
   nlohmann::json doc = nlohmann::json::parse(in);
@@ -47,29 +52,29 @@ TEST(Results, WritesJsonAndCsvAtomically) {
 }
 
 TEST(Results, RecordsFromDiskAreCheckedBeforeUse) {
-  nlohmann::json cell = Cell("a", "cpu", "ok", 100);
+  nlohmann::json cell = CellJson("a", "cpu", "ok", 100);
   cell["config"] = nlohmann::json::object();
   cell["train_loss"] = {2.3};
-  EXPECT_EQ(CellRecordProblem(cell), "");
+  auto doc = [](const nlohmann::json& c) { return nlohmann::json{{"format", "trainbench-results/1"}, {"cells", {c}}}; };
+  EXPECT_EQ(CellsOf(doc(cell)).problem, "");
+  EXPECT_EQ(CellsOf(doc(cell)).cells.size(), 1u);
   nlohmann::json no_epochs = cell;
   no_epochs.erase("epoch_seconds");
-  EXPECT_EQ(CellRecordProblem(no_epochs), "cell a on cpu: 'epoch_seconds' missing or not a list");
+  EXPECT_EQ(CellsOf(doc(no_epochs)).problem, "cell a on cpu: 'epoch_seconds' missing or not a list");
   nlohmann::json text_rate = cell;
   text_rate["samples_per_second"] = "fast";
-  EXPECT_NE(CellRecordProblem(text_rate).find("'samples_per_second' missing or not a positive number"),
-            std::string::npos);
-  EXPECT_EQ(CellRecordProblem(Cell("a", "cpu", "failed", 0)), "");  // only ok cells carry measurements
-  EXPECT_EQ(ResultsDocumentProblem(nlohmann::json()), "not a JSON object");
-  const nlohmann::json doc = {{"format", "trainbench-results/1"}, {"cells", {no_epochs}}};
-  EXPECT_EQ(ResultsDocumentProblem(doc), "cell a on cpu: 'epoch_seconds' missing or not a list");
+  EXPECT_EQ(CellsOf(doc(text_rate)).problem, "cell record: field 'samples_per_second' has the wrong type (string)");
+  EXPECT_EQ(CellsOf(doc(CellJson("a", "cpu", "failed", 0))).problem, "");  // only ok cells carry measurements
+  EXPECT_EQ(CellsOf(nlohmann::json()).problem, "not a JSON object");
+  EXPECT_TRUE(CellsOf(doc(no_epochs)).cells.empty());
 }
 
-TEST(Results, TheTableSurvivesCellsWithoutMeasurements) {
-  Results r(::testing::TempDir(), {}, {}, "cpu");
-  r.cells().push_back({{"model", "a"}, {"device", "cpu"}, {"status", "ok"}, {"speedup", "x"}, {"params", "p"}});
-  r.cells().push_back({{"model", "a"}, {"device", "gpu"}, {"status", "failed"}, {"reason", 3}});
-  const std::string table = r.Table();
-  EXPECT_NE(table.find("a"), std::string::npos) << table;
+TEST(Results, RecordsKeepWhatANewerVersionWrote) {
+  nlohmann::json j = CellJson("a", "cpu", "ok", 100);
+  j["joules_per_sample"] = 0.25;  // a field this version does not know
+  const CellRecord cell = protocol::CellRecordFromJson(j);
+  EXPECT_EQ(protocol::ToJson(cell)["joules_per_sample"], 0.25);
+  EXPECT_EQ(protocol::ToJson(cell)["samples_per_second"], 100.0);
 }
 
 TEST(Results, UnwritableFolderIsAClearError) {

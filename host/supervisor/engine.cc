@@ -215,14 +215,14 @@ class CallbackObserver : public RunObserver {
   void OnRunStarted(const Experiment& experiment, size_t cells) override {
     Emit({RunEvent::Type::kRunStarted, 0, json(), {{"experiment", experiment.name}, {"cells", cells}}});
   }
-  void OnCellStarted(size_t index, const json& cell) override {
-    Emit({RunEvent::Type::kCellStarted, index, cell, json()});
+  void OnCellStarted(size_t index, const CellRecord& cell) override {
+    Emit({RunEvent::Type::kCellStarted, index, protocol::ToJson(cell), json()});
   }
-  void OnEvent(size_t index, const json& cell, const protocol::Event& event) override {
-    Emit({RunEvent::Type::kWorker, index, cell, protocol::ToJson(event)});
+  void OnEvent(size_t index, const CellRecord& cell, const protocol::Event& event) override {
+    Emit({RunEvent::Type::kWorker, index, protocol::ToJson(cell), protocol::ToJson(event)});
   }
-  void OnCellFinished(size_t index, const json& cell) override {
-    Emit({RunEvent::Type::kCellFinished, index, cell, json()});
+  void OnCellFinished(size_t index, const CellRecord& cell) override {
+    Emit({RunEvent::Type::kCellFinished, index, protocol::ToJson(cell), json()});
   }
   void OnRunFinished(const Results& results) override {
     Emit({RunEvent::Type::kRunFinished, 0, json(), results.doc()});
@@ -237,22 +237,19 @@ class CallbackObserver : public RunObserver {
 
 }  // namespace
 
-CellResult ToCellResult(const json& cell) {
+CellResult ToCellResult(const CellRecord& cell) {
   CellResult r;
-  r.model = cell.value("model", "");
-  r.device = cell.value("device", "");
-  r.status = cell.value("status", "");
-  r.reason = cell.value("reason", "");
-  if (cell.contains("samples_per_second") && cell["samples_per_second"].is_number())
-    r.samples_per_second = cell["samples_per_second"].get<double>();
-  r.median_epoch_seconds = MedianEpochSeconds(cell);
-  if (cell.contains("test_accuracy") && cell["test_accuracy"].is_array() && !cell["test_accuracy"].empty() &&
-      cell["test_accuracy"].back().is_number())
-    r.test_accuracy = cell["test_accuracy"].back().get<double>();
-  if (cell.contains("speedup") && cell["speedup"].is_number()) r.speedup = cell["speedup"].get<double>();
-  r.projected = cell.value("projected", false);
-  if (cell.contains("params") && cell["params"].is_number()) r.params = cell["params"].get<long long>();
-  r.record = cell;
+  r.model = cell.model;
+  r.device = cell.device;
+  r.status = cell.status;
+  r.reason = cell.reason.value_or("");
+  r.samples_per_second = cell.samples_per_second.value_or(0.0);
+  r.median_epoch_seconds = cell.median_epoch_seconds();
+  r.test_accuracy = cell.final_accuracy();
+  r.speedup = cell.speedup;
+  r.projected = cell.projected.value_or(false);
+  r.params = cell.params.value_or(0);
+  r.record = protocol::ToJson(cell);
   return r;
 }
 
@@ -433,7 +430,7 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
   summary.results = std::move(outcome.results);
   summary.table = std::move(outcome.table);
   summary.results_json = options.out_dir / "results.json";
-  for (const auto& cell : summary.results["cells"]) summary.cells.push_back(ToCellResult(cell));
+  for (const auto& cell : CellsOf(summary.results).cells) summary.cells.push_back(ToCellResult(cell));
   return summary;
 }
 

@@ -241,14 +241,15 @@ struct MetricsExporter::Impl {
     }
   }
 
-  Labels LabelsOf(const nlohmann::json& cell) {
+  Labels LabelsOf(const CellRecord& cell) {
     Labels l{{"experiment", experiment},
-             {"model", cell.value("model", "")},
-             {"device_type", cell.value("device_plugin", "")},
-             {"variant", cell.value("device", "")}};
-    l["gpu"] = cell.contains("hardware") && cell["hardware"].contains("index")
-                   ? std::to_string(cell["hardware"]["index"].get<int>())
-                   : "";
+             {"model", cell.model},
+             {"device_type", cell.device_plugin},
+             {"variant", cell.device}};
+    l["gpu"] =
+        cell.hardware.is_object() && cell.hardware.contains("index") && cell.hardware["index"].is_number_integer()
+            ? std::to_string(cell.hardware["index"].get<int>())
+            : "";
     return l;
   }
 };
@@ -347,21 +348,21 @@ void MetricsExporter::OnRunStarted(const Experiment& e, size_t cells) {
   impl_->cells.Add({{"experiment", e.name}}).Set(static_cast<double>(cells));
 }
 
-void MetricsExporter::OnCellStarted(size_t index, const nlohmann::json& cell) {
+void MetricsExporter::OnCellStarted(size_t index, const CellRecord& cell) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->cell_index.Add({{"experiment", impl_->experiment}}).Set(static_cast<double>(index + 1));
   impl_->cell_labels = impl_->LabelsOf(cell);
   impl_->gpu_index = -1;
 }
 
-void MetricsExporter::OnEvent(size_t, const nlohmann::json& cell, const protocol::Event& event) {
+void MetricsExporter::OnEvent(size_t, const CellRecord& cell, const protocol::Event& event) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   auto& i = *impl_;
   if (const auto* started = std::get_if<protocol::Started>(&event)) {
     i.cell_labels = i.LabelsOf(cell);
     // An accelerator (the plugin says so) that names its index is sampled.
-    if (i.accelerators.count(cell.value("device", "")) && started->hardware.is_object() &&
-        started->hardware.contains("index") && started->hardware["index"].is_number_integer())
+    if (i.accelerators.count(cell.device) && started->hardware.is_object() && started->hardware.contains("index") &&
+        started->hardware["index"].is_number_integer())
       i.gpu_index = started->hardware["index"].get<int>();
     i.params.Add(i.cell_labels).Set(static_cast<double>(started->params));
     i.steps_per_epoch.Add(i.cell_labels).Set(static_cast<double>(started->steps_per_epoch));
@@ -402,24 +403,24 @@ void MetricsExporter::OnEvent(size_t, const nlohmann::json& cell, const protocol
   }
 }
 
-void MetricsExporter::OnCellFinished(size_t, const nlohmann::json& cell) {
+void MetricsExporter::OnCellFinished(size_t, const CellRecord& cell) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   auto& i = *impl_;
-  i.cells_finished.Add({{"experiment", i.experiment}, {"status", cell.value("status", "")}}).Increment();
+  i.cells_finished.Add({{"experiment", i.experiment}, {"status", cell.status}}).Increment();
   const Labels l = i.LabelsOf(cell);
-  if (cell.value("status", "") == "ok") i.cell_samples_per_second.Add(l).Set(cell.value("samples_per_second", 0.0));
-  if (cell.contains("speedup") && !cell["speedup"].is_null()) i.speedup.Add(l).Set(cell["speedup"].get<double>());
-  if (cell.value("loss_nan", false)) i.loss.Add(l).Set(std::numeric_limits<double>::quiet_NaN());
-  if (cell.value("status", "") == "ok" && cell.value("ranks", int64_t{1}) > 1) {
-    i.ranks.Add(l).Set(static_cast<double>(cell.value("ranks", int64_t{1})));
-    const auto& per_rank = cell.value("rank_samples_per_second", nlohmann::json::array());
+  if (cell.ok() && cell.samples_per_second) i.cell_samples_per_second.Add(l).Set(*cell.samples_per_second);
+  if (cell.speedup) i.speedup.Add(l).Set(*cell.speedup);
+  if (cell.loss_nan.value_or(false)) i.loss.Add(l).Set(std::numeric_limits<double>::quiet_NaN());
+  if (cell.ok() && cell.ranks.value_or(1) > 1) {
+    i.ranks.Add(l).Set(static_cast<double>(*cell.ranks));
+    const std::vector<double> per_rank = cell.rank_samples_per_second.value_or(std::vector<double>{});
     for (size_t r = 0; r < per_rank.size(); ++r) {
       Labels rl = l;
       rl["rank"] = std::to_string(r);
-      i.rank_samples_per_second.Add(rl).Set(per_rank[r].get<double>());
+      i.rank_samples_per_second.Add(rl).Set(per_rank[r]);
     }
   }
-  if (cell.value("status", "") != "skipped") {
+  if (cell.status != "skipped") {
     // Finished, whatever the outcome: nothing more will come from this cell.
     i.progress.Add(l).Set(1);
     i.eta.Add(l).Set(0);
@@ -429,12 +430,10 @@ void MetricsExporter::OnCellFinished(size_t, const nlohmann::json& cell) {
 void MetricsExporter::OnRunFinished(const Results& results) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   auto& i = *impl_;
-  for (const auto& cell : results.doc().at("cells")) {
-    if (cell.contains("speedup") && !cell["speedup"].is_null())
-      i.speedup.Add(i.LabelsOf(cell)).Set(cell["speedup"].get<double>());
+  for (const auto& cell : results.cells()) {
+    if (cell.speedup) i.speedup.Add(i.LabelsOf(cell)).Set(*cell.speedup);
     // Known once the one-rank cell of the same model has run too.
-    if (cell.contains("scaling_efficiency") && cell["scaling_efficiency"].is_number())
-      i.scaling_efficiency.Add(i.LabelsOf(cell)).Set(cell["scaling_efficiency"].get<double>());
+    if (cell.scaling_efficiency) i.scaling_efficiency.Add(i.LabelsOf(cell)).Set(*cell.scaling_efficiency);
   }
   i.cell_labels.clear();  // the sampler stops attributing usage to a cell
 }

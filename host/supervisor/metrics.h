@@ -32,9 +32,9 @@ class MetricsExporter : public RunObserver {
   std::string address() const;
 
   void OnRunStarted(const Experiment& experiment, size_t cells) override;
-  void OnCellStarted(size_t index, const nlohmann::json& cell) override;
-  void OnEvent(size_t index, const nlohmann::json& cell, const protocol::Event& event) override;
-  void OnCellFinished(size_t index, const nlohmann::json& cell) override;
+  void OnCellStarted(size_t index, const CellRecord& cell) override;
+  void OnEvent(size_t index, const CellRecord& cell, const protocol::Event& event) override;
+  void OnCellFinished(size_t index, const CellRecord& cell) override;
   void OnRunFinished(const Results& results) override;
 
   /// Pushes to the Pushgateway (if configured), then keeps serving for the

@@ -5,6 +5,7 @@
 
 #include "experiment.h"
 #include "trainbench/engine.h"
+#include "trainbench/protocol/cell_record.h"
 
 namespace trainbench {
 
@@ -13,6 +14,6 @@ struct ExperimentPlan::Impl {
 };
 
 /// A results.json cell as the API's CellResult.
-CellResult ToCellResult(const nlohmann::json& cell);
+CellResult ToCellResult(const protocol::CellRecord& cell);
 
 }  // namespace trainbench

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "results.h"
+#include "trainbench/protocol/error.h"
 #include "worker_client.h"
 
 namespace trainbench {
@@ -30,18 +31,18 @@ struct Row {
 std::vector<Row> Rows(const std::vector<LoadedResults>& runs) {
   std::vector<Row> rows;
   for (const auto& r : runs) {
-    for (const auto& c : r.doc.at("cells")) {
+    for (const auto& c : r.cells) {
       Row row;
       row.run = r.label;
-      row.model = c.value("model", "");
-      row.device = c.value("device", "");
-      row.status = c.value("status", "");
-      row.params = c.value("params", 0.0);
-      row.sps = c.value("samples_per_second", 0.0);
-      row.epoch = MedianEpochSeconds(c);
-      if (c.contains("test_accuracy") && !c["test_accuracy"].empty()) row.accuracy = c["test_accuracy"].back();
-      row.projected = c.value("projected", false);
-      row.speedup = c.value("speedup", json());
+      row.model = c.model;
+      row.device = c.device;
+      row.status = c.status;
+      row.params = static_cast<double>(c.params.value_or(0));
+      row.sps = c.samples_per_second.value_or(0.0);
+      row.epoch = c.median_epoch_seconds();
+      row.accuracy = c.final_accuracy().value_or(-1.0);
+      row.projected = c.projected.value_or(false);
+      row.speedup = c.speedup ? json(*c.speedup) : json();
       rows.push_back(row);
     }
   }
@@ -70,7 +71,15 @@ std::vector<LoadedResults> LoadResults(const std::vector<std::string>& files) {
     std::string label = doc["experiment"].value("name", fs::path(file).parent_path().filename().string());
     if (!host.empty()) label += "@" + host;
     if (doc["system"].contains("gpu")) label += " (" + doc["system"]["gpu"].value("name", "GPU") + ")";
-    runs.push_back({label, std::move(doc)});
+    std::vector<protocol::CellRecord> cells;
+    if (!doc["cells"].is_array()) throw std::runtime_error(file + ": 'cells' is not a list");
+    try {
+      // Records of older versions load: absent fields stay unset.
+      for (const auto& c : doc["cells"]) cells.push_back(protocol::CellRecordFromJson(c));
+    } catch (const protocol::ProtocolError& e) {
+      throw std::runtime_error(file + ": " + e.what());
+    }
+    runs.push_back({label, std::move(doc), std::move(cells)});
   }
   return runs;
 }

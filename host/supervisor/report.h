@@ -7,12 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "trainbench/protocol/cell_record.h"
+
 namespace trainbench {
 
 /// A results.json with a label for its run ("paper@h200-box").
 struct LoadedResults {
   std::string label;
   nlohmann::json doc;
+  std::vector<protocol::CellRecord> cells;  ///< doc's cells, typed
 };
 
 /// Reads each file; throws std::runtime_error naming a file that is missing

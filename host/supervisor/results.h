@@ -1,14 +1,20 @@
 #pragma once
 // results.json / results.csv: what a run leaves behind. Rewritten atomically
 // (write to a temporary file, then rename) after every cell, so an
-// interruption leaves the last good file.
+// interruption leaves the last good file. Cells are typed records
+// (trainbench/protocol/cell_record.h).
 
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
+
+#include "trainbench/protocol/cell_record.h"
 
 namespace trainbench {
+
+using protocol::CellRecord;
 
 /// Writes `content` to `path` through a temporary file and a rename. Throws
 /// std::runtime_error naming the file on failure (disk full, no permission).
@@ -17,18 +23,14 @@ void WriteFileAtomically(const std::filesystem::path& path, const std::string& c
 /// The JSON document in `path`, or null when it is missing or not JSON.
 nlohmann::json ReadJsonFile(const std::filesystem::path& path);
 
-/// A results.json cell's median epoch time (its `epoch_seconds`), or 0 when
-/// it has none. The median, because the first epoch includes warm-up such
-/// as cuDNN's autotuning.
-double MedianEpochSeconds(const nlohmann::json& cell);
-
-/// What makes a results.json cell unusable, or "" when it is sound: an ok
-/// cell needs its model, device, configuration and measurements with the
-/// right types. Records read from disk (--resume) pass through it.
-std::string CellRecordProblem(const nlohmann::json& cell);
-
-/// The same for a whole results.json document (null: not JSON).
-std::string ResultsDocumentProblem(const nlohmann::json& doc);
+/// The cells of a results.json document (this version's or older), or why
+/// they cannot be used: not a trainbench-results/1 document, a field of the
+/// wrong type, an ok cell without its configuration or measurements.
+struct ReadCells {
+  std::vector<CellRecord> cells;
+  std::string problem;  ///< "" when the document is sound
+};
+ReadCells CellsOf(const nlohmann::json& doc);
 
 /// The results document of one run. Not thread-safe.
 class Results {
@@ -36,14 +38,17 @@ class Results {
   Results(std::filesystem::path out_dir, nlohmann::json experiment, nlohmann::json system, std::string baseline);
 
   /// The cells, in run order (model-major). Callers fill them as cells run.
-  nlohmann::json& cells() { return doc_["cells"]; }
-  nlohmann::json& system() { return doc_["system"]; }
-  const nlohmann::json& doc() const { return doc_; }
+  std::vector<CellRecord>& cells() { return cells_; }
+  const std::vector<CellRecord>& cells() const { return cells_; }
+  nlohmann::json& system() { return system_; }
+  /// The results.json document.
+  nlohmann::json doc() const;
 
   /// Sets each ok cell's `speedup`: the baseline device's steady-state
   /// samples/s for the same model divided into this cell's, i.e. the baseline's
-  /// time for the same work over this cell's. null for the baseline itself and
-  /// when the baseline has no result.
+  /// time for the same work over this cell's. Unset for the baseline itself and
+  /// when the baseline has no result. Data-parallel cells also get their
+  /// scaling efficiency against a one-rank cell of the same setup.
   void ComputeSpeedups();
 
   /// The option that picks an accelerator, per device label, ignored when
@@ -62,7 +67,8 @@ class Results {
   std::filesystem::path out_dir_;
   std::string baseline_;
   std::map<std::string, std::string> index_options_;
-  nlohmann::json doc_;
+  nlohmann::json experiment_, system_;
+  std::vector<CellRecord> cells_;
 };
 
 }  // namespace trainbench

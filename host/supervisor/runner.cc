@@ -92,9 +92,10 @@ std::vector<WorkerLaunch> Launches(const protocol::CellSpec& spec, const PluginU
 // Runs one attempt of a cell in fresh workers (one per rank); returns the
 // cell's outcome. Rank 0 speaks for the cell; the other ranks' results give
 // the per-rank figures and their failures the reason.
-json RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const json& base_cell, const fs::path& log,
-                size_t index, size_t total, double stall_timeout, std::vector<RunObserver*>& observers) {
-  json cell = base_cell;
+CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const CellRecord& base_cell,
+                      const fs::path& log, size_t index, size_t total, double stall_timeout,
+                      std::vector<RunObserver*>& observers) {
+  CellRecord cell = base_cell;
   bool finished = false;  // a final event came (result, skipped, error, interrupted)
   bool result = false;    // ... and it was a result
   auto last_line = std::chrono::steady_clock::now() - std::chrono::hours(1);
@@ -102,8 +103,8 @@ json RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const j
   const size_t ranks = launches.size();
   std::vector<std::optional<protocol::Result>> rank_results(ranks);
   std::vector<std::optional<protocol::Error>> rank_errors(ranks);
-  const std::string model_label = cell["model"].get<std::string>();
-  const std::string device_label = cell["device"].get<std::string>();
+  const std::string model_label = cell.model;
+  const std::string device_label = cell.device;
   auto on_event = [&](size_t rank, const protocol::Event& event) {
     if (rank > 0) {
       if (auto* r = std::get_if<protocol::Result>(&event)) rank_results[rank] = *r;
@@ -112,12 +113,7 @@ json RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const j
     }
     if (finished) return;  // nothing counts after the final event
     if (auto* started = std::get_if<protocol::Started>(&event)) {
-      cell["params"] = started->params;
-      cell["flops_per_sample"] = started->flops_per_sample;
-      cell["hardware"] = started->hardware;
-      cell["train_size"] = started->train_size;
-      cell["test_size"] = started->test_size;
-      cell["steps_per_epoch"] = started->steps_per_epoch;
+      cell.Apply(*started);
     } else if (auto* p = std::get_if<protocol::Progress>(&event)) {
       const auto now = std::chrono::steady_clock::now();
       if (now - last_line >= std::chrono::seconds(3)) {
@@ -133,20 +129,20 @@ json RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const j
                    ep->complete ? "" : " (partial: budget reached)", ep->train_loss, 100.0 * ep->test_accuracy);
     } else if (auto* r = std::get_if<protocol::Result>(&event)) {
       rank_results[0] = *r;
-      cell.update(protocol::ToJson(*r));
+      cell.Apply(*r);
       finished = result = true;
     } else if (auto* sk = std::get_if<protocol::Skipped>(&event)) {
-      cell["status"] = "skipped";
-      cell["reason"] = sk->reason;
+      cell.status = "skipped";
+      cell.reason = sk->reason;
       finished = true;
     } else if (auto* er = std::get_if<protocol::Error>(&event)) {
-      cell["status"] = "failed";
-      cell["reason"] = er->reason;
-      if (er->loss_nan) cell["loss_nan"] = true;
+      cell.status = "failed";
+      cell.reason = er->reason;
+      if (er->loss_nan) cell.loss_nan = true;
       finished = true;
     } else if (auto* in = std::get_if<protocol::Interrupted>(&event)) {
-      cell["status"] = "interrupted";
-      cell["reason"] = in->reason;
+      cell.status = "interrupted";
+      cell.reason = in->reason;
       finished = true;
     }
     for (auto* o : observers) o->OnEvent(index, cell, event);
@@ -156,20 +152,20 @@ json RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const j
   const WorkerExit& exit = exits.front();
   const bool interrupted = g_stop_signal.load() != 0;
   if (result && exit.clean()) {
-    cell["status"] = "ok";
+    cell.status = "ok";
   } else if (exit.killed_after_stop) {
     const char* abbrev = sigabbrev_np(g_stop_signal.load());
-    cell["status"] = "interrupted";
-    cell["reason"] = fmt::format(
+    cell.status = "interrupted";
+    cell.reason = fmt::format(
         "interrupted by {}; the worker had not stopped {:.0f} s later (hung in a plugin?) "
         "and was killed",
         abbrev ? "SIG" + std::string(abbrev) : "a signal", kStopGraceSeconds);
   } else if (!exit.protocol_error.empty()) {
-    cell["status"] = "failed";
-    cell["reason"] = "worker " + exit.Describe();
+    cell.status = "failed";
+    cell.reason = "worker " + exit.Describe();
   } else if (exit.timed_out) {
-    cell["status"] = "failed";
-    cell["reason"] = fmt::format(
+    cell.status = "failed";
+    cell.reason = fmt::format(
         "the worker sent no event for {:.0f} s (measurement.stall_timeout_seconds) "
         "and was killed: hung?",
         stall_timeout);
@@ -178,23 +174,17 @@ json RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const j
     // crashes after it may have reported anything.
     if (interrupted && !result) {
       const char* abbrev = sigabbrev_np(g_stop_signal.load());
-      cell["status"] = "interrupted";
-      cell["reason"] = std::string("interrupted by ") + (abbrev ? "SIG" + std::string(abbrev) : "a signal");
+      cell.status = "interrupted";
+      cell.reason = std::string("interrupted by ") + (abbrev ? "SIG" + std::string(abbrev) : "a signal");
     } else {
-      cell["status"] = "failed";
+      cell.status = "failed";
       const std::string last = LastLogLine(log);
-      cell["reason"] = std::string(result ? "the worker reported a result, then " : "worker ") + exit.Describe() +
-                       (last.empty() ? "" : "; last log line: " + last);
+      cell.reason = std::string(result ? "the worker reported a result, then " : "worker ") + exit.Describe() +
+                    (last.empty() ? "" : "; last log line: " + last);
     }
   }
-  if (cell.value("status", "") != "ok") {
-    // Measurements of a cell that did not finish cleanly are not kept.
-    const json measured = protocol::ToJson(protocol::Result{});
-    for (auto it = measured.begin(); it != measured.end(); ++it) {
-      if (it.key() != "params" && it.key() != "flops_per_sample" && it.key() != "hardware") cell.erase(it.key());
-    }
-    cell.erase("sync_batchnorm");
-  }
+  // Measurements of a cell that did not finish cleanly are not kept.
+  if (!cell.ok()) cell.DropMeasurements();
   if (ranks > 1) {
     // Another rank's failure explains the cell's (rank 0 often only sees
     // its peer vanish); an interrupted run stays interrupted.
@@ -211,21 +201,35 @@ json RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const j
         why = "worker " + exits[r].Describe();
       if (!why.empty()) others += fmt::format("; rank {}: {}", r, why);
     }
-    if (!others.empty() && cell.value("status", "") != "interrupted") {
-      cell["status"] = "failed";
-      cell["reason"] = cell.value("reason", std::string("rank 0 finished")) + others;
+    if (!others.empty() && cell.status != "interrupted") {
+      cell.status = "failed";
+      cell.reason = cell.reason.value_or("rank 0 finished") + others;
+      cell.DropMeasurements();
     }
-    if (cell.value("status", "") == "ok") {
-      json per_rank = json::array();
+    if (cell.ok()) {
+      std::vector<double> per_rank;
       for (size_t r = 0; r < ranks; ++r) {
         // Each rank times the combined batch's steps; its own share is 1/N.
         const double sps = rank_results[r] ? rank_results[r]->samples_per_second : 0.0;
         per_rank.push_back(sps / static_cast<double>(ranks));
       }
-      cell["rank_samples_per_second"] = per_rank;
+      cell.rank_samples_per_second = per_rank;
     }
   }
   return cell;
+}
+
+// The repeats of a cell, every one ok: the one of median throughput is
+// kept, with every repeat's rate.
+CellRecord CombineRepeats(std::vector<CellRecord> attempts) {
+  std::vector<double> rates;
+  for (const auto& a : attempts) rates.push_back(a.samples_per_second.value_or(0.0));
+  std::sort(attempts.begin(), attempts.end(), [](const CellRecord& a, const CellRecord& b) {
+    return a.samples_per_second.value_or(0.0) < b.samples_per_second.value_or(0.0);
+  });
+  CellRecord chosen = attempts[attempts.size() / 2];
+  chosen.samples_per_second_repeats = rates;
+  return chosen;
 }
 
 }  // namespace
@@ -260,13 +264,13 @@ void ClearStopRequest() noexcept { g_stop_signal.store(0); }
 RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const json& system,
                          std::vector<RunObserver*> observers, bool resume, const std::vector<size_t>& only) {
   // Finished cells of an earlier run into the same folder, by configuration.
-  std::vector<json> earlier;
+  std::vector<CellRecord> earlier;
   if (resume) {
     const fs::path file = out_dir / "results.json";
     std::error_code ec;
     if (fs::exists(file, ec)) {
-      const json previous = ReadJsonFile(file);
-      if (const std::string problem = ResultsDocumentProblem(previous); !problem.empty()) {
+      const ReadCells previous = CellsOf(ReadJsonFile(file));
+      if (const std::string& problem = previous.problem; !problem.empty()) {
         // Not overwritten: someone may want what is in it.
         const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
         char stamp[32];
@@ -279,8 +283,8 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
           throw std::runtime_error(file.string() + ": unusable for --resume (" + problem +
                                    ") and cannot be moved aside: " + ec.message());
       } else {
-        for (const auto& c : previous["cells"])
-          if (c.value("status", "") == "ok") earlier.push_back(c);
+        for (const auto& c : previous.cells)
+          if (c.ok()) earlier.push_back(c);
       }
     }
     spdlog::info("--resume: {} finished cell(s) in {}", earlier.size(), file.string());
@@ -298,17 +302,16 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
   // what is still to come.
   for (const auto& model : e.models) {
     for (const auto& device : e.devices) {
-      json plugins = json::array();
-      if (!model.record.is_null()) plugins.push_back(model.record);
-      if (!device.record.is_null()) plugins.push_back(device.record);
-      results.cells().push_back({{"model", model.label},
-                                 {"model_plugin", model.plugin},
-                                 {"device", device.label},
-                                 {"device_plugin", device.plugin},
-                                 {"model_options", model.options},
-                                 {"device_options", device.options},
-                                 {"plugins", plugins},
-                                 {"status", "pending"}});
+      CellRecord cell;
+      cell.model = model.label;
+      cell.model_plugin = model.plugin;
+      cell.device = device.label;
+      cell.device_plugin = device.plugin;
+      cell.model_options = model.options;
+      cell.device_options = device.options;
+      if (!model.record.is_null()) cell.plugins.push_back(model.record);
+      if (!device.record.is_null()) cell.plugins.push_back(device.record);
+      results.cells().push_back(std::move(cell));
     }
   }
   results.Write();
@@ -318,29 +321,29 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
   size_t index = 0;
   for (const auto& model : e.models) {
     for (const auto& device : e.devices) {
-      json& cell = results.cells()[index];
+      CellRecord& cell = results.cells()[index];
       if (g_stop_signal.load() != 0 || stopped_by_failure) {
-        cell["status"] = stopped_by_failure ? "skipped" : "interrupted";
-        cell["reason"] = stopped_by_failure ? "not run: an earlier cell failed and measurement.stop_on_failure is set"
-                                            : "run interrupted before this cell started";
+        cell.status = stopped_by_failure ? "skipped" : "interrupted";
+        cell.reason = stopped_by_failure ? "not run: an earlier cell failed and measurement.stop_on_failure is set"
+                                         : "run interrupted before this cell started";
         ++index;
         continue;
       }
-      cell["index"] = index;
+      cell.index = static_cast<int64_t>(index);
       const protocol::CellSpec spec = BuildCellSpec(e, model, device, index);
-      cell["config"] = CellConfig(spec, device);
+      cell.config = CellConfig(spec, device);
       if (!only.empty() && std::find(only.begin(), only.end(), index) == only.end()) {
-        cell["status"] = "skipped";
-        cell["reason"] = "not selected in this run (--cells)";
+        cell.status = "skipped";
+        cell.reason = "not selected in this run (--cells)";
         ++index;
         continue;
       }
       auto done =
-          std::find_if(earlier.begin(), earlier.end(), [&](const json& c) { return c["config"] == cell["config"]; });
+          std::find_if(earlier.begin(), earlier.end(), [&](const CellRecord& c) { return c.config == cell.config; });
       if (done != earlier.end()) {
-        json kept = *done;
-        kept["index"] = index;
-        kept["resumed"] = true;
+        CellRecord kept = *done;
+        kept.index = static_cast<int64_t>(index);
+        kept.resumed = true;
         cell = kept;
         earlier.erase(done);
         spdlog::info("[{}/{}] {} on {}: finished in the earlier run, kept", index + 1, total, model.label,
@@ -353,65 +356,54 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
       }
       for (auto* o : observers) o->OnCellStarted(index, cell);
       if (device.path.empty()) {
-        cell["status"] = "skipped";
-        cell["reason"] = device.missing_reason;
+        cell.status = "skipped";
+        cell.reason = device.missing_reason;
         spdlog::warn("[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label,
                      device.missing_reason);
       } else {
         spdlog::info("[{}/{}] {} on {}: starting", index + 1, total, model.label, device.label);
         if (const std::string job_gpus = SlurmJobGpus(); !job_gpus.empty() && !device.device_indices.empty()) {
-          cell["slurm"] = {{"job_gpus", job_gpus}};
+          cell.slurm = {{"job_gpus", job_gpus}};
           spdlog::info("[{}/{}] {} on {}: the Slurm job's GPUs {}, in that order for its {} rank(s)", index + 1, total,
                        model.label, device.label, job_gpus, device.ranks);
         }
-        std::vector<json> attempts;
+        std::vector<CellRecord> attempts;
         for (int64_t r = 0; r < e.measurement.repeats && g_stop_signal.load() == 0; ++r) {
           const fs::path log = out_dir / "logs" /
                                fmt::format("cell-{:02}-{}-{}{}.log", index, model.label, device.label,
                                            e.measurement.repeats > 1 ? fmt::format("-r{}", r) : "");
           attempts.push_back(
               RunAttempt(spec, device, cell, log, index, total, e.measurement.stall_timeout_seconds, observers));
-          if (attempts.back().value("status", "") != "ok") break;
+          if (!attempts.back().ok()) break;
         }
         if (attempts.empty()) {
           // A stop arrived before the first attempt started.
           const char* abbrev = sigabbrev_np(g_stop_signal.load());
-          cell["status"] = "interrupted";
-          cell["reason"] = std::string("run interrupted before this cell started (") +
-                           (abbrev ? "SIG" + std::string(abbrev) : "a signal") + ")";
-        } else if (attempts.back().value("status", "") == "ok" && attempts.size() > 1) {
-          // Keep the repeat of median throughput; record all of them.
-          json sps = json::array();
-          for (const auto& a : attempts) sps.push_back(a["samples_per_second"]);
-          std::sort(attempts.begin(), attempts.end(), [](const json& a, const json& b) {
-            return a["samples_per_second"].get<double>() < b["samples_per_second"].get<double>();
-          });
-          json chosen = attempts[attempts.size() / 2];
-          chosen["samples_per_second_repeats"] = sps;
-          cell = chosen;
+          cell.status = "interrupted";
+          cell.reason = std::string("run interrupted before this cell started (") +
+                        (abbrev ? "SIG" + std::string(abbrev) : "a signal") + ")";
+        } else if (attempts.back().ok() && attempts.size() > 1) {
+          cell = CombineRepeats(std::move(attempts));
         } else {
           cell = attempts.back();
         }
-        cell["index"] = index;
-        cell["config"] = CellConfig(spec, device);
-        const std::string status = cell.value("status", "");
-        if (status == "ok") {
+        cell.index = static_cast<int64_t>(index);
+        cell.config = CellConfig(spec, device);
+        const std::string reason = cell.reason.value_or("");
+        if (cell.ok()) {
           spdlog::info("[{}/{}] {} on {}: {:.1f} samples/s{}", index + 1, total, model.label, device.label,
-                       cell.value("samples_per_second", 0.0), cell.value("projected", false) ? " (projected)" : "");
-        } else if (status == "skipped") {
-          spdlog::warn("[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label,
-                       cell.value("reason", ""));
+                       cell.samples_per_second.value_or(0.0), cell.projected.value_or(false) ? " (projected)" : "");
+        } else if (cell.status == "skipped") {
+          spdlog::warn("[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label, reason);
         } else {
-          any_failed |= status == "failed";
-          stopped_by_failure |= status == "failed" && e.measurement.stop_on_failure;
-          spdlog::error("[{}/{}] {} on {}: {}: {}", index + 1, total, model.label, device.label, status,
-                        cell.value("reason", ""));
+          any_failed |= cell.status == "failed";
+          stopped_by_failure |= cell.status == "failed" && e.measurement.stop_on_failure;
+          spdlog::error("[{}/{}] {} on {}: {}: {}", index + 1, total, model.label, device.label, cell.status, reason);
         }
       }
       // GPU details of the run come from the first cell that ran on one.
-      if (device.accelerator && cell.contains("hardware") && cell["hardware"].is_object() &&
-          !results.system().contains("gpu")) {
-        results.system()["gpu"] = cell["hardware"];
+      if (device.accelerator && cell.hardware.is_object() && !results.system().contains("gpu")) {
+        results.system()["gpu"] = cell.hardware;
       }
       results.ComputeSpeedups();
       results.Write();

@@ -21,10 +21,10 @@ class RunObserver {
   virtual ~RunObserver() = default;
   virtual void OnRunStarted(const Experiment& /*experiment*/, size_t /*cells*/) {}
   /// `cell` holds model, device, index; later calls see it filled in.
-  virtual void OnCellStarted(size_t /*index*/, const nlohmann::json& /*cell*/) {}
+  virtual void OnCellStarted(size_t /*index*/, const CellRecord& /*cell*/) {}
   /// Every event of the cell's worker (rank 0's for a data-parallel cell).
-  virtual void OnEvent(size_t /*index*/, const nlohmann::json& /*cell*/, const protocol::Event& /*event*/) {}
-  virtual void OnCellFinished(size_t /*index*/, const nlohmann::json& /*cell*/) {}
+  virtual void OnEvent(size_t /*index*/, const CellRecord& /*cell*/, const protocol::Event& /*event*/) {}
+  virtual void OnCellFinished(size_t /*index*/, const CellRecord& /*cell*/) {}
   virtual void OnRunFinished(const Results& /*results*/) {}
 };
 

@@ -64,10 +64,12 @@ json TaskResults(const fs::path& out_dir, size_t cell) {
   return ReadJsonFile(out_dir / "tasks" / fmt::format("cell-{}", cell) / "results.json");
 }
 
-// The cell's own entry in its task's results (`doc`), or null.
-json TaskCell(const json& doc, size_t cell) {
-  if (!doc.is_object() || !doc.contains("cells") || doc["cells"].size() <= cell) return json();
-  return doc["cells"][cell];
+// The cell's own entry in its task's results (`doc`), or none (no file, or
+// one that is not a sound results.json).
+std::optional<CellRecord> TaskCell(const json& doc, size_t cell) {
+  ReadCells read = CellsOf(doc);
+  if (!read.problem.empty() || read.cells.size() <= cell) return std::nullopt;
+  return read.cells[cell];
 }
 
 // State of array tasks in the queue: "JOB_TASK" -> {state, reason}.
@@ -141,8 +143,8 @@ SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, co
   std::map<int64_t, std::vector<size_t>> by_gpus;
   const auto cells = Cells(e);
   for (size_t i = 0; i < cells.size(); ++i) {
-    const json done = TaskCell(TaskResults(out, i), i);
-    if (done.is_object() && done.value("status", "") == "ok") continue;
+    const std::optional<CellRecord> done = TaskCell(TaskResults(out, i), i);
+    if (done && done->ok()) continue;
     const json job = JobOf(jobs, i);
     if (job.is_object() && queued.count(job.value("job_id", "") + "_" + std::to_string(i))) {
       submission.waiting.push_back(i);
@@ -237,46 +239,47 @@ SlurmGathered SlurmGather(const ExperimentPlan& plan, const fs::path& out_dir) {
   SlurmGathered gathered;
   for (size_t i = 0; i < cells.size(); ++i) {
     const auto& [model, device] = cells[i];
-    json cell = TaskCell(docs[i], i);
+    std::optional<CellRecord> found = TaskCell(docs[i], i);
     const json job = JobOf(jobs, i);
     const std::string job_id = job.is_object() ? job.value("job_id", "") : "";
     const std::string task = job_id + "_" + std::to_string(i);
-    const std::string status = cell.is_object() ? cell.value("status", "") : "";
-    if (!cell.is_object() || status == "pending" || status == "interrupted" || status.empty()) {
-      const std::string previous_reason = cell.is_object() ? cell.value("reason", "") : "";
-      cell = {{"model", model->label},
-              {"model_plugin", model->plugin},
-              {"device", device->label},
-              {"device_plugin", device->plugin},
-              {"index", i}};
+    const std::string status = found ? found->status : "";
+    CellRecord cell = found.value_or(CellRecord{});
+    if (!found || status == "pending" || status == "interrupted" || status.empty()) {
+      const std::string previous_reason = found ? found->reason.value_or("") : "";
+      cell = CellRecord{};
+      cell.model = model->label;
+      cell.model_plugin = model->plugin;
+      cell.device = device->label;
+      cell.device_plugin = device->plugin;
       if (job_id.empty()) {
-        cell["status"] = "pending";
-        cell["reason"] = "not submitted yet (trainbench slurm submit)";
+        cell.status = "pending";
+        cell.reason = "not submitted yet (trainbench slurm submit)";
       } else if (auto q = queued.find(task); q != queued.end()) {
-        cell["status"] = q->second.first == "RUNNING" ? "running" : "pending";
-        cell["reason"] = "Slurm " + task + ": " + q->second.first + " (" + q->second.second + ")";
+        cell.status = q->second.first == "RUNNING" ? "running" : "pending";
+        cell.reason = "Slurm " + task + ": " + q->second.first + " (" + q->second.second + ")";
         ++gathered.queued;
       } else {
         const std::string state = SlurmState(job_id, i);
-        cell["status"] = "failed";
-        cell["reason"] = "Slurm task " + task + " ended without a result: " +
-                         (state.empty() ? "no longer known to slurmctld (cancelled before it started, or purged "
-                                          "after MinJobAge)"
-                                        : state) +
-                         (previous_reason.empty() ? "" : "; " + previous_reason) + "; see " +
-                         (out / "slurm" / fmt::format("task-{}.out", i)).string();
+        cell.status = "failed";
+        cell.reason = "Slurm task " + task + " ended without a result: " +
+                      (state.empty() ? "no longer known to slurmctld (cancelled before it started, or purged "
+                                       "after MinJobAge)"
+                                     : state) +
+                      (previous_reason.empty() ? "" : "; " + previous_reason) + "; see " +
+                      (out / "slurm" / fmt::format("task-{}.out", i)).string();
       }
     }
     if (!job_id.empty()) {
       // Beside what the task recorded of its job (the GPUs it was given).
-      json slurm = cell.contains("slurm") && cell["slurm"].is_object() ? cell["slurm"] : json::object();
+      json slurm = cell.slurm.is_object() ? cell.slurm : json::object();
       slurm["job_id"] = job_id;
       slurm["array_task_id"] = i;
-      cell["slurm"] = slurm;
+      cell.slurm = slurm;
     }
-    cell["index"] = i;
-    if (cell.value("status", "") == "ok") ++gathered.done;
-    if (cell.value("status", "") == "failed") ++gathered.failed;
+    cell.index = static_cast<int64_t>(i);
+    if (cell.ok()) ++gathered.done;
+    if (cell.status == "failed") ++gathered.failed;
     results.cells().push_back(cell);
   }
   results.ComputeSpeedups();
@@ -285,7 +288,7 @@ SlurmGathered SlurmGather(const ExperimentPlan& plan, const fs::path& out_dir) {
   gathered.summary.table = results.Table();
   gathered.summary.results_json = out / "results.json";
   gathered.summary.exit_code = gathered.failed > 0 ? kExitCellsFailed : kExitOk;
-  for (const auto& cell : gathered.summary.results["cells"]) gathered.summary.cells.push_back(ToCellResult(cell));
+  for (const auto& cell : results.cells()) gathered.summary.cells.push_back(ToCellResult(cell));
   return gathered;
 }
 

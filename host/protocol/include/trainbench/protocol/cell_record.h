@@ -1,0 +1,75 @@
+#pragma once
+// A cell as results.json records it: what results.json/csv, metrics,
+// `report` and Slurm gather consume. The one place its keys are spelled is
+// cell_record.cc.
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainbench/protocol/events.h"
+
+namespace trainbench::protocol {
+
+/// One cell of a run. Fields a cell has not reached (a skipped cell's
+/// measurements) are unset and absent from its JSON.
+struct CellRecord {
+  // Which cell.
+  std::optional<int64_t> index;
+  std::string model, model_plugin, device, device_plugin;
+  nlohmann::json model_options = nlohmann::json::object(), device_options = nlohmann::json::object();
+  nlohmann::json plugins = nlohmann::json::array();  ///< [{name, kind, path, version, abi, fingerprint, sha256}]
+  nlohmann::json config;  ///< the resolved configuration: what makes two cells the same work (--resume)
+  /// pending, running, ok, failed, skipped, interrupted.
+  std::string status = "pending";
+  std::optional<std::string> reason;  ///< why, when not ok
+  std::optional<bool> loss_nan, resumed;
+  // From the worker's `started` and `result` events.
+  std::optional<int64_t> params, flops_per_sample, train_size, test_size, steps_per_epoch;
+  nlohmann::json hardware;
+  std::optional<double> samples_per_second, achieved_tflops, step_seconds_median, step_seconds_p90, train_seconds;
+  std::optional<int64_t> steps, steady_steps, measured_epochs, peak_memory_bytes;
+  std::optional<std::vector<double>> epoch_seconds, train_loss, test_accuracy;
+  std::optional<bool> projected, sync_batchnorm;
+  std::optional<int64_t> ranks, rank;
+  std::optional<std::string> backend;
+  // Computed by the host.
+  std::optional<double> speedup;  ///< against the baseline device (always written, null when none)
+  std::optional<double> scaling_efficiency;
+  std::optional<std::string> scaling_baseline;
+  std::optional<std::vector<double>> rank_samples_per_second, samples_per_second_repeats;
+  nlohmann::json slurm;  ///< {job_id, array_task_id, job_gpus} under Slurm
+  /// Keys this version does not know (a newer writer's), kept as they were.
+  nlohmann::json extra = nlohmann::json::object();
+
+  bool ok() const { return status == "ok"; }
+  /// The measurements of a `result` event (and its identity fields).
+  void Apply(const Result& result);
+  /// What the `started` event says of the cell.
+  void Apply(const Started& started);
+  /// Forgets the measurements (of a worker that did not end cleanly).
+  void DropMeasurements();
+  /// The last epoch's test accuracy, when there is one.
+  std::optional<double> final_accuracy() const;
+  /// The median of epoch_seconds (the first epoch holds the warm-up), or 0.
+  double median_epoch_seconds() const;
+};
+
+/// As results.json has it.
+nlohmann::json ToJson(const CellRecord& cell);
+
+/// From results.json, of this or an older version: absent keys stay unset,
+/// unknown ones go to `extra`. Throws ProtocolError naming the field when one
+/// has the wrong type.
+CellRecord CellRecordFromJson(const nlohmann::json& j);
+
+/// What makes a record unusable as a finished result (an ok cell without
+/// its configuration or measurements), or "".
+std::string CellRecordProblem(const CellRecord& cell);
+
+/// The columns of results.csv, in order (keys of the record's JSON).
+const std::vector<std::string>& CsvColumns();
+
+}  // namespace trainbench::protocol

@@ -1,0 +1,221 @@
+#include "trainbench/protocol/cell_record.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "trainbench/protocol/error.h"
+
+namespace trainbench::protocol {
+using nlohmann::json;
+
+namespace {
+
+// Every field of a record with its key, both ways.
+template <class R, class V>
+void Fields(R& c, V&& v) {
+  v("index", c.index);
+  v("model", c.model);
+  v("model_plugin", c.model_plugin);
+  v("device", c.device);
+  v("device_plugin", c.device_plugin);
+  v("model_options", c.model_options);
+  v("device_options", c.device_options);
+  v("plugins", c.plugins);
+  v("config", c.config);
+  v("status", c.status);
+  v("reason", c.reason);
+  v("loss_nan", c.loss_nan);
+  v("resumed", c.resumed);
+  v("params", c.params);
+  v("flops_per_sample", c.flops_per_sample);
+  v("train_size", c.train_size);
+  v("test_size", c.test_size);
+  v("steps_per_epoch", c.steps_per_epoch);
+  v("hardware", c.hardware);
+  v("samples_per_second", c.samples_per_second);
+  v("achieved_tflops", c.achieved_tflops);
+  v("step_seconds_median", c.step_seconds_median);
+  v("step_seconds_p90", c.step_seconds_p90);
+  v("train_seconds", c.train_seconds);
+  v("steps", c.steps);
+  v("steady_steps", c.steady_steps);
+  v("measured_epochs", c.measured_epochs);
+  v("peak_memory_bytes", c.peak_memory_bytes);
+  v("epoch_seconds", c.epoch_seconds);
+  v("train_loss", c.train_loss);
+  v("test_accuracy", c.test_accuracy);
+  v("projected", c.projected);
+  v("sync_batchnorm", c.sync_batchnorm);
+  v("ranks", c.ranks);
+  v("rank", c.rank);
+  v("backend", c.backend);
+  v("speedup", c.speedup);
+  v("scaling_efficiency", c.scaling_efficiency);
+  v("scaling_baseline", c.scaling_baseline);
+  v("rank_samples_per_second", c.rank_samples_per_second);
+  v("samples_per_second_repeats", c.samples_per_second_repeats);
+  v("slurm", c.slurm);
+}
+
+template <class T>
+struct IsOptional : std::false_type {};
+template <class T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+struct Writer {
+  json& out;
+  template <class T>
+  void operator()(const char* key, const T& value) {
+    if constexpr (IsOptional<T>::value) {
+      if (value) out[key] = *value;
+    } else if constexpr (std::is_same_v<T, json>) {
+      if (!value.is_null()) out[key] = value;
+    } else {
+      out[key] = value;
+    }
+  }
+};
+
+struct Reader {
+  const json& in;
+  std::vector<std::string>& seen;
+  template <class T>
+  void operator()(const char* key, T& value) {
+    auto it = in.find(key);
+    if (it == in.end()) return;
+    seen.emplace_back(key);
+    if (it->is_null()) return;  // an unset optional (or null json)
+    try {
+      if constexpr (IsOptional<T>::value) {
+        value = it->template get<typename T::value_type>();
+      } else {
+        value = it->template get<T>();
+      }
+    } catch (const json::exception&) {
+      throw ProtocolError(std::string("cell record: field '") + key + "' has the wrong type (" + it->type_name() + ")");
+    }
+  }
+};
+
+}  // namespace
+
+void CellRecord::Apply(const Result& r) {
+  params = r.params;
+  flops_per_sample = r.flops_per_sample;
+  samples_per_second = r.samples_per_second;
+  achieved_tflops = r.achieved_tflops;
+  step_seconds_median = r.step_seconds_median;
+  step_seconds_p90 = r.step_seconds_p90;
+  steps = r.steps;
+  steady_steps = r.steady_steps;
+  epoch_seconds = r.epoch_seconds;
+  measured_epochs = r.measured_epochs;
+  train_seconds = r.train_seconds;
+  train_loss = r.train_loss;
+  test_accuracy = r.test_accuracy;
+  projected = r.projected;
+  peak_memory_bytes = r.peak_memory_bytes;
+  ranks = r.ranks;
+  rank = r.rank;
+  backend = r.backend;
+  hardware = r.hardware;
+  sync_batchnorm = r.sync_batchnorm;
+}
+
+void CellRecord::Apply(const Started& s) {
+  params = s.params;
+  flops_per_sample = s.flops_per_sample;
+  hardware = s.hardware;
+  train_size = s.train_size;
+  test_size = s.test_size;
+  steps_per_epoch = s.steps_per_epoch;
+}
+
+void CellRecord::DropMeasurements() {
+  samples_per_second.reset();
+  achieved_tflops.reset();
+  step_seconds_median.reset();
+  step_seconds_p90.reset();
+  train_seconds.reset();
+  steps.reset();
+  steady_steps.reset();
+  measured_epochs.reset();
+  peak_memory_bytes.reset();
+  epoch_seconds.reset();
+  train_loss.reset();
+  test_accuracy.reset();
+  projected.reset();
+  sync_batchnorm.reset();
+  ranks.reset();
+  rank.reset();
+  backend.reset();
+}
+
+std::optional<double> CellRecord::final_accuracy() const {
+  if (!test_accuracy || test_accuracy->empty()) return std::nullopt;
+  return test_accuracy->back();
+}
+
+double CellRecord::median_epoch_seconds() const {
+  if (!epoch_seconds || epoch_seconds->empty()) return 0;
+  std::vector<double> e = *epoch_seconds;
+  std::sort(e.begin(), e.end());
+  return e[e.size() / 2];
+}
+
+json ToJson(const CellRecord& cell) {
+  json out = cell.extra.is_object() ? cell.extra : json::object();
+  Fields(cell, Writer{out});
+  out["speedup"] = cell.speedup ? json(*cell.speedup) : json(nullptr);
+  return out;
+}
+
+CellRecord CellRecordFromJson(const json& j) {
+  if (!j.is_object()) throw ProtocolError("cell record: not a JSON object");
+  CellRecord cell;
+  std::vector<std::string> seen;
+  Fields(cell, Reader{j, seen});
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (std::find(seen.begin(), seen.end(), it.key()) == seen.end()) cell.extra[it.key()] = it.value();
+  }
+  return cell;
+}
+
+std::string CellRecordProblem(const CellRecord& cell) {
+  if (cell.model.empty() || cell.device.empty()) return "a cell without its model or device";
+  if (!cell.ok()) return "";
+  const std::string who = "cell " + cell.model + " on " + cell.device;
+  if (!cell.config.is_object()) return who + ": no 'config'";
+  if (!cell.samples_per_second || !(*cell.samples_per_second > 0))
+    return who + ": 'samples_per_second' missing or not a positive number";
+  if (!cell.epoch_seconds) return who + ": 'epoch_seconds' missing or not a list";
+  if (cell.epoch_seconds->empty()) return who + ": 'epoch_seconds' is empty";
+  if (!cell.test_accuracy) return who + ": 'test_accuracy' missing or not a list";
+  if (!cell.train_loss) return who + ": 'train_loss' missing or not a list";
+  return "";
+}
+
+const std::vector<std::string>& CsvColumns() {
+  static const std::vector<std::string> kColumns = {"model",
+                                                    "device",
+                                                    "status",
+                                                    "reason",
+                                                    "params",
+                                                    "flops_per_sample",
+                                                    "samples_per_second",
+                                                    "step_seconds_median",
+                                                    "step_seconds_p90",
+                                                    "epoch_seconds",
+                                                    "train_seconds",
+                                                    "train_loss",
+                                                    "test_accuracy",
+                                                    "projected",
+                                                    "speedup",
+                                                    "peak_memory_bytes",
+                                                    "ranks",
+                                                    "rank_samples_per_second",
+                                                    "scaling_efficiency"};
+  return kColumns;
+}
+
+}  // namespace trainbench::protocol
