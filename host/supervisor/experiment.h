@@ -53,6 +53,7 @@ struct MeasurementSpec : protocol::StepMeasurement {
   double stall_timeout_seconds = 1800;  ///< a worker that sends no event this long is hung
   bool stop_on_failure = false;         ///< end the run at the first failed cell
   std::string baseline = "cpu";         ///< device label that speedups are against
+  std::optional<double> peak_tflops;    ///< the hardware's peak, overriding the datasheet table
 };
 
 /// `metrics:`, the one struct of the metrics settings; command-line flags

@@ -153,6 +153,14 @@ struct MetricsExporter::Impl {
                                                .Name("trainbench_cell_samples_per_second")
                                                .Help("Steady-state samples/s of a finished cell")
                                                .Register(*registry);
+  Family<Gauge>& cell_time_to_train = prometheus::BuildGauge()
+                                          .Name("trainbench_cell_time_to_train_seconds")
+                                          .Help("Time to train a finished cell: setup, epochs and evaluation")
+                                          .Register(*registry);
+  Family<Gauge>& cell_mfu = prometheus::BuildGauge()
+                                .Name("trainbench_cell_mfu_ratio")
+                                .Help("Model FLOPs utilisation of a finished cell: achieved over peak TFLOP/s")
+                                .Register(*registry);
   Family<Gauge>& ranks = prometheus::BuildGauge()
                              .Name("trainbench_cell_ranks")
                              .Help("Worker processes (GPUs) of a finished data-parallel cell")
@@ -409,6 +417,8 @@ void MetricsExporter::OnCellFinished(size_t, const CellRecord& cell) {
   i.cells_finished.Add({{"experiment", i.experiment}, {"status", cell.status}}).Increment();
   const Labels l = i.LabelsOf(cell);
   if (cell.ok() && cell.samples_per_second) i.cell_samples_per_second.Add(l).Set(*cell.samples_per_second);
+  if (cell.ok() && cell.time_to_train_seconds) i.cell_time_to_train.Add(l).Set(*cell.time_to_train_seconds);
+  if (cell.ok() && cell.mfu) i.cell_mfu.Add(l).Set(*cell.mfu);
   if (cell.speedup) i.speedup.Add(l).Set(*cell.speedup);
   if (cell.loss_nan.value_or(false)) i.loss.Add(l).Set(std::numeric_limits<double>::quiet_NaN());
   if (cell.ok() && cell.ranks.value_or(1) > 1) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -26,6 +27,7 @@ struct Row {
   double params = 0, sps = 0, epoch = 0, accuracy = -1;
   bool projected = false;
   json speedup;
+  std::optional<double> sps_half_ci, time_to_train, speedup_time, mfu;  // absent in older files
 };
 
 std::vector<Row> Rows(const std::vector<LoadedResults>& runs) {
@@ -43,6 +45,11 @@ std::vector<Row> Rows(const std::vector<LoadedResults>& runs) {
       row.accuracy = c.final_accuracy().value_or(-1.0);
       row.projected = c.projected.value_or(false);
       row.speedup = c.speedup ? json(*c.speedup) : json();
+      if (c.samples_per_second_ci95 && c.samples_per_second_ci95->size() == 2)
+        row.sps_half_ci = ((*c.samples_per_second_ci95)[1] - (*c.samples_per_second_ci95)[0]) / 2;
+      row.time_to_train = c.time_to_train_seconds;
+      row.speedup_time = c.speedup_time_to_train;
+      row.mfu = c.mfu;
       rows.push_back(row);
     }
   }
@@ -86,15 +93,25 @@ std::vector<LoadedResults> LoadResults(const std::vector<std::string>& files) {
 
 std::string ReportMarkdown(const std::vector<LoadedResults>& runs) {
   std::ostringstream out;
-  out << "| run | model | params | device | samples/s | epoch (median) | test acc | speedup | status |\n"
-      << "|---|---|---|---|---|---|---|---|---|\n";
+  // "speedup" is of the steady-state rate; "speedup (time)" of the time to
+  // train the whole cell (setup, warm-up, evaluation included), the study's.
+  out << "| run | model | params | device | samples/s | epoch (median) | time to train | test acc | speedup | "
+         "speedup (time) | mfu | status |\n"
+      << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  auto optional = [](const std::optional<double>& v, const char* format) {
+    return v ? fmt::format(fmt::runtime(format), *v) : std::string("-");
+  };
   for (const Row& r : Rows(runs)) {
     const bool ok = r.status == "ok";
-    out << fmt::format("| {} | {} | {:.2f}M | {} | {} | {} | {} | {} | {} |\n", r.run, r.model, r.params / 1e6,
-                       r.device, ok ? fmt::format("{:.1f}", r.sps) : "-",
-                       ok ? fmt::format("{:.2f} s{}", r.epoch, r.projected ? " (projected)" : "") : "-",
-                       ok && r.accuracy >= 0 ? fmt::format("{:.1f}%", 100 * r.accuracy) : "-",
-                       r.speedup.is_number() ? fmt::format("{:.2f}x", r.speedup.get<double>()) : "-", r.status);
+    std::string sps = ok ? fmt::format("{:.1f}", r.sps) : "-";
+    if (ok && r.sps_half_ci) sps += fmt::format(" ± {:.1f}", *r.sps_half_ci);
+    out << fmt::format(
+        "| {} | {} | {:.2f}M | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.run, r.model, r.params / 1e6,
+        r.device, sps, ok ? fmt::format("{:.2f} s{}", r.epoch, r.projected ? " (projected)" : "") : "-",
+        ok ? optional(r.time_to_train, "{:.1f} s") : "-",
+        ok && r.accuracy >= 0 ? fmt::format("{:.1f}%", 100 * r.accuracy) : "-",
+        r.speedup.is_number() ? fmt::format("{:.2f}x", r.speedup.get<double>()) : "-",
+        optional(r.speedup_time, "{:.2f}x"), ok && r.mfu ? fmt::format("{:.1f}%", 100 * *r.mfu) : "-", r.status);
   }
   return out.str();
 }

@@ -94,11 +94,28 @@ json Results::doc() const {
 void Results::ComputeSpeedups() {
   for (auto& cell : cells_) {
     cell.speedup.reset();
+    cell.speedup_time_to_train.reset();
+    cell.speedup_ci95.reset();
     if (!cell.ok() || cell.device == baseline_ || !cell.samples_per_second) continue;
     for (const auto& base : cells_) {
-      if (base.model == cell.model && base.device == baseline_ && base.ok() && base.samples_per_second &&
-          *base.samples_per_second > 0) {
-        cell.speedup = *cell.samples_per_second / *base.samples_per_second;
+      if (base.model != cell.model || base.device != baseline_ || !base.ok() || !base.samples_per_second ||
+          !(*base.samples_per_second > 0)) {
+        continue;
+      }
+      cell.speedup = *cell.samples_per_second / *base.samples_per_second;
+      // The study's measure: the baseline's whole training over this cell's.
+      if (base.time_to_train_seconds && cell.time_to_train_seconds && *cell.time_to_train_seconds > 0)
+        cell.speedup_time_to_train = *base.time_to_train_seconds / *cell.time_to_train_seconds;
+      // Each side's interval (or its value, when it was not repeated),
+      // carried into the ratio's: its ends are the extreme ratios.
+      if (cell.samples_per_second_ci95 || base.samples_per_second_ci95) {
+        auto bounds = [](const CellRecord& c) {
+          if (c.samples_per_second_ci95 && c.samples_per_second_ci95->size() == 2) return *c.samples_per_second_ci95;
+          return std::vector<double>{*c.samples_per_second, *c.samples_per_second};
+        };
+        const auto mine = bounds(cell), theirs = bounds(base);
+        if (theirs[0] > 0 && theirs[1] > 0)
+          cell.speedup_ci95 = std::vector<double>{mine[0] / theirs[1], mine[1] / theirs[0]};
       }
     }
   }
@@ -167,26 +184,35 @@ void Results::Write() {
 
 std::string Results::Table() const {
   std::ostringstream out;
-  out << fmt::format("{:<12} {:>11} {:<10} {:>11} {:>12} {:>9} {:>8}  {}\n", "model", "params", "device", "samples/s",
-                     "epoch time", "test acc", "speedup", "status");
+  // Two speedups, named apart: of the steady-state rate, and of the time to
+  // train the whole cell (setup, warm-up and evaluation included: the study's).
+  out << fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8}  {}\n", "model", "params", "device",
+                     "samples/s", "epoch time", "time to train", "test acc", "speedup", "(time)", "status");
   bool any_projected = false;
   for (const auto& c : cells_) {
     const bool ok = c.ok();
     any_projected |= c.projected.value_or(false);
     const std::string params = c.params ? fmt::format("{:.2f}M", static_cast<double>(*c.params) / 1e6) : "-";
-    const std::string sps = ok && c.samples_per_second ? fmt::format("{:.1f}", *c.samples_per_second) : "-";
+    std::string sps = ok && c.samples_per_second ? fmt::format("{:.1f}", *c.samples_per_second) : "-";
+    if (ok && c.samples_per_second_ci95 && c.samples_per_second_ci95->size() == 2) {
+      sps += fmt::format(" ±{:.1f}", ((*c.samples_per_second_ci95)[1] - (*c.samples_per_second_ci95)[0]) / 2);
+    }
     std::string epoch = "-";
     if (ok && c.epoch_seconds && !c.epoch_seconds->empty()) {
       epoch = fmt::format("{:.2f} s{}", c.median_epoch_seconds(), c.projected.value_or(false) ? "*" : "");
     }
+    const std::string train = ok && c.time_to_train_seconds ? fmt::format("{:.1f} s{}", *c.time_to_train_seconds,
+                                                                          c.projected.value_or(false) ? "*" : "")
+                                                            : "-";
     const auto accuracy = c.final_accuracy();
     const std::string acc = ok && accuracy ? fmt::format("{:.1f}%", 100.0 * *accuracy) : "-";
     std::string speedup = c.speedup ? fmt::format("{:.2f}x", *c.speedup) : (ok ? "baseline" : "-");
     if (ok && c.device != baseline_ && !c.speedup) speedup = "n/a";
+    const std::string speedup_time = c.speedup_time_to_train ? fmt::format("{:.2f}x", *c.speedup_time_to_train) : "-";
     std::string status = c.status;
     if (!ok && c.reason) status += ": " + *c.reason;
-    out << fmt::format("{:<12} {:>11} {:<10} {:>11} {:>12} {:>9} {:>8}  {}\n", c.model, params, c.device, sps, epoch,
-                       acc, speedup, status);
+    out << fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8}  {}\n", c.model, params, c.device,
+                       sps, epoch, train, acc, speedup, speedup_time, status);
   }
   for (const auto& c : cells_) {
     const int64_t ranks = c.ranks.value_or(1);
@@ -199,6 +225,8 @@ std::string Results::Table() const {
                              : std::string(", no one-rank cell to compare with"));
   }
   if (any_projected) out << "* projected from steady-state throughput (time budget reached before the epoch ended)\n";
+  out << "speedup: steady-state samples/s over the " << baseline_ << " cell's; (time): the " << baseline_
+      << " cell's time to train over this one's\n";
   return out.str();
 }
 

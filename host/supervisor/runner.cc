@@ -9,6 +9,8 @@
 #include <ctime>
 
 #include "net.h"
+#include "peak_flops.h"
+#include "statistics.h"
 #include "trainbench/protocol/version.h"
 #include "worker_client.h"
 
@@ -147,8 +149,10 @@ CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, c
     }
     for (auto* o : observers) o->OnEvent(index, cell, event);
   };
+  const auto spawned = std::chrono::steady_clock::now();
   std::vector<WorkerExit> exits =
       RunWorkers(launches, on_event, stall_timeout, /*straggler_seconds=*/30, &g_stop_signal, kStopGraceSeconds);
+  cell.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - spawned).count();
   const WorkerExit& exit = exits.front();
   const bool interrupted = g_stop_signal.load() != 0;
   if (result && exit.clean()) {
@@ -222,14 +226,36 @@ CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, c
 // The repeats of a cell, every one ok: the one of median throughput is
 // kept, with every repeat's rate.
 CellRecord CombineRepeats(std::vector<CellRecord> attempts) {
-  std::vector<double> rates;
-  for (const auto& a : attempts) rates.push_back(a.samples_per_second.value_or(0.0));
+  std::vector<double> rates, times;
+  for (const auto& a : attempts) {
+    rates.push_back(a.samples_per_second.value_or(0.0));
+    times.push_back(a.time_to_train_seconds.value_or(0.0));
+  }
   std::sort(attempts.begin(), attempts.end(), [](const CellRecord& a, const CellRecord& b) {
     return a.samples_per_second.value_or(0.0) < b.samples_per_second.value_or(0.0);
   });
   CellRecord chosen = attempts[attempts.size() / 2];
+  const Spread spread = SpreadOf(rates);
   chosen.samples_per_second_repeats = rates;
+  chosen.time_to_train_seconds_repeats = times;
+  chosen.samples_per_second_min = spread.min;
+  chosen.samples_per_second_max = spread.max;
+  chosen.samples_per_second_ci95 = std::vector<double>{spread.ci_low, spread.ci_high};
   return chosen;
+}
+
+// Model FLOPs utilisation: the achieved rate over the hardware's peak (the
+// experiment's, or the datasheet's), times the ranks that shared the work.
+void SetEfficiency(CellRecord& cell, const MeasurementSpec& m) {
+  std::optional<PeakFlops> peak;
+  if (m.peak_tflops)
+    peak = PeakFlops{*m.peak_tflops, "measurement.peak_tflops"};
+  else
+    peak = DatasheetPeak(cell.hardware);
+  if (!peak || !cell.achieved_tflops) return;
+  cell.peak_tflops = peak->tflops * static_cast<double>(cell.ranks.value_or(1));
+  cell.peak_tflops_source = peak->source;
+  cell.mfu = *cell.achieved_tflops / *cell.peak_tflops;
 }
 
 }  // namespace
@@ -391,8 +417,20 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
         cell.config = CellConfig(spec, device);
         const std::string reason = cell.reason.value_or("");
         if (cell.ok()) {
-          spdlog::info("[{}/{}] {} on {}: {:.1f} samples/s{}", index + 1, total, model.label, device.label,
-                       cell.samples_per_second.value_or(0.0), cell.projected.value_or(false) ? " (projected)" : "");
+          SetEfficiency(cell, e.measurement);
+          spdlog::info("[{}/{}] {} on {}: {:.1f} samples/s, {:.1f} s to train{}", index + 1, total, model.label,
+                       device.label, cell.samples_per_second.value_or(0.0), cell.time_to_train_seconds.value_or(0.0),
+                       cell.projected.value_or(false) ? " (projected)" : "");
+          if (cell.samples_per_second_ci95) {
+            const auto& ci = *cell.samples_per_second_ci95;
+            const double median = cell.samples_per_second.value_or(0.0);
+            if (median > 0 && (ci[1] - ci[0]) / 2 > 0.05 * median) {
+              spdlog::warn(
+                  "[{}/{}] {} on {}: noisy machine: the 95% interval of {} repeats, {:.1f}-{:.1f} samples/s, "
+                  "is wider than 5% of the median either side",
+                  index + 1, total, model.label, device.label, cell.samples_per_second_repeats->size(), ci[0], ci[1]);
+            }
+          }
         } else if (cell.status == "skipped") {
           spdlog::warn("[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label, reason);
         } else {

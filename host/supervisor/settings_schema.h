@@ -25,6 +25,11 @@ void VisitFields(MeasurementSpec& m, V& v) {
   v(Field{"stop_on_failure", "end the run at the first failed cell (the rest are recorded as skipped)"},
     m.stop_on_failure);
   v(Field{"baseline", "the device label speedups are against"}, m.baseline);
+  v(Field{"peak_tflops",
+          "the hardware's peak TFLOP/s at the cells' precision, for mfu (default: a datasheet table of GPUs; none "
+          "for CPUs)",
+          1e-3, 1e6},
+    m.peak_tflops);
 }
 
 template <class V>

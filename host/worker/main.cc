@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -81,6 +82,7 @@ void EndWithSupervisor() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto started = std::chrono::steady_clock::now();  // setup_seconds counts from here
   CLI::App app{"trainbench worker: runs one cell or describes plugins (started by trainbench)"};
   app.require_subcommand(1);
   std::vector<std::string> files;
@@ -129,7 +131,7 @@ int main(int argc, char** argv) {
       sink.Emit(trainbench::protocol::Error{std::string("bad cell specification: ") + e.what(), false});
       return 2;
     }
-    return trainbench::worker::RunCell(spec, sink);
+    return trainbench::worker::RunCell(spec, sink, started);
   }
   return 2;
 }

@@ -90,7 +90,8 @@ void ToChannelsLast(torch::nn::Module& module) {
 
 class CellRun {
  public:
-  CellRun(const CellSpec& spec, EventSink& sink) : s_(spec), sink_(sink) {}
+  CellRun(const CellSpec& spec, EventSink& sink, Clock::time_point started)
+      : s_(spec), sink_(sink), started_(started) {}
 
   int Run() {
     LoadedPlugin model_plugin = LoadPlugin(s_.model.path);
@@ -189,6 +190,10 @@ class CellRun {
     result.epoch_seconds = epoch_seconds;
     result.measured_epochs = static_cast<int64_t>(measured_epoch_seconds_.size());
     result.train_seconds = total;
+    result.setup_seconds = setup_seconds_;
+    result.warmup_seconds = warmup_seconds_;
+    result.eval_seconds = eval_seconds_;
+    result.evaluations = evaluations_;
     result.train_loss = train_loss_;
     result.test_accuracy = test_accuracy_;
     result.projected = projected;
@@ -368,6 +373,7 @@ class CellRun {
     timer_ = MakeStepTimer(settings_, *device_);
     if (settings_.cuda_graph) graphed_ = MakeGraphedStep([this] { TrainStep(/*for_graph=*/true); });
     const Clock::time_point train_start = Clock::now();
+    setup_seconds_ = Seconds(train_start - started_);
     Clock::time_point last_report = train_start;
     bool stop = false;
     double current_lr = -1;
@@ -389,6 +395,12 @@ class CellRun {
       PrepareEpochBatches();
       timer_->Begin();
       while (epoch_steps < steps_per_epoch) {
+        if (!warmup_measured_ && steps_done_ >= s_.measurement.warmup_steps) {
+          // The warm-up ends here: what the device still has queued is its.
+          Check(device_->Synchronize(), "device synchronize");
+          warmup_seconds_ = Seconds(Clock::now() - train_start);
+          warmup_measured_ = true;
+        }
         int64_t ran = 1;
         const bool can_capture = steps_per_epoch - epoch_steps >= GraphedStep::kCaptureSteps;
         if (graphed_ && can_capture) {
@@ -451,7 +463,10 @@ class CellRun {
       if (!std::isfinite(mean_loss))
         throw NonFiniteLoss("training loss became nan in epoch " + std::to_string(epoch + 1));
       train_loss_.push_back(mean_loss);
-      const double accuracy = Evaluate();
+      const Clock::time_point eval_start = Clock::now();
+      const double accuracy = Evaluate();  // reads its result: the device has finished
+      eval_seconds_ += Seconds(Clock::now() - eval_start);
+      ++evaluations_;
       test_accuracy_.push_back(accuracy);
       const bool complete = epoch_steps == steps_per_epoch;
       if (complete) measured_epoch_seconds_.push_back(epoch_seconds);
@@ -478,6 +493,10 @@ class CellRun {
   torch::Tensor scale_, growth_tracker_, found_inf_;
   int64_t steps_done_ = 0;
   int64_t timed_steps_ = 0;  // steps after the warm-up, timed
+  Clock::time_point started_;
+  double setup_seconds_ = 0, warmup_seconds_ = 0, eval_seconds_ = 0;
+  int64_t evaluations_ = 0;
+  bool warmup_measured_ = false;
   int64_t steps_at_budget_check_ = 0;
   int64_t steady_samples_ = 0;
   double steady_seconds_ = 0;
@@ -486,9 +505,9 @@ class CellRun {
 
 }  // namespace
 
-int RunCell(const CellSpec& spec, EventSink& sink) {
+int RunCell(const CellSpec& spec, EventSink& sink, std::chrono::steady_clock::time_point started) {
   try {
-    CellRun run(spec, sink);
+    CellRun run(spec, sink, started);
     return run.Run();
   } catch (const Interrupted& e) {
     sink.Emit(protocol::Interrupted{e.what()});

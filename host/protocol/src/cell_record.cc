@@ -37,6 +37,12 @@ void Fields(R& c, V&& v) {
   v("step_seconds_median", c.step_seconds_median);
   v("step_seconds_p90", c.step_seconds_p90);
   v("train_seconds", c.train_seconds);
+  v("setup_seconds", c.setup_seconds);
+  v("warmup_seconds", c.warmup_seconds);
+  v("eval_seconds", c.eval_seconds);
+  v("evaluations", c.evaluations);
+  v("time_to_train_seconds", c.time_to_train_seconds);
+  v("wall_seconds", c.wall_seconds);
   v("steps", c.steps);
   v("steady_steps", c.steady_steps);
   v("measured_epochs", c.measured_epochs);
@@ -50,6 +56,15 @@ void Fields(R& c, V&& v) {
   v("rank", c.rank);
   v("backend", c.backend);
   v("speedup", c.speedup);
+  v("speedup_time_to_train", c.speedup_time_to_train);
+  v("samples_per_second_min", c.samples_per_second_min);
+  v("samples_per_second_max", c.samples_per_second_max);
+  v("samples_per_second_ci95", c.samples_per_second_ci95);
+  v("speedup_ci95", c.speedup_ci95);
+  v("time_to_train_seconds_repeats", c.time_to_train_seconds_repeats);
+  v("peak_tflops", c.peak_tflops);
+  v("peak_tflops_source", c.peak_tflops_source);
+  v("mfu", c.mfu);
   v("scaling_efficiency", c.scaling_efficiency);
   v("scaling_baseline", c.scaling_baseline);
   v("rank_samples_per_second", c.rank_samples_per_second);
@@ -111,6 +126,18 @@ void CellRecord::Apply(const Result& r) {
   epoch_seconds = r.epoch_seconds;
   measured_epochs = r.measured_epochs;
   train_seconds = r.train_seconds;
+  setup_seconds = r.setup_seconds;
+  warmup_seconds = r.warmup_seconds;
+  eval_seconds = r.eval_seconds;
+  evaluations = r.evaluations;
+  // The whole training of the cell, as the study timed it: evaluation
+  // projected over the epochs as the epochs themselves are.
+  const double evals = r.evaluations > 0 ? static_cast<double>(r.evaluations) : 1.0;
+  const double epochs = static_cast<double>(r.epoch_seconds.size());
+  time_to_train_seconds = r.setup_seconds + r.train_seconds + r.eval_seconds / evals * std::max(epochs, evals);
+  // All epochs projected at the steady rate (a budget within the first):
+  // the warm-up they lack is added back, as measured.
+  if (r.measured_epochs == 0) *time_to_train_seconds += r.warmup_seconds;
   train_loss = r.train_loss;
   test_accuracy = r.test_accuracy;
   projected = r.projected;
@@ -137,6 +164,11 @@ void CellRecord::DropMeasurements() {
   step_seconds_median.reset();
   step_seconds_p90.reset();
   train_seconds.reset();
+  setup_seconds.reset();
+  warmup_seconds.reset();
+  eval_seconds.reset();
+  evaluations.reset();
+  time_to_train_seconds.reset();
   steps.reset();
   steady_steps.reset();
   measured_epochs.reset();
@@ -214,7 +246,17 @@ const std::vector<std::string>& CsvColumns() {
                                                     "peak_memory_bytes",
                                                     "ranks",
                                                     "rank_samples_per_second",
-                                                    "scaling_efficiency"};
+                                                    "scaling_efficiency",
+                                                    "setup_seconds",
+                                                    "warmup_seconds",
+                                                    "eval_seconds",
+                                                    "time_to_train_seconds",
+                                                    "wall_seconds",
+                                                    "speedup_time_to_train",
+                                                    "samples_per_second_ci95",
+                                                    "speedup_ci95",
+                                                    "peak_tflops",
+                                                    "mfu"};
   return kColumns;
 }
 

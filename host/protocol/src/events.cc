@@ -93,6 +93,10 @@ void Fields(Result& e, V&& v) {
   v("epoch_seconds", e.epoch_seconds);
   v("measured_epochs", e.measured_epochs);
   v("train_seconds", e.train_seconds);
+  v("setup_seconds", e.setup_seconds);
+  v("warmup_seconds", e.warmup_seconds);
+  v("eval_seconds", e.eval_seconds);
+  v("evaluations", e.evaluations);
   v("train_loss", e.train_loss);
   v("test_accuracy", e.test_accuracy);
   v("projected", e.projected);

@@ -30,13 +30,31 @@ struct CellRecord {
   std::optional<int64_t> params, flops_per_sample, train_size, test_size, steps_per_epoch;
   nlohmann::json hardware;
   std::optional<double> samples_per_second, achieved_tflops, step_seconds_median, step_seconds_p90, train_seconds;
+  std::optional<double> setup_seconds, warmup_seconds, eval_seconds;
+  std::optional<int64_t> evaluations;
+  /// What the study measured: the cell's whole training, setup_seconds +
+  /// train_seconds + evaluation (projected like the epochs when budgeted).
+  std::optional<double> time_to_train_seconds;
+  /// The worker's life as the host saw it, start to exit.
+  std::optional<double> wall_seconds;
   std::optional<int64_t> steps, steady_steps, measured_epochs, peak_memory_bytes;
   std::optional<std::vector<double>> epoch_seconds, train_loss, test_accuracy;
   std::optional<bool> projected, sync_batchnorm;
   std::optional<int64_t> ranks, rank;
   std::optional<std::string> backend;
   // Computed by the host.
-  std::optional<double> speedup;  ///< against the baseline device (always written, null when none)
+  std::optional<double> speedup;  ///< steady-state samples/s over the baseline's (always written, null when none)
+  /// The baseline's time_to_train_seconds over this cell's: the study's speedup.
+  std::optional<double> speedup_time_to_train;
+  /// Repeats (measurement.repeats > 1): their spread, and a 95% confidence
+  /// interval of the mean rate (Student's t), carried into the speedup's.
+  std::optional<double> samples_per_second_min, samples_per_second_max;
+  std::optional<std::vector<double>> samples_per_second_ci95, speedup_ci95, time_to_train_seconds_repeats;
+  /// Efficiency: the dense peak of this hardware and precision, where it
+  /// comes from ("datasheet: NVIDIA H200 bf16", "measurement.peak_tflops"),
+  /// and achieved_tflops over it.
+  std::optional<double> peak_tflops, mfu;
+  std::optional<std::string> peak_tflops_source;
   std::optional<double> scaling_efficiency;
   std::optional<std::string> scaling_baseline;
   std::optional<std::vector<double>> rank_samples_per_second, samples_per_second_repeats;

@@ -60,8 +60,13 @@ struct Result {
   int64_t steps = 0, steady_steps = 0;
   std::vector<double> epoch_seconds;  ///< measured, then projected ones
   int64_t measured_epochs = 0;
-  double train_seconds = 0;
+  double train_seconds = 0;                       ///< the epochs' training time, measured and projected
   std::vector<double> train_loss, test_accuracy;  ///< per epoch
+  /// Where the time went: the worker's start to the first step (plugins,
+  /// data to the device, the model), the untimed steps before the first
+  /// timed one (autotuning, graph capture), and the evaluations.
+  double setup_seconds = 0, warmup_seconds = 0, eval_seconds = 0;
+  int64_t evaluations = 0;  ///< epochs evaluated (eval_seconds is their sum)
   bool projected = false;
   int64_t peak_memory_bytes = 0;
   int ranks = 1, rank = 0;

@@ -1,0 +1,43 @@
+#include "statistics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace trainbench {
+namespace {
+
+// Student's t, two-sided 95% (the 0.975 quantile), by degrees of freedom.
+double StudentT975(size_t dof) {
+  static const double kTable[] = {0,     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                  2.201, 2.179,  2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080,
+                                  2.074, 2.069,  2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+  if (dof < std::size(kTable)) return kTable[dof];
+  return dof < 60 ? 2.000 : dof < 120 ? 1.980 : 1.960;
+}
+
+}  // namespace
+
+Spread SpreadOf(std::vector<double> values) {
+  Spread s;
+  if (values.empty()) return s;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  s.min = values.front();
+  s.max = values.back();
+  s.median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  s.mean = std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(n);
+  if (n < 2) {
+    s.ci_low = s.ci_high = s.mean;
+    return s;
+  }
+  double squares = 0;
+  for (double v : values) squares += (v - s.mean) * (v - s.mean);
+  const double sd = std::sqrt(squares / static_cast<double>(n - 1));
+  const double half = StudentT975(n - 1) * sd / std::sqrt(static_cast<double>(n));
+  s.ci_low = s.mean - half;
+  s.ci_high = s.mean + half;
+  return s;
+}
+
+}  // namespace trainbench
