@@ -23,6 +23,20 @@ TEST(Statistics, SpreadOfRepeatsHasAStudentTInterval) {
   EXPECT_DOUBLE_EQ(SpreadOf({1, 2, 3, 4}).median, 2.5);
 }
 
+TEST(Statistics, TheRatioIntervalIsPositiveAndWiderForNoisierSides) {
+  const auto [low, high] = RatioInterval({200, 220, 180}, {100, 101, 99});
+  EXPECT_GT(low, 0);
+  EXPECT_LT(low, 2.0);
+  EXPECT_GT(high, 2.0);
+  // Noisy enough that a t-interval of the baseline alone would reach below 0.
+  const auto [low2, high2] = RatioInterval({200, 200}, {10, 100, 190});
+  EXPECT_GT(low2, 0);
+  EXPECT_GT(high2 - low2, high - low);
+  const auto [same_low, same_high] = RatioInterval({300}, {100});
+  EXPECT_DOUBLE_EQ(same_low, 3);
+  EXPECT_DOUBLE_EQ(same_high, 3);
+}
+
 TEST(PeakFlops, ComesFromTheDatasheetByNameAndPrecision) {
   const auto bf16 = DatasheetPeak({{"name", "NVIDIA H200"}, {"amp", "bf16"}});
   ASSERT_TRUE(bf16.has_value());

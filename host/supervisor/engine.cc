@@ -324,26 +324,6 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
                           "; wait for it to end, or give another --out",
                       kExitError);
   }
-  // One benchmark per machine, unless asked otherwise or Slurm schedules.
-  RunLock machine_lock;
-  if (!options.concurrent && std::getenv("SLURM_JOB_ID") == nullptr) {
-    try {
-      machine_lock = RunLock::Take(
-          MachineLockFile(), me,
-          [](const std::string& holder) {
-            spdlog::warn(
-                "waiting for the machine's benchmark lock ({}), held by {}: two benchmarks at once skew each "
-                "other's timings (--concurrent runs beside it)",
-                MachineLockFile().string(), holder);
-          },
-          &g_stop_signal);
-    } catch (const std::exception& e) {
-      throw EngineError(std::string(e.what()) + " (--concurrent runs without it)", kExitError);
-    }
-    if (!machine_lock.held()) {
-      throw EngineError("stopped while waiting for the machine's benchmark lock; nothing was run", kExitInterrupted);
-    }
-  }
   // Command-line flags override the experiment's metrics settings.
   MetricsSpec& m = experiment.metrics;
   if (!options.metrics_address.empty()) m.address = options.metrics_address;
@@ -419,7 +399,30 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
     target = std::make_unique<FileSdTarget>(options.metrics_file_sd, metrics->address(), experiment.name);
   }
 #endif
+  // One benchmark per machine, unless asked otherwise or Slurm schedules;
+  // taken once the config, the port and the worker are known good (a mistake
+  // is reported at once, not after a wait), given back before any linger.
+  RunLock machine_lock;
+  if (!options.concurrent && std::getenv("SLURM_JOB_ID") == nullptr) {
+    try {
+      machine_lock = RunLock::Take(
+          MachineLockFile(), me,
+          [](const std::string& holder) {
+            spdlog::warn(
+                "waiting for the machine's benchmark lock ({}), held by {}: two benchmarks at once skew each "
+                "other's timings (--concurrent runs beside it)",
+                MachineLockFile().string(), holder);
+          },
+          &g_stop_signal);
+    } catch (const std::exception& e) {
+      throw EngineError(std::string(e.what()) + " (--concurrent runs without it)", kExitError);
+    }
+    if (!machine_lock.held()) {
+      throw EngineError("stopped while waiting for the machine's benchmark lock; nothing was run", kExitInterrupted);
+    }
+  }
   RunOutcome outcome = RunExperiment(experiment, options.out_dir, system, observers, options.resume, options.cells);
+  machine_lock = RunLock();  // lingering is not benchmarking
   target.reset();
 #ifdef TRAINBENCH_WITH_PROMETHEUS
   if (metrics) metrics->Finish();  // lingers unless the run was stopped

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "statistics.h"
 #include "trainbench/protocol/error.h"
 
 namespace trainbench {
@@ -106,16 +107,16 @@ void Results::ComputeSpeedups() {
       // The study's measure: the baseline's whole training over this cell's.
       if (base.time_to_train_seconds && cell.time_to_train_seconds && *cell.time_to_train_seconds > 0)
         cell.speedup_time_to_train = *base.time_to_train_seconds / *cell.time_to_train_seconds;
-      // Each side's interval (or its value, when it was not repeated),
-      // carried into the ratio's: its ends are the extreme ratios.
-      if (cell.samples_per_second_ci95 || base.samples_per_second_ci95) {
-        auto bounds = [](const CellRecord& c) {
-          if (c.samples_per_second_ci95 && c.samples_per_second_ci95->size() == 2) return *c.samples_per_second_ci95;
-          return std::vector<double>{*c.samples_per_second, *c.samples_per_second};
-        };
-        const auto mine = bounds(cell), theirs = bounds(base);
-        if (theirs[0] > 0 && theirs[1] > 0)
-          cell.speedup_ci95 = std::vector<double>{mine[0] / theirs[1], mine[1] / theirs[0]};
+      // The repeats of either side carried into the ratio's interval.
+      auto repeats = [](const CellRecord& c) {
+        return c.samples_per_second_repeats && c.samples_per_second_repeats->size() > 1
+                   ? *c.samples_per_second_repeats
+                   : std::vector<double>{*c.samples_per_second};
+      };
+      const std::vector<double> mine = repeats(cell), theirs = repeats(base);
+      if (mine.size() > 1 || theirs.size() > 1) {
+        const auto [low, high] = RatioInterval(mine, theirs);
+        cell.speedup_ci95 = std::vector<double>{low, high};
       }
     }
   }

@@ -240,7 +240,8 @@ CellRecord CombineRepeats(std::vector<CellRecord> attempts) {
   chosen.time_to_train_seconds_repeats = times;
   chosen.samples_per_second_min = spread.min;
   chosen.samples_per_second_max = spread.max;
-  chosen.samples_per_second_ci95 = std::vector<double>{spread.ci_low, spread.ci_high};
+  // A rate is positive: a very noisy interval is cut at 0.
+  chosen.samples_per_second_ci95 = std::vector<double>{std::max(0.0, spread.ci_low), spread.ci_high};
   return chosen;
 }
 

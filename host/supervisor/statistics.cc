@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
+#include <utility>
 
 namespace trainbench {
-namespace {
-
-// Student's t, two-sided 95% (the 0.975 quantile), by degrees of freedom.
 double StudentT975(size_t dof) {
   static const double kTable[] = {0,     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
                                   2.201, 2.179,  2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080,
@@ -15,8 +14,6 @@ double StudentT975(size_t dof) {
   if (dof < std::size(kTable)) return kTable[dof];
   return dof < 60 ? 2.000 : dof < 120 ? 1.980 : 1.960;
 }
-
-}  // namespace
 
 Spread SpreadOf(std::vector<double> values) {
   Spread s;
@@ -38,6 +35,24 @@ Spread SpreadOf(std::vector<double> values) {
   s.ci_low = s.mean - half;
   s.ci_high = s.mean + half;
   return s;
+}
+
+std::pair<double, double> RatioInterval(const std::vector<double>& a, const std::vector<double>& b) {
+  auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); };
+  // Squared relative standard error of a side's mean (0 when not repeated).
+  auto relative_se2 = [&](const std::vector<double>& v) {
+    if (v.size() < 2) return 0.0;
+    const double m = mean(v);
+    double squares = 0;
+    for (double x : v) squares += (x - m) * (x - m);
+    const double variance = squares / static_cast<double>(v.size() - 1);
+    return variance / (m * m) / static_cast<double>(v.size());
+  };
+  const double ratio = mean(a) / mean(b);
+  const size_t smaller = std::min(a.size() > 1 ? a.size() : SIZE_MAX, b.size() > 1 ? b.size() : SIZE_MAX);
+  if (smaller == SIZE_MAX) return {ratio, ratio};
+  const double half = StudentT975(smaller - 1) * std::sqrt(relative_se2(a) + relative_se2(b));
+  return {ratio * std::exp(-half), ratio * std::exp(half)};
 }
 
 }  // namespace trainbench
