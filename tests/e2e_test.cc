@@ -185,6 +185,49 @@ measurement: {warmup_steps: 2, repeats: 3, peak_tflops: 0.5}
   EXPECT_NE(report.output.find(" ± "), std::string::npos) << report.output;
 }
 
+// The race the study implies: the training time (evaluation excluded) until
+// the test accuracy reaches a target, and the curve it rode.
+TEST_F(EndToEnd, TimeToATargetAccuracyIsRecordedAndCanEndTheCell) {
+  const std::string reached = Config(R"(name: tta
+models: [simple_cnn]
+devices: [cpu]
+training: {epochs: 20, batch_size: 100, optimizer: {lr: 0.05}}
+measurement: {warmup_steps: 2, target_accuracy: 0.15, eval_every_steps: 5, stop_at_target: true}
+)");
+  Outcome o = Trainbench("run " + reached + " --out " + (dir_ / "out").string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  json cell = Results()["cells"][0];
+  ASSERT_EQ(cell["status"], "ok") << cell;
+  ASSERT_TRUE(cell["time_to_target_seconds"].is_number()) << cell;
+  EXPECT_EQ(cell["stopped_at_target"], true);
+  EXPECT_EQ(cell["projected"], false);  // it trained what it needed
+  const json curve = cell["accuracy_curve"];
+  ASSERT_GE(curve.size(), 1u);
+  const json last = curve.back();
+  EXPECT_GE(last[2].get<double>(), 0.15);
+  EXPECT_DOUBLE_EQ(last[0].get<double>(), cell["time_to_target_seconds"].get<double>());
+  EXPECT_DOUBLE_EQ(last[1].get<double>(), cell["epochs_to_target"].get<double>());
+  for (size_t i = 0; i + 1 < curve.size(); ++i) {
+    EXPECT_LT(curve[i][2].get<double>(), 0.15) << "an earlier evaluation reached the target";
+    EXPECT_LT(curve[i][0].get<double>(), curve[i + 1][0].get<double>());  // training time only grows
+  }
+  EXPECT_LT(cell["epochs_to_target"].get<double>(), 20.0);
+  EXPECT_NE(o.output.find("time to 15.0% test accuracy"), std::string::npos) << o.output;
+
+  const std::string missed = Config(R"(name: tta-missed
+models: [simple_cnn]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 4, target_accuracy: 0.99}
+)");
+  fs::remove_all(dir_ / "out");
+  o = Trainbench("run " + missed + " --out " + (dir_ / "out").string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  cell = Results()["cells"][0];
+  EXPECT_FALSE(cell.contains("time_to_target_seconds")) << cell;
+  EXPECT_NE(cell.value("target_reason", "").find("not reached: the best test accuracy was"), std::string::npos) << cell;
+}
+
 TEST_F(EndToEnd, BudgetedCellsAreProjected) {
   const std::string config = Config(R"(name: budget
 models: [resnet18]

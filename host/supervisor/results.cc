@@ -225,6 +225,15 @@ std::string Results::Table() const {
                                            c.scaling_baseline.value_or(""))
                              : std::string(", no one-rank cell to compare with"));
   }
+  for (const auto& c : cells_) {
+    if (!c.ok() || !c.target_accuracy) continue;
+    out << fmt::format(
+        "time to {:.1f}% test accuracy: {} on {}: {}\n", 100 * *c.target_accuracy, c.model, c.device,
+        c.time_to_target_seconds
+            ? fmt::format("{:.1f} s of training, {:.2f} epochs{}", *c.time_to_target_seconds,
+                          c.epochs_to_target.value_or(0), c.stopped_at_target.value_or(false) ? " (stopped there)" : "")
+            : c.target_reason.value_or("not reached"));
+  }
   if (any_projected) out << "* projected from steady-state throughput (time budget reached before the epoch ended)\n";
   out << "speedup: steady-state samples/s over the " << baseline_ << " cell's; (time): the " << baseline_
       << " cell's time to train over this one's\n";

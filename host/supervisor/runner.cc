@@ -419,6 +419,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
         const std::string reason = cell.reason.value_or("");
         if (cell.ok()) {
           SetEfficiency(cell, e.measurement);
+          cell.target_accuracy = e.measurement.target_accuracy;
           spdlog::info("[{}/{}] {} on {}: {:.1f} samples/s, {:.1f} s to train{}", index + 1, total, model.label,
                        device.label, cell.samples_per_second.value_or(0.0), cell.time_to_train_seconds.value_or(0.0),
                        cell.projected.value_or(false) ? " (projected)" : "");

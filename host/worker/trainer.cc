@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "autocast_scope.h"
@@ -170,7 +171,9 @@ class CellRun {
     const double sps = steady_seconds_ > 0 ? static_cast<double>(steady_samples_) / steady_seconds_ : 0.0;
     if (sps <= 0) throw CellError("no steady-state steps were timed: raise max_steps (or epochs) above warmup_steps");
     std::vector<double> epoch_seconds = measured_epoch_seconds_;
-    const bool projected = static_cast<int64_t>(measured_epoch_seconds_.size()) < s_.training.epochs;
+    // A cell stopped at its target trained what it needed: nothing to project.
+    const bool projected =
+        !stopped_at_target_ && static_cast<int64_t>(measured_epoch_seconds_.size()) < s_.training.epochs;
     if (projected) {
       // Unfinished epochs take what steady-state throughput says they would.
       const double projected_epoch = static_cast<double>(steps_per_epoch * s_.training.batch_size) / sps;
@@ -194,6 +197,18 @@ class CellRun {
     result.warmup_seconds = warmup_seconds_;
     result.eval_seconds = eval_seconds_;
     result.evaluations = evaluations_;
+    result.accuracy_curve = accuracy_curve_;
+    if (const auto target = s_.measurement.target_accuracy) {
+      result.time_to_target_seconds = time_to_target_;
+      result.epochs_to_target = epochs_to_target_;
+      if (!time_to_target_) {
+        char why[160];
+        std::snprintf(why, sizeof(why), "not reached: the best test accuracy was %.4f (target %.4f) in %lld step(s)",
+                      best_accuracy_, *target, static_cast<long long>(steps_done_));
+        result.target_reason = why;
+      }
+      result.stopped_at_target = stopped_at_target_;
+    }
     result.train_loss = train_loss_;
     result.test_accuracy = test_accuracy_;
     result.projected = projected;
@@ -269,6 +284,21 @@ class CellRun {
     for (auto& p : model_->module().parameters())
       if (p.grad().defined()) grads.push_back(p.grad());
     collective_->AllReduceSum(grads, 1.0 / static_cast<double>(world_));
+  }
+
+  // Notes an evaluation for the accuracy curve and the time to target;
+  // returns whether the cell should stop there (stop_at_target).
+  bool RecordEvaluation(double accuracy, double trained_seconds, int64_t steps_per_epoch) {
+    const double epochs = static_cast<double>(steps_done_) / static_cast<double>(steps_per_epoch);
+    accuracy_curve_.push_back({trained_seconds, epochs, accuracy});
+    last_eval_step_ = steps_done_;
+    best_accuracy_ = std::max(best_accuracy_, accuracy);
+    const auto target = s_.measurement.target_accuracy;
+    if (!target || time_to_target_ || accuracy < *target) return false;
+    time_to_target_ = trained_seconds;
+    epochs_to_target_ = epochs;
+    stopped_at_target_ = s_.measurement.stop_at_target;
+    return stopped_at_target_;
   }
 
   double Evaluate() {
@@ -415,6 +445,20 @@ class CellRun {
         steps_done_ += ran;
         epoch_steps += ran;
         stop = BudgetSpent(train_start);
+        if (const auto every = s_.measurement.eval_every_steps;
+            every && steps_done_ % *every < ran && epoch_steps < steps_per_epoch && !stop) {
+          // An evaluation between steps: its time is not the epoch's, and
+          // the step timer starts again after it.
+          CollectStepTimes();
+          const double trained = trained_seconds_ + Seconds(Clock::now() - epoch_start) - epoch_eval_seconds_;
+          const Clock::time_point eval_start = Clock::now();
+          const double accuracy = Evaluate();
+          epoch_eval_seconds_ += Seconds(Clock::now() - eval_start);
+          eval_seconds_ += Seconds(Clock::now() - eval_start);
+          ++evaluations_;
+          stop |= RecordEvaluation(accuracy, trained, steps_per_epoch);
+          timer_->Begin();
+        }
         if (const int sig = InterruptSignal(); sig != 0) {
           throw Interrupted(std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " at epoch " +
                             std::to_string(epoch + 1) + " step " + std::to_string(epoch_steps));
@@ -454,7 +498,9 @@ class CellRun {
         if (stop) break;
       }
       CollectStepTimes();  // waits for the epoch's last step
-      const double epoch_seconds = Seconds(Clock::now() - epoch_start);
+      const double epoch_seconds = Seconds(Clock::now() - epoch_start) - epoch_eval_seconds_;
+      epoch_eval_seconds_ = 0;
+      trained_seconds_ += epoch_seconds;
       if (collective_) {
         // The combined batch's loss: the mean over ranks.
         collective_->AllReduceSum({loss_sum_}, 1.0 / static_cast<double>(world_));
@@ -463,13 +509,19 @@ class CellRun {
       if (!std::isfinite(mean_loss))
         throw NonFiniteLoss("training loss became nan in epoch " + std::to_string(epoch + 1));
       train_loss_.push_back(mean_loss);
-      const Clock::time_point eval_start = Clock::now();
-      const double accuracy = Evaluate();  // reads its result: the device has finished
-      eval_seconds_ += Seconds(Clock::now() - eval_start);
-      ++evaluations_;
+      double accuracy = accuracy_curve_.empty() ? 0.0 : accuracy_curve_.back()[2];
+      if (last_eval_step_ != steps_done_) {  // not evaluated at this very step already
+        const Clock::time_point eval_start = Clock::now();
+        accuracy = Evaluate();  // reads its result: the device has finished
+        eval_seconds_ += Seconds(Clock::now() - eval_start);
+        ++evaluations_;
+        stop |= RecordEvaluation(accuracy, trained_seconds_, steps_per_epoch);
+      }
       test_accuracy_.push_back(accuracy);
       const bool complete = epoch_steps == steps_per_epoch;
       if (complete) measured_epoch_seconds_.push_back(epoch_seconds);
+      // Stopped at the target: the partial epoch is real time, not to project.
+      if (!complete && stopped_at_target_) measured_epoch_seconds_.push_back(epoch_seconds);
       sink_.Emit(protocol::Epoch{epoch + 1, complete, epoch_seconds, epoch_steps, mean_loss, accuracy});
     }
   }
@@ -497,6 +549,13 @@ class CellRun {
   double setup_seconds_ = 0, warmup_seconds_ = 0, eval_seconds_ = 0;
   int64_t evaluations_ = 0;
   bool warmup_measured_ = false;
+  double trained_seconds_ = 0;     // the finished epochs' training time (evaluation excluded)
+  double epoch_eval_seconds_ = 0;  // evaluations inside the current epoch
+  std::vector<std::vector<double>> accuracy_curve_;
+  double best_accuracy_ = 0;
+  std::optional<double> time_to_target_, epochs_to_target_;
+  bool stopped_at_target_ = false;
+  int64_t last_eval_step_ = -1;
   int64_t steps_at_budget_check_ = 0;
   int64_t steady_samples_ = 0;
   double steady_seconds_ = 0;

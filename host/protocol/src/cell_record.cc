@@ -41,6 +41,12 @@ void Fields(R& c, V&& v) {
   v("warmup_seconds", c.warmup_seconds);
   v("eval_seconds", c.eval_seconds);
   v("evaluations", c.evaluations);
+  v("accuracy_curve", c.accuracy_curve);
+  v("target_accuracy", c.target_accuracy);
+  v("time_to_target_seconds", c.time_to_target_seconds);
+  v("epochs_to_target", c.epochs_to_target);
+  v("target_reason", c.target_reason);
+  v("stopped_at_target", c.stopped_at_target);
   v("time_to_train_seconds", c.time_to_train_seconds);
   v("wall_seconds", c.wall_seconds);
   v("steps", c.steps);
@@ -130,6 +136,11 @@ void CellRecord::Apply(const Result& r) {
   warmup_seconds = r.warmup_seconds;
   eval_seconds = r.eval_seconds;
   evaluations = r.evaluations;
+  accuracy_curve = r.accuracy_curve;
+  time_to_target_seconds = r.time_to_target_seconds;
+  epochs_to_target = r.epochs_to_target;
+  target_reason = r.target_reason;
+  if (r.stopped_at_target) stopped_at_target = true;
   // The whole training of the cell, as the study timed it: evaluation
   // projected over the epochs as the epochs themselves are.
   const double evals = r.evaluations > 0 ? static_cast<double>(r.evaluations) : 1.0;
@@ -169,6 +180,11 @@ void CellRecord::DropMeasurements() {
   eval_seconds.reset();
   evaluations.reset();
   time_to_train_seconds.reset();
+  accuracy_curve.reset();
+  time_to_target_seconds.reset();
+  epochs_to_target.reset();
+  target_reason.reset();
+  stopped_at_target.reset();
   steps.reset();
   steady_steps.reset();
   measured_epochs.reset();

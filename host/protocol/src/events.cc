@@ -97,6 +97,11 @@ void Fields(Result& e, V&& v) {
   v("warmup_seconds", e.warmup_seconds);
   v("eval_seconds", e.eval_seconds);
   v("evaluations", e.evaluations);
+  v("accuracy_curve", e.accuracy_curve);
+  v("time_to_target_seconds", e.time_to_target_seconds);
+  v("epochs_to_target", e.epochs_to_target);
+  v("target_reason", e.target_reason);
+  v("stopped_at_target", e.stopped_at_target);
   v("train_loss", e.train_loss);
   v("test_accuracy", e.test_accuracy);
   v("projected", e.projected);

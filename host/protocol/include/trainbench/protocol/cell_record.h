@@ -32,6 +32,13 @@ struct CellRecord {
   std::optional<double> samples_per_second, achieved_tflops, step_seconds_median, step_seconds_p90, train_seconds;
   std::optional<double> setup_seconds, warmup_seconds, eval_seconds;
   std::optional<int64_t> evaluations;
+  std::optional<std::vector<std::vector<double>>> accuracy_curve;  ///< [train seconds, epochs, accuracy] per evaluation
+  /// measurement.target_accuracy: the training time (evaluation excluded)
+  /// and the epochs until the test accuracy first reached it; unset with
+  /// target_reason saying why when it was not.
+  std::optional<double> target_accuracy, time_to_target_seconds, epochs_to_target;
+  std::optional<std::string> target_reason;
+  std::optional<bool> stopped_at_target;
   /// What the study measured: the cell's whole training, setup_seconds +
   /// train_seconds + evaluation (projected like the epochs when budgeted).
   std::optional<double> time_to_train_seconds;

@@ -50,6 +50,9 @@ struct StepMeasurement {
   std::optional<double> time_budget_seconds;
   double progress_interval_seconds = 1.0;
   int64_t eval_batch_size = 500;
+  std::optional<double> target_accuracy;    ///< time to this test accuracy (0-1) is recorded
+  std::optional<int64_t> eval_every_steps;  ///< evaluate this often too (default: each epoch's end)
+  bool stop_at_target = false;              ///< end the cell once target_accuracy is reached
 };
 
 /// A plugin to load: its name, file and options (validated against its

@@ -66,7 +66,14 @@ struct Result {
   /// data to the device, the model), the untimed steps before the first
   /// timed one (autotuning, graph capture), and the evaluations.
   double setup_seconds = 0, warmup_seconds = 0, eval_seconds = 0;
-  int64_t evaluations = 0;  ///< epochs evaluated (eval_seconds is their sum)
+  int64_t evaluations = 0;  ///< evaluations made (eval_seconds is their sum)
+  /// Every evaluation: [training seconds so far (evaluation excluded),
+  /// epochs so far, test accuracy]: the accuracy-against-time curve.
+  std::vector<std::vector<double>> accuracy_curve;
+  /// measurement.target_accuracy: when it was first reached, or why not.
+  std::optional<double> time_to_target_seconds, epochs_to_target;
+  std::optional<std::string> target_reason;
+  bool stopped_at_target = false;
   bool projected = false;
   int64_t peak_memory_bytes = 0;
   int ranks = 1, rank = 0;

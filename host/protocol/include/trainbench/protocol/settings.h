@@ -84,6 +84,14 @@ void VisitFields(StepMeasurement& m, V& v) {
   v(Field{"progress_interval_seconds", "how often a worker reports progress (and metrics update)", 0.05, 3600},
     m.progress_interval_seconds);
   v(Field{"eval_batch_size", "samples per evaluation batch", 1, 1 << 20}, m.eval_batch_size);
+  v(Field{"target_accuracy",
+          "record the training time (evaluation excluded, as MLPerf counts it) until the test accuracy first reaches "
+          "this (0-1)",
+          1e-6, 1},
+    m.target_accuracy);
+  v(Field{"eval_every_steps", "also evaluate every this many steps (default: at each epoch's end only)", 1, 1e9},
+    m.eval_every_steps);
+  v(Field{"stop_at_target", "end each cell once it reaches target_accuracy"}, m.stop_at_target);
 }
 
 /// Writes settings as JSON, nested as in YAML (null for an unset optional).
