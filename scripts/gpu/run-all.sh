@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -51,6 +51,15 @@ for stage in $STAGES; do
     # the install tests a system-wide prefix for the dependencies (here they
     # are in a private one): CI runs them.
     test) ctest --test-dir build-gpu --output-on-failure -j 8 -E "Metrics|Dashboards|Install|Sdk" > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?"; tail -5 "$OUT/ctest.log"; grep -E "FAILED|Failure" -A5 "$OUT/ctest.log" | head -40 ;;
+    # Issue 15's measures on the H200: time breakdown, repeats' intervals,
+    # mfu, time to accuracy CPU vs GPU (bench/configs/h200-measures.yaml,
+    # time-to-accuracy.yaml).
+    measures)
+      build-gpu/bin/trainbench run bench/configs/h200-measures.yaml --out "$OUT/measures" > "$OUT/measures.log" 2>&1
+      echo "measures rc=$?"; tail -12 "$OUT/measures.log"
+      TRAINBENCH_DATA=$PWD/.data/cifar-10-mini build-gpu/bin/trainbench run bench/configs/time-to-accuracy.yaml \
+        --out "$OUT/tta" > "$OUT/tta.log" 2>&1
+      echo "tta rc=$?"; tail -8 "$OUT/tta.log" ;;
     # SimpleCNN's fused CUDA epilogue: its tests alone (a subset of `test`).
     kernels) ctest --test-dir build-gpu --output-on-failure -R "BiasReluMaxPool|Models\." > "$OUT/kernels.log" 2>&1
       echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60 ;;
