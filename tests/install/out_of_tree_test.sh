@@ -15,6 +15,12 @@ CXX_OTHER=g++
 command -v clang++ >/dev/null && CXX_OTHER=clang++
 build_against_install "$SRC/examples/bf16_cpu_device" "$TMP/device" -DCMAKE_CXX_COMPILER="$CXX_OTHER"
 cp "$TMP/device/libtrainbench_bf16_cpu.so" "$TMP/plugins/"
+# A plugin project that sets no build type is still built optimised.
+build_against_install "$SRC/examples/bf16_cpu_device" "$TMP/device-nobuildtype" -DCMAKE_BUILD_TYPE=
+grep -q "no CMAKE_BUILD_TYPE set, building it optimised" "$TMP/device-nobuildtype-configure.log" \
+  || { cat "$TMP/device-nobuildtype-configure.log"; echo "no Release default"; exit 1; }
+grep -q -- "-O3" "$TMP/device-nobuildtype/CMakeFiles/bf16_cpu.dir/flags.make" \
+  || { cat "$TMP/device-nobuildtype/CMakeFiles/bf16_cpu.dir/flags.make"; echo "built without -O3"; exit 1; }
 # The installed host finds its own plugins with no flags, and the new one in the folder.
 "$TMP/prefix/bin/trainbench" plugins --plugin-dir "$TMP/plugins" > "$TMP/plugins.txt"
 grep -q "model   vgg11 " "$TMP/plugins.txt" || { cat "$TMP/plugins.txt"; exit 1; }
