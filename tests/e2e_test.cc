@@ -5,11 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "test_env.h"
 
@@ -226,6 +228,60 @@ measurement: {warmup_steps: 1, max_steps: 4, target_accuracy: 0.99}
   cell = Results()["cells"][0];
   EXPECT_FALSE(cell.contains("time_to_target_seconds")) << cell;
   EXPECT_NE(cell.value("target_reason", "").find("not reached: the best test accuracy was"), std::string::npos) << cell;
+}
+
+// Energy from a powercap tree (RAPL) that a writer thread advances at 20 W;
+// where there is none, the record says so and why.
+TEST_F(EndToEnd, EnergyIsReadFromTheCountersOrSaidUnmeasurable) {
+  const fs::path root = dir_ / "powercap";
+  fs::create_directories(root / "intel-rapl:0");
+  std::ofstream(root / "intel-rapl:0" / "max_energy_range_uj") << "262143328850\n";
+  std::ofstream(root / "intel-rapl:0" / "energy_uj") << "0\n";
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    unsigned long long uj = 0;
+    while (!done) {
+      uj += 1000000;  // 1 J every 50 ms: 20 W
+      {
+        std::ofstream out(root / "intel-rapl:0" / "energy_uj.tmp");
+        out << uj << "\n";
+      }
+      fs::rename(root / "intel-rapl:0" / "energy_uj.tmp", root / "intel-rapl:0" / "energy_uj");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  const std::string config = Config(R"(name: energy
+models: [simple_cnn]
+devices: [cpu, {plugin: cpu, label: one-thread, options: {threads: 1}}]
+training: {epochs: 1, batch_size: 100}
+)");
+  ASSERT_EQ(Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins()).exit_code, 0);
+  ::setenv("TRAINBENCH_POWERCAP_ROOT", root.c_str(), 1);
+  const Outcome measured = Trainbench("run " + config + " --out " + (dir_ / "rapl").string() + Plugins());
+  ::unsetenv("TRAINBENCH_POWERCAP_ROOT");
+  done = true;
+  writer.join();
+  ASSERT_EQ(measured.exit_code, 0) << measured.output;
+  std::ifstream in(dir_ / "rapl" / "results.json");
+  const json cells = json::parse(in)["cells"];
+  for (const json& c : cells) {
+    ASSERT_EQ(c.at("energy_source"), "rapl") << c;
+    EXPECT_GT(c.at("energy_joules").get<double>(), 0);
+    EXPECT_GT(c.at("average_power_watts").get<double>(), 5);   // 20 W written; file writes and
+    EXPECT_LT(c.at("average_power_watts").get<double>(), 80);  // reads are not instantaneous
+    EXPECT_EQ(c.at("epoch_energy_joules").size(), 1u);
+    EXPECT_NEAR(c.at("joules_per_sample").get<double>(),
+                c.at("energy_joules").get<double>() / (c.at("steps").get<double>() * 100), 1e-12);
+  }
+  EXPECT_TRUE(cells[1].at("energy_ratio").is_number()) << cells[1];
+  EXPECT_NE(measured.output.find("J/sample"), std::string::npos) << measured.output;
+  // Without a powercap tree (this machine has none, nor the GPU machine):
+  // null, with the reason.
+  const json plain = Results()["cells"][0];
+  if (!fs::exists("/sys/class/powercap")) {
+    EXPECT_FALSE(plain.contains("energy_joules")) << plain;
+    EXPECT_NE(plain.value("energy_reason", "").find("no RAPL"), std::string::npos) << plain;
+  }
 }
 
 TEST_F(EndToEnd, BudgetedCellsAreProjected) {

@@ -157,6 +157,20 @@ struct MetricsExporter::Impl {
                                           .Name("trainbench_cell_time_to_train_seconds")
                                           .Help("Time to train a finished cell: setup, epochs and evaluation")
                                           .Register(*registry);
+  Family<Counter>& energy = prometheus::BuildCounter()
+                                .Name("trainbench_energy_joules_total")
+                                .Help(
+                                    "Energy of finished cells' training (warm-up included, evaluation excluded), "
+                                    "from NVML or RAPL; absent where it cannot be read")
+                                .Register(*registry);
+  Family<Gauge>& cell_joules_per_sample = prometheus::BuildGauge()
+                                              .Name("trainbench_cell_joules_per_sample")
+                                              .Help("Energy per training sample of a finished cell")
+                                              .Register(*registry);
+  Family<Gauge>& cell_power = prometheus::BuildGauge()
+                                  .Name("trainbench_cell_average_power_watts")
+                                  .Help("Average power of a finished cell's training")
+                                  .Register(*registry);
   Family<Gauge>& cell_mfu = prometheus::BuildGauge()
                                 .Name("trainbench_cell_mfu_ratio")
                                 .Help("Model FLOPs utilisation of a finished cell: achieved over peak TFLOP/s")
@@ -419,6 +433,11 @@ void MetricsExporter::OnCellFinished(size_t, const CellRecord& cell) {
   if (cell.ok() && cell.samples_per_second) i.cell_samples_per_second.Add(l).Set(*cell.samples_per_second);
   if (cell.ok() && cell.time_to_train_seconds) i.cell_time_to_train.Add(l).Set(*cell.time_to_train_seconds);
   if (cell.ok() && cell.mfu) i.cell_mfu.Add(l).Set(*cell.mfu);
+  if (cell.ok() && cell.energy_joules) {
+    i.energy.Add(l).Increment(*cell.energy_joules);
+    if (cell.joules_per_sample) i.cell_joules_per_sample.Add(l).Set(*cell.joules_per_sample);
+    if (cell.average_power_watts) i.cell_power.Add(l).Set(*cell.average_power_watts);
+  }
   if (cell.speedup) i.speedup.Add(l).Set(*cell.speedup);
   if (cell.loss_nan.value_or(false)) i.loss.Add(l).Set(std::numeric_limits<double>::quiet_NaN());
   if (cell.ok() && cell.ranks.value_or(1) > 1) {

@@ -97,6 +97,7 @@ void Results::ComputeSpeedups() {
     cell.speedup.reset();
     cell.speedup_time_to_train.reset();
     cell.speedup_ci95.reset();
+    cell.energy_ratio.reset();
     if (!cell.ok() || cell.device == baseline_ || !cell.samples_per_second) continue;
     for (const auto& base : cells_) {
       if (base.model != cell.model || base.device != baseline_ || !base.ok() || !base.samples_per_second ||
@@ -104,6 +105,9 @@ void Results::ComputeSpeedups() {
         continue;
       }
       cell.speedup = *cell.samples_per_second / *base.samples_per_second;
+      // Beside the speedup: how many times less energy a sample took.
+      if (base.joules_per_sample && cell.joules_per_sample && *cell.joules_per_sample > 0)
+        cell.energy_ratio = *base.joules_per_sample / *cell.joules_per_sample;
       // The study's measure: the baseline's whole training over this cell's.
       if (base.time_to_train_seconds && cell.time_to_train_seconds && *cell.time_to_train_seconds > 0)
         cell.speedup_time_to_train = *base.time_to_train_seconds / *cell.time_to_train_seconds;
@@ -233,6 +237,17 @@ std::string Results::Table() const {
             ? fmt::format("{:.1f} s of training, {:.2f} epochs{}", *c.time_to_target_seconds,
                           c.epochs_to_target.value_or(0), c.stopped_at_target.value_or(false) ? " (stopped there)" : "")
             : c.target_reason.value_or("not reached"));
+  }
+  for (const auto& c : cells_) {
+    if (!c.ok() || (!c.energy_joules && !c.energy_reason)) continue;
+    if (c.energy_joules) {
+      out << fmt::format(
+          "energy: {} on {}: {:.1f} J, {:.4g} J/sample, {:.1f} W ({}){}\n", c.model, c.device, *c.energy_joules,
+          c.joules_per_sample.value_or(0), c.average_power_watts.value_or(0), c.energy_source.value_or("?"),
+          c.energy_ratio ? fmt::format(", {:.2f}x less energy per sample than {}", *c.energy_ratio, baseline_) : "");
+    } else {
+      out << fmt::format("energy: {} on {}: not measured: {}\n", c.model, c.device, *c.energy_reason);
+    }
   }
   if (any_projected) out << "* projected from steady-state throughput (time budget reached before the epoch ended)\n";
   out << "speedup: steady-state samples/s over the " << baseline_ << " cell's; (time): the " << baseline_

@@ -12,6 +12,7 @@
 #include "autocast_scope.h"
 #include "dataset.h"
 #include "distributed.h"
+#include "energy.h"
 #include "interrupt.h"
 #include "optimizer.h"
 #include "plugin_loader.h"
@@ -164,6 +165,13 @@ class CellRun {
     started.plugins = {{{"name", s_.model.name}, {"version", model_plugin.descriptor->version}},
                        {{"name", s_.device.name}, {"version", device_plugin.descriptor->version}}};
     sink_.Emit(started);
+    EnergyChoice energy = OpenEnergyMeter(hardware);
+    energy_ = std::move(energy.meter);
+    energy_reason_ = energy.reason;
+    if (collective_ && energy_) {
+      energy_.reset();  // each rank would see its own device only
+      energy_reason_ = "data-parallel cells: the ranks' energy is not summed yet";
+    }
     device_->ResetPeakMemory();
 
     Train(steps_per_epoch);
@@ -198,6 +206,18 @@ class CellRun {
     result.eval_seconds = eval_seconds_;
     result.evaluations = evaluations_;
     result.accuracy_curve = accuracy_curve_;
+    if (energy_ && !epoch_energy_joules_.empty()) {
+      double joules = 0, seconds = 0;
+      for (double j : epoch_energy_joules_) joules += j;
+      seconds = trained_seconds_;  // the same epochs' training time (evaluation excluded)
+      result.energy_source = energy_->source();
+      result.energy_joules = joules;
+      result.epoch_energy_joules = epoch_energy_joules_;
+      result.joules_per_sample = joules / static_cast<double>(steps_done_ * s_.training.batch_size);
+      if (seconds > 0) result.average_power_watts = joules / seconds;
+    } else {
+      result.energy_reason = energy_reason_.empty() ? "no energy counter was read" : energy_reason_;
+    }
     if (const auto target = s_.measurement.target_accuracy) {
       result.time_to_target_seconds = time_to_target_;
       result.epochs_to_target = epochs_to_target_;
@@ -284,6 +304,35 @@ class CellRun {
     for (auto& p : model_->module().parameters())
       if (p.grad().defined()) grads.push_back(p.grad());
     collective_->AllReduceSum(grads, 1.0 / static_cast<double>(world_));
+  }
+
+  // The energy of each epoch's training: read when it starts, before and
+  // after evaluations inside it, and when its last step has finished. A
+  // failed read drops the measurement (with the reason), never a guess.
+  void StartEnergy() {
+    epoch_energy_ = 0;
+    ResumeEnergy();
+  }
+  void PauseEnergy() {
+    if (!energy_ || !energy_mark_) return;
+    const auto now = energy_->ReadJoules();
+    if (!now) return EnergyFailed();
+    epoch_energy_ += *now - *energy_mark_;
+    energy_mark_.reset();
+  }
+  void ResumeEnergy() {
+    if (!energy_) return;
+    energy_mark_ = energy_->ReadJoules();
+    if (!energy_mark_) EnergyFailed();
+  }
+  void StopEnergy() {
+    PauseEnergy();
+    if (energy_) epoch_energy_joules_.push_back(epoch_energy_);
+  }
+  void EnergyFailed() {
+    energy_reason_ = "the " + energy_->source() + " energy counter stopped answering during training";
+    energy_.reset();
+    epoch_energy_joules_.clear();
   }
 
   // Notes an evaluation for the accuracy curve and the time to target;
@@ -422,6 +471,7 @@ class CellRun {
       int64_t epoch_steps = 0;
       Check(device_->Synchronize(), "device synchronize");
       const Clock::time_point epoch_start = Clock::now();
+      StartEnergy();
       PrepareEpochBatches();
       timer_->Begin();
       while (epoch_steps < steps_per_epoch) {
@@ -450,6 +500,7 @@ class CellRun {
           // An evaluation between steps: its time is not the epoch's, and
           // the step timer starts again after it.
           CollectStepTimes();
+          PauseEnergy();
           const double trained = trained_seconds_ + Seconds(Clock::now() - epoch_start) - epoch_eval_seconds_;
           const Clock::time_point eval_start = Clock::now();
           const double accuracy = Evaluate();
@@ -457,6 +508,7 @@ class CellRun {
           eval_seconds_ += Seconds(Clock::now() - eval_start);
           ++evaluations_;
           stop |= RecordEvaluation(accuracy, trained, steps_per_epoch);
+          ResumeEnergy();
           timer_->Begin();
         }
         if (const int sig = InterruptSignal(); sig != 0) {
@@ -498,6 +550,7 @@ class CellRun {
         if (stop) break;
       }
       CollectStepTimes();  // waits for the epoch's last step
+      StopEnergy();
       const double epoch_seconds = Seconds(Clock::now() - epoch_start) - epoch_eval_seconds_;
       epoch_eval_seconds_ = 0;
       trained_seconds_ += epoch_seconds;
@@ -556,6 +609,11 @@ class CellRun {
   std::optional<double> time_to_target_, epochs_to_target_;
   bool stopped_at_target_ = false;
   int64_t last_eval_step_ = -1;
+  std::unique_ptr<EnergyMeter> energy_;
+  std::string energy_reason_;
+  std::optional<double> energy_mark_;
+  double epoch_energy_ = 0;
+  std::vector<double> epoch_energy_joules_;
   int64_t steps_at_budget_check_ = 0;
   int64_t steady_samples_ = 0;
   double steady_seconds_ = 0;

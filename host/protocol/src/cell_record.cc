@@ -47,6 +47,13 @@ void Fields(R& c, V&& v) {
   v("epochs_to_target", c.epochs_to_target);
   v("target_reason", c.target_reason);
   v("stopped_at_target", c.stopped_at_target);
+  v("energy_joules", c.energy_joules);
+  v("joules_per_sample", c.joules_per_sample);
+  v("average_power_watts", c.average_power_watts);
+  v("epoch_energy_joules", c.epoch_energy_joules);
+  v("energy_source", c.energy_source);
+  v("energy_reason", c.energy_reason);
+  v("energy_ratio", c.energy_ratio);
   v("time_to_train_seconds", c.time_to_train_seconds);
   v("wall_seconds", c.wall_seconds);
   v("steps", c.steps);
@@ -141,6 +148,12 @@ void CellRecord::Apply(const Result& r) {
   epochs_to_target = r.epochs_to_target;
   target_reason = r.target_reason;
   if (r.stopped_at_target) stopped_at_target = true;
+  energy_source = r.energy_source;
+  energy_reason = r.energy_reason;
+  energy_joules = r.energy_joules;
+  joules_per_sample = r.joules_per_sample;
+  average_power_watts = r.average_power_watts;
+  if (r.energy_joules) epoch_energy_joules = r.epoch_energy_joules;
   // The whole training of the cell, as the study timed it: evaluation
   // projected over the epochs as the epochs themselves are.
   const double evals = r.evaluations > 0 ? static_cast<double>(r.evaluations) : 1.0;
@@ -185,6 +198,10 @@ void CellRecord::DropMeasurements() {
   epochs_to_target.reset();
   target_reason.reset();
   stopped_at_target.reset();
+  energy_joules.reset();
+  joules_per_sample.reset();
+  average_power_watts.reset();
+  epoch_energy_joules.reset();
   steps.reset();
   steady_steps.reset();
   measured_epochs.reset();

@@ -102,6 +102,12 @@ void Fields(Result& e, V&& v) {
   v("epochs_to_target", e.epochs_to_target);
   v("target_reason", e.target_reason);
   v("stopped_at_target", e.stopped_at_target);
+  v("energy_joules", e.energy_joules);
+  v("joules_per_sample", e.joules_per_sample);
+  v("average_power_watts", e.average_power_watts);
+  v("epoch_energy_joules", e.epoch_energy_joules);
+  v("energy_source", e.energy_source);
+  v("energy_reason", e.energy_reason);
   v("train_loss", e.train_loss);
   v("test_accuracy", e.test_accuracy);
   v("projected", e.projected);

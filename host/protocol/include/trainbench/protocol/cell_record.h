@@ -39,6 +39,14 @@ struct CellRecord {
   std::optional<double> target_accuracy, time_to_target_seconds, epochs_to_target;
   std::optional<std::string> target_reason;
   std::optional<bool> stopped_at_target;
+  /// Energy of the training epochs (warm-up included, evaluation excluded),
+  /// per sample and as average power, from energy_source ("nvml", "rapl");
+  /// unset with energy_reason when nothing could be read (never estimated).
+  std::optional<double> energy_joules, joules_per_sample, average_power_watts;
+  std::optional<std::vector<double>> epoch_energy_joules;
+  std::optional<std::string> energy_source, energy_reason;
+  /// The baseline's joules per sample over this cell's.
+  std::optional<double> energy_ratio;
   /// What the study measured: the cell's whole training, setup_seconds +
   /// train_seconds + evaluation (projected like the epochs when budgeted).
   std::optional<double> time_to_train_seconds;

@@ -74,6 +74,12 @@ struct Result {
   std::optional<double> time_to_target_seconds, epochs_to_target;
   std::optional<std::string> target_reason;
   bool stopped_at_target = false;
+  /// Energy of the training epochs (warm-up included, evaluation excluded)
+  /// from the device's counter (energy_source: "nvml", "rapl"), per epoch
+  /// too; or none, with energy_reason saying why.
+  std::optional<double> energy_joules, joules_per_sample, average_power_watts;
+  std::vector<double> epoch_energy_joules;
+  std::optional<std::string> energy_source, energy_reason;
   bool projected = false;
   int64_t peak_memory_bytes = 0;
   int ranks = 1, rank = 0;

@@ -1,0 +1,135 @@
+#include "energy.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <vector>
+
+namespace trainbench::worker {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::optional<unsigned long long> ReadNumber(const fs::path& file) {
+  std::ifstream in(file);
+  unsigned long long value = 0;
+  if (!(in >> value)) return std::nullopt;
+  return value;
+}
+
+// powercap's package domains: counters in microjoules that wrap at
+// max_energy_range_uj.
+class Rapl : public EnergyMeter {
+ public:
+  struct Domain {
+    fs::path energy;
+    unsigned long long range = 0;
+    unsigned long long last = 0;
+  };
+  explicit Rapl(std::vector<Domain> domains) : domains_(std::move(domains)) {}
+  std::string source() const override { return "rapl"; }
+  std::optional<double> ReadJoules() override {
+    for (Domain& d : domains_) {
+      const auto now = ReadNumber(d.energy);
+      if (!now) return std::nullopt;
+      // A counter below its last value went round once (reads are seconds
+      // apart; a package takes minutes to wrap).
+      total_uj_ += *now >= d.last ? *now - d.last : d.range - d.last + *now;
+      d.last = *now;
+    }
+    return static_cast<double>(total_uj_) / 1e6;
+  }
+
+ private:
+  std::vector<Domain> domains_;
+  unsigned long long total_uj_ = 0;
+};
+
+// NVML's total energy since the driver loaded, in millijoules (Volta and
+// newer), through the library the driver installs: dlopen, so that the
+// worker needs no NVML to build or to run without a GPU.
+class Nvml : public EnergyMeter {
+ public:
+  using InitFn = int (*)();
+  using ByUuidFn = int (*)(const char*, void**);
+  using EnergyFn = int (*)(void*, unsigned long long*);
+  Nvml(void* library, void* device, EnergyFn energy) : library_(library), device_(device), energy_(energy) {}
+  ~Nvml() override {
+    // NVML stays initialised and loaded for the worker's life: it ends soon.
+    (void)library_;
+  }
+  std::string source() const override { return "nvml"; }
+  std::optional<double> ReadJoules() override {
+    unsigned long long mj = 0;
+    if (energy_(device_, &mj) != 0) return std::nullopt;
+    return static_cast<double>(mj) / 1e3;
+  }
+
+ private:
+  void* library_;
+  void* device_;
+  EnergyFn energy_;
+};
+
+EnergyChoice OpenNvml(const std::string& uuid) {
+  void* library = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) return {nullptr, "NVML (libnvidia-ml.so.1) is not loadable: no NVIDIA driver here"};
+  auto init = reinterpret_cast<Nvml::InitFn>(::dlsym(library, "nvmlInit_v2"));
+  auto by_uuid = reinterpret_cast<Nvml::ByUuidFn>(::dlsym(library, "nvmlDeviceGetHandleByUUID"));
+  auto energy = reinterpret_cast<Nvml::EnergyFn>(::dlsym(library, "nvmlDeviceGetTotalEnergyConsumption"));
+  if (init == nullptr || by_uuid == nullptr || energy == nullptr) {
+    return {nullptr, "NVML lacks nvmlDeviceGetTotalEnergyConsumption (driver too old)"};
+  }
+  if (init() != 0) return {nullptr, "NVML did not initialise"};
+  void* device = nullptr;
+  if (by_uuid(uuid.c_str(), &device) != 0) return {nullptr, "NVML does not know the device " + uuid};
+  unsigned long long probe = 0;
+  if (energy(device, &probe) != 0) {
+    return {nullptr, "NVML cannot read the total energy of " + uuid + " (before Volta, or not supported)"};
+  }
+  return {std::make_unique<Nvml>(library, device, energy), ""};
+}
+
+}  // namespace
+
+EnergyChoice OpenRapl(const fs::path& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) {
+    return {nullptr, "no RAPL: " + root.string() +
+                         " is absent (no powercap driver, or a virtual machine that "
+                         "does not expose it)"};
+  }
+  static const std::regex kPackage(R"(intel-rapl:\d+)");  // not intel-rapl:N:M (sub-domains)
+  std::vector<Rapl::Domain> domains;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, kPackage)) continue;
+    Rapl::Domain d;
+    d.energy = entry.path() / "energy_uj";
+    const auto range = ReadNumber(entry.path() / "max_energy_range_uj");
+    const auto now = ReadNumber(d.energy);
+    if (!now || !range) {
+      return {nullptr, "RAPL: " + d.energy.string() +
+                           " is not readable (root only since Linux 5.10: grant read access to measure CPU energy)"};
+    }
+    d.range = *range;
+    d.last = *now;
+    domains.push_back(d);
+  }
+  if (domains.empty()) return {nullptr, "no RAPL package domain under " + root.string()};
+  return {std::make_unique<Rapl>(std::move(domains)), ""};
+}
+
+EnergyChoice OpenEnergyMeter(const nlohmann::json& hardware) {
+  if (!hardware.is_object()) return {nullptr, "the device describes no hardware"};
+  if (hardware.contains("uuid") && hardware["uuid"].is_string()) return OpenNvml(hardware["uuid"].get<std::string>());
+  if (hardware.value("type", "") == "cpu") {
+    const char* root = std::getenv("TRAINBENCH_POWERCAP_ROOT");
+    return OpenRapl(root != nullptr && *root != '\0' ? fs::path(root) : fs::path("/sys/class/powercap"));
+  }
+  return {nullptr, "no energy counter known for a device of type '" + hardware.value("type", std::string("?")) + "'"};
+}
+
+}  // namespace trainbench::worker

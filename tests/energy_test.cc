@@ -1,0 +1,70 @@
+// Energy counters: a fake powercap tree stands for RAPL.
+#include "energy.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace trainbench::worker {
+namespace {
+namespace fs = std::filesystem;
+
+class FakePowercap : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::path(::testing::TempDir()) / ("powercap_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    // Two packages, a core sub-domain (not summed) and another kind of zone.
+    Domain("intel-rapl:0", 1000, 262143328850);
+    Domain("intel-rapl:1", 2000, 262143328850);
+    Domain("intel-rapl:0:0", 999999, 262143328850);
+    fs::create_directories(root_ / "dtpm");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  void Domain(const std::string& name, unsigned long long energy, unsigned long long range) {
+    fs::create_directories(root_ / name);
+    std::ofstream(root_ / name / "energy_uj") << energy << "\n";
+    std::ofstream(root_ / name / "max_energy_range_uj") << range << "\n";
+  }
+  void Set(const std::string& name, unsigned long long energy) { std::ofstream(root_ / name / "energy_uj") << energy; }
+  fs::path root_;
+};
+
+TEST_F(FakePowercap, PackageDomainsAreSummed) {
+  EnergyChoice rapl = OpenRapl(root_);
+  ASSERT_NE(rapl.meter, nullptr) << rapl.reason;
+  EXPECT_EQ(rapl.meter->source(), "rapl");
+  const double start = rapl.meter->ReadJoules().value();
+  Set("intel-rapl:0", 1000 + 3000000);      // +3 J
+  Set("intel-rapl:1", 2000 + 1500000);      // +1.5 J
+  Set("intel-rapl:0:0", 999999 + 9000000);  // a sub-domain: not counted twice
+  EXPECT_NEAR(rapl.meter->ReadJoules().value() - start, 4.5, 1e-9);
+}
+
+TEST_F(FakePowercap, ACounterThatWrapsIsCountedAcrossTheWrap) {
+  Domain("intel-rapl:0", 9000000, 10000000);  // 1 J below its 10 J range
+  fs::remove_all(root_ / "intel-rapl:1");
+  EnergyChoice rapl = OpenRapl(root_);
+  ASSERT_NE(rapl.meter, nullptr) << rapl.reason;
+  const double start = rapl.meter->ReadJoules().value();
+  Set("intel-rapl:0", 500000);  // wrapped: 1 J to the top, then 0.5 J
+  EXPECT_NEAR(rapl.meter->ReadJoules().value() - start, 1.5, 1e-9);
+}
+
+TEST_F(FakePowercap, WhatCannotBeReadIsSaidNotGuessed) {
+  EXPECT_NE(OpenRapl(root_ / "absent").reason.find("is absent"), std::string::npos);
+  fs::remove(root_ / "intel-rapl:1" / "energy_uj");
+  EnergyChoice unreadable = OpenRapl(root_);
+  EXPECT_EQ(unreadable.meter, nullptr);
+  EXPECT_NE(unreadable.reason.find("not readable"), std::string::npos) << unreadable.reason;
+  // An accelerator NVML does not know (no driver here, or a stand-in's UUID).
+  EnergyChoice gpu = OpenEnergyMeter({{"type", "gpu-stand-in"}, {"uuid", "GPU-stand-in-0"}});
+  EXPECT_EQ(gpu.meter, nullptr);
+  EXPECT_FALSE(gpu.reason.empty());
+  EXPECT_NE(OpenEnergyMeter({{"type", "tpu"}}).reason.find("no energy counter known"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainbench::worker
