@@ -530,36 +530,59 @@ measurement: {warmup_steps: 1, time_budget_seconds: 6}
 }
 
 TEST_F(EndToEnd, RunsAreKeptApartPerFolderAndPerMachine) {
-  const std::string config = Config(R"(name: locks
-models: [simple_cnn]
+  // The holder: a run whose cell hangs, so it holds both locks until killed
+  // (whatever the machine's speed).
+  const std::string holder = Config(R"(name: holder
+models: [{plugin: faulty_model, label: hang, options: {fault: hang}}]
 devices: [cpu]
-training: {epochs: 50, batch_size: 50}
-measurement: {warmup_steps: 1, time_budget_seconds: 4}
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3, stall_timeout_seconds: 600}
 )");
-  const pid_t first = StartRun(config);
-  for (int i = 0; i < 600 && !fs::exists(dir_ / "out" / "results.json"); ++i) usleep(50000);
+  const pid_t first = StartRun(holder);
+  for (int i = 0; i < 1200 && !fs::exists(dir_ / "out" / "results.json"); ++i) usleep(50000);
+  ASSERT_TRUE(fs::exists(dir_ / "out" / "results.json"));  // written once both locks are held
   // The same folder: refused at once, naming the run that holds it.
-  const Outcome same = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  const Outcome same = Trainbench("run " + holder + " --out " + (dir_ / "out").string() + Plugins());
   EXPECT_EQ(same.exit_code, 1) << same.output;
   EXPECT_NE(same.output.find("another run is writing into this folder: PID " + std::to_string(first)),
             std::string::npos)
       << same.output;
-  // Another folder: waits for the machine's benchmark lock, then runs.
-  const Outcome other = Trainbench("run " + config + " --out " + (dir_ / "other").string() + Plugins());
-  EXPECT_EQ(other.exit_code, 0) << other.output;
-  EXPECT_NE(other.output.find("waiting for the machine's benchmark lock"), std::string::npos) << other.output;
-  int status = 0;
-  waitpid(first, &status, 0);
-  EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_EQ(Results()["cells"][0]["status"], "ok");  // the first run's cells are its own
-  // --concurrent does not wait.
-  fs::remove_all(dir_ / "out");
-  const pid_t again = StartRun(config);
-  for (int i = 0; i < 600 && !fs::exists(dir_ / "out" / "results.json"); ++i) usleep(50000);
-  const Outcome beside = Trainbench("run " + config + " --concurrent --out " + (dir_ / "beside").string() + Plugins());
+  const fs::path quick_file = dir_ / "quick.yaml";
+  std::ofstream(quick_file) << "name: quick\ndataset: {kind: cifar10, path: " << MiniData().string()
+                            << "}\nmodels: [simple_cnn]\ndevices: [cpu]\ntraining: {epochs: 1, batch_size: 100}\n"
+                               "measurement: {warmup_steps: 1, max_steps: 3}\n";
+  const std::string quick = quick_file.string();
+  // --concurrent does not wait for the machine's lock.
+  const Outcome beside = Trainbench("run " + quick + " --concurrent --out " + (dir_ / "beside").string() + Plugins());
   EXPECT_EQ(beside.exit_code, 0) << beside.output;
   EXPECT_EQ(beside.output.find("waiting for the machine's benchmark lock"), std::string::npos) << beside.output;
-  waitpid(again, &status, 0);
+  // Another folder without it: waits for the machine's lock, and runs once
+  // the holder is gone (killed outright: the kernel drops its locks).
+  const std::string log = (dir_ / "other.log").string();
+  const pid_t other = fork();
+  if (other == 0) {
+    const std::string command = (BinDir() / "trainbench").string() + " run " + quick + " --out " +
+                                (dir_ / "other").string() + Plugins() + " > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool waiting = false;
+  for (int i = 0; i < 1200 && !waiting; ++i) {
+    usleep(50000);
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    waiting = text.str().find("waiting for the machine's benchmark lock") != std::string::npos;
+  }
+  EXPECT_TRUE(waiting);
+  kill(first, SIGKILL);
+  int status = 0;
+  waitpid(first, &status, 0);
+  waitpid(other, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  std::ifstream in(dir_ / "other" / "results.json");
+  EXPECT_EQ(json::parse(in)["cells"][0]["status"], "ok");
 }
 
 TEST_F(EndToEnd, ACorruptResultsFileUnderResumeIsKeptAsideAndTheCellsRunAgain) {
