@@ -1,7 +1,10 @@
 // End to end: the `trainbench` command with its worker processes and real
 // plugins, training on the CIFAR-10 mini set.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,8 +30,14 @@ struct Outcome {
   std::string output;  // stdout and stderr
 };
 
+// Runs a shell command line; its stdout and stderr.
+Outcome Shell(const std::string& command);
+
 Outcome Run(const std::string& program, const std::string& args) {
-  const std::string command = (BinDir() / program).string() + " " + args + " 2>&1";
+  return Shell((BinDir() / program).string() + " " + args + " 2>&1");
+}
+
+Outcome Shell(const std::string& command) {
   Outcome o;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return o;
@@ -926,6 +935,64 @@ measurement: {warmup_steps: 1, max_steps: 4, baseline: one}
   EXPECT_EQ(r["system"]["gpu"]["uuid"], "GPU-stand-in-0");
   const Outcome plugins = Trainbench("plugins" + Plugins());
   EXPECT_NE(plugins.output.find("acme_npu"), std::string::npos) << plugins.output;
+}
+
+// Its cells' metrics carry the GPU it reported (hardware.index), as the
+// cuda plugin's do: a scrape of the finished run, while it lingers.
+TEST_F(EndToEnd, ADeviceTheHostHasNeverHeardOfGetsGpuLabelledMetrics) {
+  const std::string config = Config(R"(name: npu-metrics
+models: [simple_cnn]
+devices: [{plugin: acme_npu, label: npu, options: {device_index: 1}}]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  int port = 0;
+  {
+    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    ::close(s);
+  }
+  const std::string log = (dir_ / "run.log").string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string command = (BinDir() / "trainbench").string() + " run " + config + " --out " +
+                                (dir_ / "out").string() + Plugins() + " --metrics-addr 127.0.0.1:" +
+                                std::to_string(port) + " --metrics-linger 60 > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::string text;
+  for (int i = 0; i < 1200; ++i) {
+    usleep(50000);
+    std::ifstream in(log);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    text = buffer.str();
+    if (text.find("serving final metrics") != std::string::npos || text.find("built without metrics") != std::string::npos)
+      break;
+  }
+  if (text.find("built without metrics") != std::string::npos) {
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+    GTEST_SKIP() << "this trainbench was built without metrics (TRAINBENCH_WITH_PROMETHEUS=OFF)";
+  }
+  const Outcome scrape = Shell("curl -s --max-time 10 http://127.0.0.1:" + std::to_string(port) + "/metrics");
+  kill(pid, SIGTERM);  // ends the linger
+  waitpid(pid, nullptr, 0);
+  ASSERT_NE(scrape.output.find("trainbench_cell_samples_per_second{"), std::string::npos) << scrape.output << text;
+  EXPECT_NE(scrape.output.find("device_type=\"acme_npu\""), std::string::npos);
+  bool labelled = false;
+  std::stringstream lines(scrape.output);
+  for (std::string line; std::getline(lines, line);) {
+    labelled |= line.rfind("trainbench_cell_samples_per_second{", 0) == 0 && line.find("gpu=\"1\"") != std::string::npos;
+  }
+  EXPECT_TRUE(labelled) << scrape.output;
 }
 
 TEST_F(EndToEnd, APluginBuiltAgainstThePreviousSdkHeadersTrains) {
