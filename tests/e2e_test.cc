@@ -1,7 +1,7 @@
 // End to end: the `trainbench` command with its worker processes and real
 // plugins, training on the CIFAR-10 mini set.
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -944,7 +944,7 @@ TEST_F(EndToEnd, ADeviceTheHostHasNeverHeardOfGetsGpuLabelledMetrics) {
 models: [simple_cnn]
 devices: [{plugin: acme_npu, label: npu, options: {device_index: 1}}]
 training: {epochs: 1, batch_size: 100}
-measurement: {warmup_steps: 1, max_steps: 3}
+measurement: {warmup_steps: 1, max_steps: 3, baseline: npu}
 )");
   int port = 0;
   {
@@ -961,27 +961,30 @@ measurement: {warmup_steps: 1, max_steps: 3}
   const std::string log = (dir_ / "run.log").string();
   const pid_t pid = fork();
   if (pid == 0) {
-    const std::string command = (BinDir() / "trainbench").string() + " run " + config + " --out " +
-                                (dir_ / "out").string() + Plugins() + " --metrics-addr 127.0.0.1:" +
-                                std::to_string(port) + " --metrics-linger 60 > " + log + " 2>&1";
+    const std::string command =
+        (BinDir() / "trainbench").string() + " run " + config + " --out " + (dir_ / "out").string() + Plugins() +
+        " --metrics-addr 127.0.0.1:" + std::to_string(port) + " --metrics-linger 60 > " + log + " 2>&1";
     execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   std::string text;
-  for (int i = 0; i < 1200; ++i) {
+  bool exited = false;
+  for (int i = 0; i < 1200 && !exited; ++i) {
     usleep(50000);
+    exited = waitpid(pid, nullptr, WNOHANG) == pid;
     std::ifstream in(log);
     std::stringstream buffer;
     buffer << in.rdbuf();
     text = buffer.str();
-    if (text.find("serving final metrics") != std::string::npos || text.find("built without metrics") != std::string::npos)
+    if (text.find("serving final metrics") != std::string::npos ||
+        text.find("built without metrics") != std::string::npos)
       break;
   }
   if (text.find("built without metrics") != std::string::npos) {
-    kill(pid, SIGTERM);
-    waitpid(pid, nullptr, 0);
+    if (!exited) waitpid(pid, nullptr, 0);
     GTEST_SKIP() << "this trainbench was built without metrics (TRAINBENCH_WITH_PROMETHEUS=OFF)";
   }
+  ASSERT_FALSE(exited) << text;
   const Outcome scrape = Shell("curl -s --max-time 10 http://127.0.0.1:" + std::to_string(port) + "/metrics");
   kill(pid, SIGTERM);  // ends the linger
   waitpid(pid, nullptr, 0);
@@ -990,7 +993,8 @@ measurement: {warmup_steps: 1, max_steps: 3}
   bool labelled = false;
   std::stringstream lines(scrape.output);
   for (std::string line; std::getline(lines, line);) {
-    labelled |= line.rfind("trainbench_cell_samples_per_second{", 0) == 0 && line.find("gpu=\"1\"") != std::string::npos;
+    labelled |=
+        line.rfind("trainbench_cell_samples_per_second{", 0) == 0 && line.find("gpu=\"1\"") != std::string::npos;
   }
   EXPECT_TRUE(labelled) << scrape.output;
 }
