@@ -28,6 +28,8 @@ struct Row {
   bool projected = false;
   json speedup;
   std::optional<double> sps_half_ci, time_to_train, speedup_time, mfu;  // absent in older files
+  std::optional<std::vector<double>> speedup_ci;
+  std::vector<std::vector<double>> accuracy_curve;  // [train seconds, epochs, accuracy]
 };
 
 std::vector<Row> Rows(const std::vector<LoadedResults>& runs) {
@@ -50,6 +52,8 @@ std::vector<Row> Rows(const std::vector<LoadedResults>& runs) {
       row.time_to_train = c.time_to_train_seconds;
       row.speedup_time = c.speedup_time_to_train;
       row.mfu = c.mfu;
+      row.speedup_ci = c.speedup_ci95;
+      row.accuracy_curve = c.accuracy_curve.value_or(std::vector<std::vector<double>>{});
       rows.push_back(row);
     }
   }
@@ -139,14 +143,19 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
   fs::create_directories(dir);
   // One data block per run and device: params, speedup (the study's figure);
   // and one bar per cell for throughput.
+  // The device speedups are against, named on the axis (the first run's).
+  std::string baseline = "the baseline device";
+  if (!runs.empty() && runs[0].doc.contains("experiment") && runs[0].doc["experiment"].contains("measurement"))
+    baseline = runs[0].doc["experiment"]["measurement"].value("baseline", baseline);
   std::ofstream script(dir / "plot.gp");
   script << (ext == ".png" ? "set terminal pngcairo size 1400,700 noenhanced\n"
                            : "set terminal svg size 1400,700 noenhanced\n");
   script << "set output " << Quote(output) << "\n"
-         << "set multiplot layout 1,2\n"
+         << "set multiplot layout 1,3\n"
          << "set title 'Speedup against model size'\nset xlabel 'trainable parameters'\n"
-         << "set ylabel 'speedup over the baseline device (x)'\nset logscale x\nset grid\n"
-         << "set key below\nset offsets graph 0.1, graph 0.1, graph 0.1, graph 0.1\nset bmargin 8\n";
+         << "set ylabel " << Quote("speedup over " + baseline + " (x; bars: 95% interval)") << "\n"
+         << "set logscale x\nset format x '%.0s%c'\nset yrange [0:*]\nset grid\n"
+         << "set key below\nset offsets graph 0.1, graph 0.1, graph 0.1, 0\nset bmargin 8\n";
   std::vector<std::string> series;
   std::vector<Row> rows = Rows(runs);
   std::map<std::string, std::vector<const Row*>> by_series;
@@ -158,23 +167,29 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
   std::string plot;
   for (auto& [name, points] : by_series) {
     std::sort(points.begin(), points.end(), [](const Row* a, const Row* b) { return a->params < b->params; });
-    for (const Row* p : points)
-      speedups << p->params << " " << p->speedup.get<double>() << " " << json(p->model).dump() << "\n";
+    for (const Row* p : points) {
+      // Projected cells (a budget cut their epochs) are marked in their label.
+      const double value = p->speedup.get<double>();
+      const bool ci = p->speedup_ci && p->speedup_ci->size() == 2;
+      speedups << p->params << " " << value << " " << json(p->model + (p->projected ? " (projected)" : "")).dump()
+               << " " << (ci ? (*p->speedup_ci)[0] : value) << " " << (ci ? (*p->speedup_ci)[1] : value) << "\n";
+    }
     speedups << "\n\n";
     size_t run_number = 1;
     for (size_t k = 0; k < runs.size(); ++k)
       if (name.rfind(runs[k].label + " / ", 0) == 0) run_number = k + 1;
     plot += fmt::format(
-        "{}{} index {} using 1:2 with linespoints pointtype 7 title {}, '' index {} using 1:2:3 with labels offset 0,1 "
-        "notitle",
+        "{}{} index {} using 1:2 with linespoints pointtype 7 title {}, '' index {} using 1:2:4:5 with yerrorbars "
+        "pointtype 0 notitle, '' index {} using 1:2:3 with labels offset 0,1 notitle",
         plot.empty() ? "plot " : ", ", Quote((dir / "speedup.dat").string()), block,
-        Quote("#" + std::to_string(run_number) + " " + name), block);
+        Quote("#" + std::to_string(run_number) + " " + name), block, block);
     ++block;
   }
   speedups.close();
   script << (plot.empty()
                  ? "set label 'no speedups (only the baseline device ran)' at graph 0.5,0.5 center\nplot 1 notitle\n"
-                 : plot + "\n");
+                 : plot + ", 1 with lines dashtype 2 linecolor 'gray' title '1x: as fast as " + baseline + "'\n");
+  script << "unset label\nunset format\nunset yrange\n";
   script
       << "unset logscale x\nset title 'Throughput per cell'\nset xlabel ''\nset ylabel 'samples/s'\n"
       << "set logscale y\nset style fill solid 0.7\nset boxwidth 0.7\nset xtics rotate by -45 font ',9'\nset key off\n";
@@ -190,7 +205,27 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
          << json(r.model + " " + r.device + (runs.size() > 1 ? " #" + std::to_string(run_number) : "")).dump() << "\n";
   }
   bars.close();
-  script << "plot " << Quote((dir / "throughput.dat").string()) << " using 1:2:xtic(3) with boxes\n"
+  script << "plot " << Quote((dir / "throughput.dat").string()) << " using 1:2:xtic(3) with boxes\n";
+  // The race the study implies: test accuracy against training time, a
+  // line per cell that recorded its evaluations (accuracy_curve).
+  std::ofstream curves(dir / "accuracy.dat");
+  std::string race;
+  size_t curve_block = 0;
+  for (const Row& r : rows) {
+    if (r.status != "ok" || r.accuracy_curve.empty()) continue;
+    for (const auto& point : r.accuracy_curve)
+      if (point.size() == 3) curves << point[0] << " " << 100 * point[2] << "\n";
+    curves << "\n\n";
+    race += fmt::format("{}{} index {} using 1:2 with linespoints pointtype 7 pointsize 0.5 title {}",
+                        race.empty() ? "plot " : ", ", Quote((dir / "accuracy.dat").string()), curve_block++,
+                        Quote(r.model + " " + r.device + (runs.size() > 1 ? " (" + r.run + ")" : "")));
+  }
+  curves.close();
+  script << "unset logscale y\nset xtics rotate by 0 font ''\nset key below\nset title 'Test accuracy against training "
+            "time'\nset xlabel 'training seconds (evaluation excluded)'\nset ylabel 'test accuracy (%)'\n"
+         << (race.empty() ? "set label 'no accuracy curves (results of an older version)' at graph 0.5,0.5 center\n"
+                            "plot 1 notitle\n"
+                          : race + "\n")
          << "unset multiplot\n";
   script.close();
   const std::string command = "gnuplot " + (dir / "plot.gp").string() + " 2> " + (dir / "gnuplot.log").string();
