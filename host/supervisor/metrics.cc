@@ -91,6 +91,30 @@ struct MetricsExporter::Impl {
                              .Name("trainbench_cells")
                              .Help("Cells (model x device) in the experiment")
                              .Register(*registry);
+  // A finished run told from a crashed one: its state, when it started and
+  // when it last made progress (a crashed run's series stop; its state does
+  // not reach finished).
+  Family<Gauge>& run_state = prometheus::BuildGauge()
+                                 .Name("trainbench_run_state")
+                                 .Help(
+                                     "1 for the run's state: running, finished, failed (some cells failed) or "
+                                     "interrupted")
+                                 .Register(*registry);
+  Family<Gauge>& run_start = prometheus::BuildGauge()
+                                 .Name("trainbench_run_start_timestamp_seconds")
+                                 .Help("When the run started (Unix time)")
+                                 .Register(*registry);
+  Family<Gauge>& last_progress = prometheus::BuildGauge()
+                                     .Name("trainbench_last_progress_timestamp_seconds")
+                                     .Help("When a worker last reported progress (Unix time)")
+                                     .Register(*registry);
+  void SetState(const std::string& state) {
+    for (const char* s : {"running", "finished", "failed", "interrupted"})
+      run_state.Add({{"experiment", experiment}, {"state", s}}).Set(state == s ? 1 : 0);
+  }
+  static double Now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
   Family<Gauge>& cell_index = prometheus::BuildGauge()
                                   .Name("trainbench_cell_index")
                                   .Help("1-based index of the cell running now (or last run)")
@@ -368,6 +392,9 @@ void MetricsExporter::OnRunStarted(const Experiment& e, size_t cells) {
             {"config", e.file}})
       .Set(1);
   impl_->cells.Add({{"experiment", e.name}}).Set(static_cast<double>(cells));
+  impl_->SetState("running");
+  impl_->run_start.Add({{"experiment", e.name}}).Set(Impl::Now());
+  impl_->last_progress.Add({{"experiment", e.name}}).Set(Impl::Now());
 }
 
 void MetricsExporter::OnCellStarted(size_t index, const CellRecord& cell) {
@@ -417,6 +444,7 @@ void MetricsExporter::OnEvent(size_t, const CellRecord& cell, const protocol::Ev
     double remaining = 0;
     if (steps_done > 0 && elapsed > 0) remaining = (total_steps - steps_done) * elapsed / steps_done;
     i.progress.Add(l).Set(std::min(1.0, done));
+    i.last_progress.Add({{"experiment", i.experiment}}).Set(Impl::Now());
     i.eta.Add(l).Set(std::max(0.0, remaining));
   } else if (const auto* ep = std::get_if<protocol::Epoch>(&event)) {
     i.epoch_duration.Add(i.cell_labels).Set(ep->seconds);
@@ -465,6 +493,12 @@ void MetricsExporter::OnRunFinished(const Results& results) {
     if (cell.scaling_efficiency) i.scaling_efficiency.Add(i.LabelsOf(cell)).Set(*cell.scaling_efficiency);
   }
   i.cell_labels.clear();  // the sampler stops attributing usage to a cell
+  bool failed = false, interrupted = false;
+  for (const auto& cell : results.cells()) {
+    failed |= cell.status == "failed";
+    interrupted |= cell.status == "interrupted";
+  }
+  i.SetState(interrupted ? "interrupted" : failed ? "failed" : "finished");
 }
 
 void MetricsExporter::Finish() {

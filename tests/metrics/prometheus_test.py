@@ -161,6 +161,24 @@ scrape_configs:
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "out2", "results.json")))
         self.assertLess(time.time() - t0, 30)
 
+    def test_5_the_run_state_tells_a_finished_run(self):
+        self.wait_until_finished()
+        # The state gauge flips once OnRunFinished has run, just after the last cell.
+        deadline = time.time() + 30
+        text = ""
+        while time.time() < deadline:
+            text = get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+            if 'trainbench_run_state{experiment="promtest",state="finished"} 1' in text:
+                break
+            time.sleep(0.5)
+        self.assertIn('trainbench_run_state{experiment="promtest",state="finished"} 1', text)
+        self.assertIn('trainbench_run_state{experiment="promtest",state="running"} 0', text)
+        start = [l for l in text.splitlines() if l.startswith("trainbench_run_start_timestamp_seconds{")]
+        last = [l for l in text.splitlines() if l.startswith("trainbench_last_progress_timestamp_seconds{")]
+        self.assertTrue(start and last, text)
+        self.assertLessEqual(float(start[0].split()[-1]), float(last[0].split()[-1]))
+        self.assertLess(abs(time.time() - float(last[0].split()[-1])), 600)
+
     def test_4_every_dashboard_panel_returns_data(self):
         cells = self.wait_until_finished()
         self.assertTrue(all(c["status"] == "ok" for c in cells), cells)
