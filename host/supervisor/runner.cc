@@ -45,6 +45,13 @@ protocol::CellSpec BuildCellSpec(const Experiment& e, const PluginUse& model, co
   return spec;
 }
 
+// The signal a stop was requested with, as "SIGTERM" ("a signal" when it
+// has no name).
+std::string StopSignalName() {
+  const char* abbrev = sigabbrev_np(g_stop_signal.load());
+  return abbrev ? "SIG" + std::string(abbrev) : "a signal";
+}
+
 // The GPUs of the Slurm job this process runs in (SLURM_JOB_GPUS, e.g.
 // "2,3"), when Slurm gave it some (--gres) and set CUDA_VISIBLE_DEVICES to
 // them; empty otherwise.
@@ -158,12 +165,11 @@ CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, c
   if (result && exit.clean()) {
     cell.status = "ok";
   } else if (exit.killed_after_stop) {
-    const char* abbrev = sigabbrev_np(g_stop_signal.load());
     cell.status = "interrupted";
     cell.reason = fmt::format(
         "interrupted by {}; the worker had not stopped {:.0f} s later (hung in a plugin?) "
         "and was killed",
-        abbrev ? "SIG" + std::string(abbrev) : "a signal", kStopGraceSeconds);
+        StopSignalName(), kStopGraceSeconds);
   } else if (!exit.protocol_error.empty()) {
     cell.status = "failed";
     cell.reason = "worker " + exit.Describe();
@@ -177,9 +183,8 @@ CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, c
     // A result counts only from a worker that then exits cleanly: one that
     // crashes after it may have reported anything.
     if (interrupted && !result) {
-      const char* abbrev = sigabbrev_np(g_stop_signal.load());
       cell.status = "interrupted";
-      cell.reason = std::string("interrupted by ") + (abbrev ? "SIG" + std::string(abbrev) : "a signal");
+      cell.reason = "interrupted by " + StopSignalName();
     } else {
       cell.status = "failed";
       const std::string last = LastLogLine(log);
@@ -405,10 +410,8 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
         }
         if (attempts.empty()) {
           // A stop arrived before the first attempt started.
-          const char* abbrev = sigabbrev_np(g_stop_signal.load());
           cell.status = "interrupted";
-          cell.reason = std::string("run interrupted before this cell started (") +
-                        (abbrev ? "SIG" + std::string(abbrev) : "a signal") + ")";
+          cell.reason = "run interrupted before this cell started (" + StopSignalName() + ")";
         } else if (attempts.back().ok() && attempts.size() > 1) {
           cell = CombineRepeats(std::move(attempts));
         } else {

@@ -55,11 +55,8 @@ class Nvml : public EnergyMeter {
   using InitFn = int (*)();
   using ByUuidFn = int (*)(const char*, void**);
   using EnergyFn = int (*)(void*, unsigned long long*);
-  Nvml(void* library, void* device, EnergyFn energy) : library_(library), device_(device), energy_(energy) {}
-  ~Nvml() override {
-    // NVML stays initialised and loaded for the worker's life: it ends soon.
-    (void)library_;
-  }
+  // NVML stays initialised and loaded for the worker's life: it ends soon.
+  Nvml(void* device, EnergyFn energy) : device_(device), energy_(energy) {}
   std::string source() const override { return "nvml"; }
   std::optional<double> ReadJoules() override {
     unsigned long long mj = 0;
@@ -68,7 +65,6 @@ class Nvml : public EnergyMeter {
   }
 
  private:
-  void* library_;
   void* device_;
   EnergyFn energy_;
 };
@@ -89,7 +85,7 @@ EnergyChoice OpenNvml(const std::string& uuid) {
   if (energy(device, &probe) != 0) {
     return {nullptr, "NVML cannot read the total energy of " + uuid + " (before Volta, or not supported)"};
   }
-  return {std::make_unique<Nvml>(library, device, energy), ""};
+  return {std::make_unique<Nvml>(device, energy), ""};
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "is_optional.h"
 #include "trainbench/protocol/error.h"
 
 namespace trainbench::protocol {
@@ -84,11 +85,6 @@ void Fields(R& c, V&& v) {
   v("samples_per_second_repeats", c.samples_per_second_repeats);
   v("slurm", c.slurm);
 }
-
-template <class T>
-struct IsOptional : std::false_type {};
-template <class T>
-struct IsOptional<std::optional<T>> : std::true_type {};
 
 struct Writer {
   json& out;

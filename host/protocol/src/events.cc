@@ -2,6 +2,7 @@
 
 #include <type_traits>
 
+#include "is_optional.h"
 #include "strict_reader.h"
 
 namespace trainbench::protocol {
@@ -148,11 +149,6 @@ void Fields(Info& e, V&& v) {
   v("cuda_version", e.cuda_version);
   v("distributed_backends", e.distributed_backends);
 }
-
-template <class T>
-struct IsOptional : std::false_type {};
-template <class T>
-struct IsOptional<std::optional<T>> : std::true_type {};
 
 struct Writer {
   json& out;
