@@ -205,8 +205,8 @@ void CheckDuplicateKeys(const Validator& v, const YAML::Node& node, const std::s
   }
 }
 
-Experiment ParseChecked(const std::string& text, const std::string& file, const std::string& base_dir) {
-  Validator v(file);
+// The YAML document of `text`: UTF-8, well formed, no key given twice.
+YAML::Node LoadDocument(Validator& v, const std::string& text, const std::string& file) {
   if (const size_t bad = FirstInvalidUtf8(text); bad != std::string::npos) {
     const size_t line_start = text.rfind('\n', bad == 0 ? 0 : bad - 1);
     const size_t line = static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<long>(bad), '\n')) + 1;
@@ -225,16 +225,11 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
   }
   std::set<int> walked;
   CheckDuplicateKeys(v, root, "", walked);
-  if (!root.IsMap()) v.Fail(root, "", "expected a mapping at the top level (name:, models:, ...)");
-  v.Keys(root, "", {"name", "seed", "dataset", "models", "devices", "training", "measurement", "metrics"});
+  return root;
+}
 
-  Experiment e;
-  e.file = file;
-  if (!root["name"]) v.Fail(root, "", "missing key 'name' (the experiment's name)");
-  e.name = v.String(root["name"], "name");
-  if (e.name.empty()) v.Fail(root["name"], "name", "must not be empty");
-  if (root["seed"]) e.seed = static_cast<uint64_t>(v.Int(root["seed"], "seed", 0, INT64_MAX));
-
+// `dataset:`, its folder resolved (TRAINBENCH_DATA, relative to the config).
+void ParseDataset(Validator& v, const YAML::Node& root, const std::string& base_dir, Experiment& e) {
   if (!root["dataset"]) v.Fail(root, "", "missing key 'dataset'");
   {
     const YAML::Node d = root["dataset"];
@@ -263,16 +258,10 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
       }
     }
   }
+}
 
-  e.models = ParsePluginList(v, root["models"], "models", false);
-  e.devices = ParsePluginList(v, root["devices"], "devices", true);
-  if (e.models.size() * e.devices.size() > kMaxCells) {
-    v.Fail(root["devices"], "devices",
-           std::to_string(e.models.size()) + " models x " + std::to_string(e.devices.size()) + " devices make " +
-               std::to_string(e.models.size() * e.devices.size()) + " cells; the limit is " +
-               std::to_string(kMaxCells) + " (split the experiment into several configs)");
-  }
-
+// `training:` and the optimizer's combinations.
+void ParseTraining(Validator& v, const YAML::Node& root, Experiment& e) {
   if (const YAML::Node t = root["training"]) {
     ReadSettings(v, t, "training", e.training);
     if (const YAML::Node o = t["optimizer"]) {
@@ -282,7 +271,10 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
         v.Fail(o["momentum"], "training.optimizer.momentum", "applies to sgd only; remove it for adam");
     }
   }
+}
 
+// `measurement:`, the budgets of the devices against it, and the baseline.
+void ParseMeasurement(Validator& v, const YAML::Node& root, Experiment& e) {
   if (const YAML::Node m = root["measurement"]) {
     ReadSettings(v, m, "measurement", e.measurement);
     const auto& ms = e.measurement;
@@ -303,19 +295,6 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
              "must be larger than measurement.warmup_steps (" + std::to_string(e.measurement.warmup_steps) + ")");
     }
   }
-  if (const YAML::Node m = root["metrics"]) {
-    ReadSettings(v, m, "metrics", e.metrics);
-    if (const YAML::Node t = m["tls"]; t && (e.metrics.tls.cert_file.empty() || e.metrics.tls.key_file.empty()))
-      v.Fail(t, "metrics.tls", "needs both cert_file and key_file (PEM)");
-    if (const YAML::Node a = m["basic_auth"];
-        a && (e.metrics.basic_auth.username.empty() || e.metrics.basic_auth.password_file.empty()))
-      v.Fail(a, "metrics.basic_auth",
-             "needs both username and password_file (the password itself never goes in a config)");
-    // Files named here are relative to the config's folder.
-    for (std::string* f : {&e.metrics.tls.cert_file, &e.metrics.tls.key_file, &e.metrics.basic_auth.password_file}) {
-      if (!f->empty() && fs::path(*f).is_relative()) *f = (fs::path(base_dir) / *f).string();
-    }
-  }
   // The baseline must be one of the devices.
   bool baseline_found = false;
   for (const auto& d : e.devices) baseline_found |= d.label == e.measurement.baseline;
@@ -329,6 +308,50 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
            "'" + e.measurement.baseline + "' is not one of the devices" +
                (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   }
+}
+
+// `metrics:`; the files it names are relative to the config's folder.
+void ParseMetrics(Validator& v, const YAML::Node& root, const std::string& base_dir, Experiment& e) {
+  if (const YAML::Node m = root["metrics"]) {
+    ReadSettings(v, m, "metrics", e.metrics);
+    if (const YAML::Node t = m["tls"]; t && (e.metrics.tls.cert_file.empty() || e.metrics.tls.key_file.empty()))
+      v.Fail(t, "metrics.tls", "needs both cert_file and key_file (PEM)");
+    if (const YAML::Node a = m["basic_auth"];
+        a && (e.metrics.basic_auth.username.empty() || e.metrics.basic_auth.password_file.empty()))
+      v.Fail(a, "metrics.basic_auth",
+             "needs both username and password_file (the password itself never goes in a config)");
+    // Files named here are relative to the config's folder.
+    for (std::string* f : {&e.metrics.tls.cert_file, &e.metrics.tls.key_file, &e.metrics.basic_auth.password_file}) {
+      if (!f->empty() && fs::path(*f).is_relative()) *f = (fs::path(base_dir) / *f).string();
+    }
+  }
+}
+
+Experiment ParseChecked(const std::string& text, const std::string& file, const std::string& base_dir) {
+  Validator v(file);
+  const YAML::Node root = LoadDocument(v, text, file);
+  if (!root.IsMap()) v.Fail(root, "", "expected a mapping at the top level (name:, models:, ...)");
+  v.Keys(root, "", {"name", "seed", "dataset", "models", "devices", "training", "measurement", "metrics"});
+
+  Experiment e;
+  e.file = file;
+  if (!root["name"]) v.Fail(root, "", "missing key 'name' (the experiment's name)");
+  e.name = v.String(root["name"], "name");
+  if (e.name.empty()) v.Fail(root["name"], "name", "must not be empty");
+  if (root["seed"]) e.seed = static_cast<uint64_t>(v.Int(root["seed"], "seed", 0, INT64_MAX));
+  ParseDataset(v, root, base_dir, e);
+  e.models = ParsePluginList(v, root["models"], "models", false);
+  e.devices = ParsePluginList(v, root["devices"], "devices", true);
+  if (e.models.size() * e.devices.size() > kMaxCells) {
+    v.Fail(root["devices"], "devices",
+           std::to_string(e.models.size()) + " models x " + std::to_string(e.devices.size()) + " devices make " +
+               std::to_string(e.models.size() * e.devices.size()) + " cells; the limit is " +
+               std::to_string(kMaxCells) + " (split the experiment into several configs)");
+  }
+
+  ParseTraining(v, root, e);
+  ParseMeasurement(v, root, e);
+  ParseMetrics(v, root, base_dir, e);
   return e;
 }
 }  // namespace

@@ -1,5 +1,7 @@
-// The public engine API (include/trainbench/engine.h) over the supervisor's
-// parts: plugin catalog, config loader, runner, results, metrics.
+// The engine API's Engine (include/trainbench/engine.h) over the supervisor's
+// parts: plugin catalog, config loader, runner, results, metrics. The
+// builder and plan are in experiment_plan.cc, the free functions in
+// engine_tools.cc.
 
 #include "trainbench/engine.h"
 
@@ -7,14 +9,13 @@
 #include <unistd.h>
 
 #include "config_loader.h"
+#include "file_sd_target.h"
 #include "net.h"
 #include "plan_impl.h"
 #include "plugin_catalog.h"
-#include "report.h"
 #include "results.h"
 #include "run_lock.h"
 #include "runner.h"
-#include "settings_yaml.h"
 #include "system_info.h"
 #include "worker_client.h"
 #ifdef TRAINBENCH_WITH_PROMETHEUS
@@ -24,114 +25,6 @@
 namespace trainbench {
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string EngineVersion() { return TrainbenchVersion(); }
-std::string EngineGitCommit() { return TrainbenchGitCommit(); }
-
-std::string ConfigReference() { return GenerateConfigReference(); }
-
-std::string WorkerFingerprint() {
-  std::string text;
-  try {
-    const WorkerExit exit = RunWorker(
-        WorkerLaunch{{"info"}, "", "", {}},
-        [&](const protocol::Event& event) {
-          if (const auto* info = std::get_if<protocol::Info>(&event)) {
-            text =
-                info->compiler + "/" + info->cxx_abi + "/torch-" + info->torch_version + "/cuda-" + info->cuda_version;
-          }
-        },
-        60);
-    if (text.empty()) return "unknown (trainbench-worker info: " + exit.Describe() + ")";
-  } catch (const std::exception& e) {
-    return std::string("unknown (") + e.what() + ")";
-  }
-  return text;
-}
-
-// ---------------------------------------------------------------------------
-// ExperimentBuilder: a JSON document in the YAML format (YAML is a superset
-// of JSON), parsed by the same loader as a file.
-
-ExperimentBuilder::ExperimentBuilder(std::string name) {
-  doc_ = {{"name", std::move(name)}, {"models", json::array()}, {"devices", json::array()}};
-}
-
-ExperimentBuilder& ExperimentBuilder::Seed(unsigned long long seed) { return Set("/seed", seed); }
-
-ExperimentBuilder& ExperimentBuilder::Cifar10(const fs::path& folder, std::optional<long long> train_size,
-                                              std::optional<long long> test_size) {
-  json d = {{"kind", "cifar10"}, {"path", folder.string()}};
-  if (train_size) d["train_size"] = *train_size;
-  if (test_size) d["test_size"] = *test_size;
-  doc_["dataset"] = d;
-  return *this;
-}
-
-ExperimentBuilder& ExperimentBuilder::Synthetic(long long train_size, long long test_size) {
-  doc_["dataset"] = {{"kind", "synthetic"}, {"train_size", train_size}, {"test_size", test_size}};
-  return *this;
-}
-
-namespace {
-json PluginEntry(const std::string& plugin, const json& options, const std::string& label) {
-  json entry = {{"plugin", plugin}};
-  if (!label.empty()) entry["label"] = label;
-  if (!options.is_null() && !options.empty()) entry["options"] = options;
-  return entry;
-}
-}  // namespace
-
-ExperimentBuilder& ExperimentBuilder::Model(const std::string& plugin, const json& options, const std::string& label) {
-  doc_["models"].push_back(PluginEntry(plugin, options, label));
-  return *this;
-}
-
-ExperimentBuilder& ExperimentBuilder::Device(const std::string& plugin, const json& options, const std::string& label) {
-  doc_["devices"].push_back(PluginEntry(plugin, options, label));
-  return *this;
-}
-
-ExperimentBuilder& ExperimentBuilder::Epochs(long long epochs) { return Set("/training/epochs", epochs); }
-ExperimentBuilder& ExperimentBuilder::BatchSize(long long n) { return Set("/training/batch_size", n); }
-ExperimentBuilder& ExperimentBuilder::WarmupSteps(long long n) { return Set("/measurement/warmup_steps", n); }
-ExperimentBuilder& ExperimentBuilder::MaxSteps(long long n) { return Set("/measurement/max_steps", n); }
-ExperimentBuilder& ExperimentBuilder::TimeBudgetSeconds(double s) { return Set("/measurement/time_budget_seconds", s); }
-
-ExperimentBuilder& ExperimentBuilder::Set(const std::string& pointer, const json& value) {
-  try {
-    doc_[json::json_pointer(pointer)] = value;
-  } catch (const json::exception& e) {
-    throw EngineError("ExperimentBuilder::Set(\"" + pointer +
-                          "\"): not a JSON pointer such as "
-                          "\"/training/epochs\": " +
-                          e.what(),
-                      kExitConfig);
-  }
-  return *this;
-}
-
-// ---------------------------------------------------------------------------
-// ExperimentPlan
-
-std::string ExperimentPlan::name() const { return impl_->experiment.name; }
-std::string ExperimentPlan::file() const { return impl_->experiment.file; }
-json ExperimentPlan::ToJson() const { return impl_->experiment.ToJson(); }
-
-std::vector<std::string> ExperimentPlan::cells() const {
-  std::vector<std::string> out;
-  for (const auto& m : impl_->experiment.models)
-    for (const auto& d : impl_->experiment.devices) out.push_back(m.label + " on " + d.label);
-  return out;
-}
-
-std::vector<std::string> ExperimentPlan::notes() const {
-  std::vector<std::string> out;
-  for (const auto& d : impl_->experiment.devices) {
-    if (d.path.empty()) out.push_back("cells on '" + d.label + "' will be skipped: " + d.missing_reason);
-  }
-  return out;
-}
 
 // ---------------------------------------------------------------------------
 // Engine
@@ -177,36 +70,6 @@ ExperimentPlan MakePlan(const PluginCatalog& catalog, F&& load) {
     throw EngineError(e.what(), kExitConfig);
   }
 }
-
-// A Prometheus file_sd target file naming this process's /metrics while it
-// lives: how Prometheus finds Slurm tasks (docs/slurm.md).
-class FileSdTarget {
- public:
-  FileSdTarget(const fs::path& dir, const std::string& address, const std::string& experiment) {
-    char host[256] = {};
-    ::gethostname(host, sizeof(host) - 1);
-    std::string target = address;
-    // A wildcard address is reached by the host's name.
-    if (target.rfind("0.0.0.0:", 0) == 0) target = std::string(host) + target.substr(7);
-    const char* job = std::getenv("SLURM_ARRAY_JOB_ID");
-    const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
-    json labels = {{"experiment", experiment}, {"host", host}};
-    if (job) labels["slurm_job_id"] = job;
-    if (task) labels["slurm_array_task_id"] = task;
-    path_ = dir / ("trainbench-" + std::string(host) + "-" + std::to_string(::getpid()) + ".json");
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    WriteFileAtomically(path_, json::array({{{"targets", {target}}, {"labels", labels}}}).dump(2) + "\n");
-    spdlog::info("metrics target written to {}", path_.string());
-  }
-  ~FileSdTarget() {
-    std::error_code ec;
-    fs::remove(path_, ec);
-  }
-
- private:
-  fs::path path_;
-};
 
 // Turns the runner's observer calls into RunEvents for the caller.
 class CallbackObserver : public RunObserver {
@@ -439,34 +302,5 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
 
 void Engine::RequestStop(int signal) noexcept { trainbench::RequestStop(signal); }
 void Engine::InstallSignalHandlers() { trainbench::InstallSignalHandlers(); }
-
-// ---------------------------------------------------------------------------
-// Reports
-
-namespace {
-std::vector<LoadedResults> LoadAll(const std::vector<fs::path>& files) {
-  std::vector<std::string> names;
-  for (const auto& f : files) names.push_back(f.string());
-  try {
-    return LoadResults(names);
-  } catch (const std::exception& e) {
-    throw EngineError(e.what(), kExitError);
-  }
-}
-}  // namespace
-
-std::string Report(const std::vector<fs::path>& files, ReportFormat format) {
-  const auto runs = LoadAll(files);
-  return format == ReportFormat::kCsv ? ReportCsv(runs) : ReportMarkdown(runs);
-}
-
-void PlotReport(const std::vector<fs::path>& files, const fs::path& output) {
-  const auto runs = LoadAll(files);
-  try {
-    PlotReport(runs, output.string());
-  } catch (const std::exception& e) {
-    throw EngineError(e.what(), kExitError);
-  }
-}
 
 }  // namespace trainbench

@@ -72,6 +72,16 @@ struct MetricsSpec {
   } tls;
 };
 
+/// One cell of the plan: a model entry on a device entry. Every part of the
+/// supervisor (runner, Slurm, the engine API's listing) numbers and orders
+/// cells this way: models outer, devices inner.
+struct PlannedCell {
+  size_t index;
+  const PluginUse& model;
+  const PluginUse& device;
+  std::string name() const { return model.label + " on " + device.label; }
+};
+
 struct Experiment {
   std::string file;  ///< the YAML file it came from
   std::string name;
@@ -81,6 +91,15 @@ struct Experiment {
   TrainingSpec training;
   MeasurementSpec measurement;
   MetricsSpec metrics;
+
+  /// The model x device plan, in cell order (index 0 first).
+  std::vector<PlannedCell> Cells() const {
+    std::vector<PlannedCell> cells;
+    cells.reserve(models.size() * devices.size());
+    for (const auto& m : models)
+      for (const auto& d : devices) cells.push_back({cells.size(), m, d});
+    return cells;
+  }
 
   /// The resolved experiment as JSON (recorded in results.json).
   nlohmann::json ToJson() const;

@@ -1,11 +1,5 @@
 #include "metrics.h"
 
-#include <prometheus/counter.h>
-#include <prometheus/exposer.h>
-#include <prometheus/gateway.h>
-#include <prometheus/gauge.h>
-#include <prometheus/histogram.h>
-#include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -21,24 +15,15 @@
 #include <thread>
 
 #include "gpu_monitor.h"
-#include "net.h"
+#include "metric_families.h"
+#include "metrics_server.h"
 #include "system_info.h"
-#include "tls_front.h"
 #include "worker_client.h"
 
 namespace trainbench {
 namespace {
 
-using prometheus::Counter;
-using prometheus::Family;
-using prometheus::Gauge;
-using prometheus::Histogram;
 using prometheus::Labels;
-
-// Step durations from 50 us (a small model on a GPU in a CUDA graph) to 60 s
-// (a large model on a slow CPU).
-const Histogram::BucketBoundaries kStepBuckets = {
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 
 // Seconds of CPU time used by process `pid` so far, or -1.
 double ProcessCpuSeconds(int pid) {
@@ -58,56 +43,10 @@ double ProcessCpuSeconds(int pid) {
 
 }  // namespace
 
-std::string NormaliseListenAddress(const std::string& address) {
-  static const std::regex kPortOnly(R"(:?(\d{1,5}))");
-  static const std::regex kHostPort(R"((\[[0-9a-fA-F:]+\]|[A-Za-z0-9.\-]+):(\d{1,5}))");
-  std::smatch m;
-  std::string host, port;
-  if (std::regex_match(address, m, kPortOnly)) {
-    host = "127.0.0.1";
-    port = m[1];
-  } else if (std::regex_match(address, m, kHostPort)) {
-    host = m[1];
-    port = m[2];
-  } else {
-    throw std::invalid_argument("metrics address '" + address +
-                                "' is not HOST:PORT (e.g. 127.0.0.1:9464, or 0.0.0.0:9464 to "
-                                "listen on every interface)");
-  }
-  if (std::stoi(port) < 1 || std::stoi(port) > 65535)
-    throw std::invalid_argument("metrics address '" + address + "': port must be 1-65535");
-  return host + ":" + port;
-}
-
-struct MetricsExporter::Impl {
+struct MetricsExporter::Impl : MetricFamilies {
   MetricsSpec options;
-  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<prometheus::Exposer> exposer;
-  std::unique_ptr<TlsFront> tls;  // HTTPS in front of the exposer, when asked
+  std::unique_ptr<MetricsServer> server;
 
-  Family<Gauge>& info =
-      prometheus::BuildGauge().Name("trainbench_info").Help("Build and run metadata; always 1").Register(*registry);
-  Family<Gauge>& cells = prometheus::BuildGauge()
-                             .Name("trainbench_cells")
-                             .Help("Cells (model x device) in the experiment")
-                             .Register(*registry);
-  // A finished run told from a crashed one: its state, when it started and
-  // when it last made progress (a crashed run's series stop; its state does
-  // not reach finished).
-  Family<Gauge>& run_state = prometheus::BuildGauge()
-                                 .Name("trainbench_run_state")
-                                 .Help(
-                                     "1 for the run's state: running, finished, failed (some cells failed) or "
-                                     "interrupted")
-                                 .Register(*registry);
-  Family<Gauge>& run_start = prometheus::BuildGauge()
-                                 .Name("trainbench_run_start_timestamp_seconds")
-                                 .Help("When the run started (Unix time)")
-                                 .Register(*registry);
-  Family<Gauge>& last_progress = prometheus::BuildGauge()
-                                     .Name("trainbench_last_progress_timestamp_seconds")
-                                     .Help("When a worker last reported progress (Unix time)")
-                                     .Register(*registry);
   void SetState(const std::string& state) {
     for (const char* s : {"running", "finished", "failed", "interrupted"})
       run_state.Add({{"experiment", experiment}, {"state", s}}).Set(state == s ? 1 : 0);
@@ -115,133 +54,6 @@ struct MetricsExporter::Impl {
   static double Now() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
-  Family<Gauge>& cell_index = prometheus::BuildGauge()
-                                  .Name("trainbench_cell_index")
-                                  .Help("1-based index of the cell running now (or last run)")
-                                  .Register(*registry);
-  Family<Counter>& cells_finished = prometheus::BuildCounter()
-                                        .Name("trainbench_cells_finished_total")
-                                        .Help("Cells finished, by status")
-                                        .Register(*registry);
-  Family<Counter>& samples = prometheus::BuildCounter()
-                                 .Name("trainbench_samples_total")
-                                 .Help("Training samples processed")
-                                 .Register(*registry);
-  Family<Counter>& steps = prometheus::BuildCounter()
-                               .Name("trainbench_steps_total")
-                               .Help("Training steps (optimizer updates) processed")
-                               .Register(*registry);
-  Family<Histogram>& step_duration = prometheus::BuildHistogram()
-                                         .Name("trainbench_step_duration_seconds")
-                                         .Help("Duration of steady-state training steps (warm-up excluded)")
-                                         .Register(*registry);
-  Family<Gauge>& throughput = prometheus::BuildGauge()
-                                  .Name("trainbench_samples_per_second")
-                                  .Help("Training throughput over the last progress interval")
-                                  .Register(*registry);
-  Family<Gauge>& epoch_duration = prometheus::BuildGauge()
-                                      .Name("trainbench_epoch_duration_seconds")
-                                      .Help("Wall time of the last finished epoch (evaluation excluded)")
-                                      .Register(*registry);
-  Family<Gauge>& loss = prometheus::BuildGauge()
-                            .Name("trainbench_train_loss")
-                            .Help("Mean training loss of the current epoch so far")
-                            .Register(*registry);
-  Family<Gauge>& accuracy = prometheus::BuildGauge()
-                                .Name("trainbench_test_accuracy_ratio")
-                                .Help("Test accuracy after the last epoch, 0-1")
-                                .Register(*registry);
-  Family<Gauge>& epoch =
-      prometheus::BuildGauge().Name("trainbench_epoch").Help("Current epoch, 1-based").Register(*registry);
-  Family<Gauge>& epochs =
-      prometheus::BuildGauge().Name("trainbench_epochs").Help("Epochs the cell is configured for").Register(*registry);
-  Family<Gauge>& step = prometheus::BuildGauge()
-                            .Name("trainbench_epoch_step")
-                            .Help("Current step within the epoch, 1-based")
-                            .Register(*registry);
-  Family<Gauge>& steps_per_epoch =
-      prometheus::BuildGauge().Name("trainbench_steps_per_epoch").Help("Steps in one epoch").Register(*registry);
-  Family<Gauge>& progress = prometheus::BuildGauge()
-                                .Name("trainbench_cell_progress_ratio")
-                                .Help("Fraction of the cell's training done, 0-1 (budget-limited cells: of the budget)")
-                                .Register(*registry);
-  Family<Gauge>& eta = prometheus::BuildGauge()
-                           .Name("trainbench_cell_remaining_seconds")
-                           .Help("Estimated seconds of training left in the cell")
-                           .Register(*registry);
-  Family<Gauge>& speedup = prometheus::BuildGauge()
-                               .Name("trainbench_speedup")
-                               .Help("Samples/s over the baseline device's for the same model")
-                               .Register(*registry);
-  Family<Gauge>& cell_samples_per_second = prometheus::BuildGauge()
-                                               .Name("trainbench_cell_samples_per_second")
-                                               .Help("Steady-state samples/s of a finished cell")
-                                               .Register(*registry);
-  Family<Gauge>& cell_time_to_train = prometheus::BuildGauge()
-                                          .Name("trainbench_cell_time_to_train_seconds")
-                                          .Help("Time to train a finished cell: setup, epochs and evaluation")
-                                          .Register(*registry);
-  Family<Counter>& energy = prometheus::BuildCounter()
-                                .Name("trainbench_energy_joules_total")
-                                .Help(
-                                    "Energy of finished cells' training (warm-up included, evaluation excluded), "
-                                    "from NVML or RAPL; absent where it cannot be read")
-                                .Register(*registry);
-  Family<Gauge>& cell_joules_per_sample = prometheus::BuildGauge()
-                                              .Name("trainbench_cell_joules_per_sample")
-                                              .Help("Energy per training sample of a finished cell")
-                                              .Register(*registry);
-  Family<Gauge>& cell_power = prometheus::BuildGauge()
-                                  .Name("trainbench_cell_average_power_watts")
-                                  .Help("Average power of a finished cell's training")
-                                  .Register(*registry);
-  Family<Gauge>& cell_mfu = prometheus::BuildGauge()
-                                .Name("trainbench_cell_mfu_ratio")
-                                .Help("Model FLOPs utilisation of a finished cell: achieved over peak TFLOP/s")
-                                .Register(*registry);
-  Family<Gauge>& ranks = prometheus::BuildGauge()
-                             .Name("trainbench_cell_ranks")
-                             .Help("Worker processes (GPUs) of a finished data-parallel cell")
-                             .Register(*registry);
-  Family<Gauge>& rank_samples_per_second =
-      prometheus::BuildGauge()
-          .Name("trainbench_rank_samples_per_second")
-          .Help("Steady-state samples/s of one rank (GPU) of a finished data-parallel cell")
-          .Register(*registry);
-  Family<Gauge>& scaling_efficiency =
-      prometheus::BuildGauge()
-          .Name("trainbench_scaling_efficiency_ratio")
-          .Help("Samples/s of a data-parallel cell over N times the one-rank cell's, 0-1")
-          .Register(*registry);
-  Family<Gauge>& params = prometheus::BuildGauge()
-                              .Name("trainbench_model_parameters")
-                              .Help("Trainable parameters of the model")
-                              .Register(*registry);
-  Family<Gauge>& memory =
-      prometheus::BuildGauge()
-          .Name("trainbench_device_memory_bytes")
-          .Help("Device memory in use by the cell (resident set on a CPU, allocator reserve on a GPU)")
-          .Register(*registry);
-  Family<Gauge>& gpu_util = prometheus::BuildGauge()
-                                .Name("trainbench_gpu_utilization_ratio")
-                                .Help("GPU busy fraction as NVML reports it, 0-1")
-                                .Register(*registry);
-  Family<Gauge>& gpu_power =
-      prometheus::BuildGauge().Name("trainbench_gpu_power_watts").Help("GPU board power draw").Register(*registry);
-  Family<Gauge>& gpu_temp = prometheus::BuildGauge()
-                                .Name("trainbench_gpu_temperature_celsius")
-                                .Help("GPU core temperature")
-                                .Register(*registry);
-  Family<Gauge>& gpu_memory = prometheus::BuildGauge()
-                                  .Name("trainbench_gpu_memory_used_bytes")
-                                  .Help("GPU memory used by all processes, as NVML reports it")
-                                  .Register(*registry);
-  Family<Gauge>& cpu_util =
-      prometheus::BuildGauge()
-          .Name("trainbench_worker_cpu_utilization_ratio")
-          .Help("CPU time of the cell's worker process over wall time, divided by logical cores, 0-1")
-          .Register(*registry);
-
   std::mutex mutex;  // guards the fields below (the sampler thread reads them)
   std::string experiment;
   Labels cell_labels;  // experiment, model, device_type, variant, gpu
@@ -300,71 +112,9 @@ struct MetricsExporter::Impl {
   }
 };
 
-namespace {
-
-// The first line of a password file; never logged.
-std::string ReadPassword(const std::string& file) {
-  std::ifstream in(file);
-  std::string password;
-  if (!in || !std::getline(in, password) || password.empty()) {
-    throw std::runtime_error("metrics password file " + file + ": cannot read a password from its first line");
-  }
-  return password;
-}
-
-// Compares without an early exit, so timing does not reveal a prefix.
-bool SameSecret(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
-  return diff == 0;
-}
-
-}  // namespace
-
-namespace {
-// Connections served at once by /metrics, and how long one may take to send
-// its request (see the constructor).
-constexpr int kHttpThreads = 128;
-constexpr int kRequestTimeoutMs = 5000;
-}  // namespace
-
 MetricsExporter::MetricsExporter(const MetricsSpec& options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
-  if (!options.address.empty()) impl_->options.address = NormaliseListenAddress(options.address);
-  std::string password;
-  if (!options.basic_auth.username.empty()) password = ReadPassword(options.basic_auth.password_file);
-  // With TLS, civetweb serves plain HTTP on a loopback port and TlsFront
-  // holds the public address (civetweb's own TLS cannot work with OpenSSL 3:
-  // see tls_front.h).
-  const bool tls = !options.tls.cert_file.empty() && !impl_->options.address.empty();
-  const std::string http_address = tls ? "127.0.0.1:" + std::to_string(FreeTcpPort()) : impl_->options.address;
-  try {
-    // No address: push only (--metrics-push), nothing served.
-    // civetweb gives each connection a thread until its request is read: a
-    // few clients that trickle bytes would hold them all (a slowloris). So:
-    // threads to spare, and a request must arrive whole within 5 s (the
-    // timeout counts from the first byte; a scraper sends it at once).
-    if (!http_address.empty()) {
-      impl_->exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-          "listening_ports", http_address, "num_threads", std::to_string(kHttpThreads), "request_timeout_ms",
-          std::to_string(kRequestTimeoutMs), "keep_alive_timeout_ms", std::to_string(kRequestTimeoutMs)});
-    }
-  } catch (const std::exception& e) {
-    throw std::runtime_error("metrics address " + http_address + ": cannot listen (" + e.what() +
-                             "); is the port in use? choose another with --metrics-addr");
-  }
-  if (tls) {
-    impl_->tls =
-        std::make_unique<TlsFront>(impl_->options.address, http_address, options.tls.cert_file, options.tls.key_file);
-  }
-  if (!options.basic_auth.username.empty() && impl_->exposer) {
-    impl_->exposer->RegisterAuth(
-        [user = options.basic_auth.username, password](const std::string& u, const std::string& p) {
-          return SameSecret(u, user) & SameSecret(p, password);
-        },
-        "trainbench");
-  }
-  if (impl_->exposer) impl_->exposer->RegisterCollectable(impl_->registry);
+  impl_->server = std::make_unique<MetricsServer>(options, impl_->registry);
   impl_->sampler = std::thread([this] { impl_->Sample(); });
 }
 
@@ -377,7 +127,7 @@ MetricsExporter::~MetricsExporter() {
   if (impl_->sampler.joinable()) impl_->sampler.join();
 }
 
-std::string MetricsExporter::address() const { return impl_->options.address; }
+std::string MetricsExporter::address() const { return impl_->server->address(); }
 
 void MetricsExporter::OnRunStarted(const Experiment& e, size_t cells) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -418,7 +168,7 @@ void MetricsExporter::OnEvent(size_t, const CellRecord& cell, const protocol::Ev
     i.epochs.Add(i.cell_labels).Set(static_cast<double>(i.epochs_configured));
     i.progress.Add(i.cell_labels).Set(0);
     // Histogram children are created up front so a short cell still exports them.
-    i.step_duration.Add(i.cell_labels, kStepBuckets);
+    i.step_duration.Add(i.cell_labels, MetricFamilies::kStepBuckets);
     i.samples.Add(i.cell_labels);
     i.steps.Add(i.cell_labels);
   } else if (const auto* p = std::get_if<protocol::Progress>(&event)) {
@@ -429,7 +179,7 @@ void MetricsExporter::OnEvent(size_t, const CellRecord& cell, const protocol::Ev
     const auto steps_done = static_cast<double>(p->steps_done);
     if (samples_done > counter_samples.Value()) counter_samples.Increment(samples_done - counter_samples.Value());
     if (steps_done > counter_steps.Value()) counter_steps.Increment(steps_done - counter_steps.Value());
-    auto& histogram = i.step_duration.Add(l, kStepBuckets);
+    auto& histogram = i.step_duration.Add(l, MetricFamilies::kStepBuckets);
     for (double d : p->step_seconds) histogram.Observe(d);
     if (p->samples_per_second > 0) i.throughput.Add(l).Set(p->samples_per_second);
     i.loss.Add(l).Set(p->loss);
@@ -502,24 +252,10 @@ void MetricsExporter::OnRunFinished(const Results& results) {
 }
 
 void MetricsExporter::Finish() {
-  if (!impl_->options.push_url.empty()) {
-    static const std::regex kUrl(R"((https?://[^:/]+):(\d+)/?)");
-    std::smatch m;
-    if (!std::regex_match(impl_->options.push_url, m, kUrl)) {
-      spdlog::error("metrics push URL '{}' is not http://HOST:PORT; not pushed", impl_->options.push_url);
-    } else {
-      prometheus::Gateway gateway(m[1], m[2], "trainbench", {{"experiment", impl_->experiment}});
-      gateway.RegisterCollectable(impl_->registry);
-      const int code = gateway.Push();
-      if (code >= 200 && code < 300)
-        spdlog::info("metrics pushed to {}", impl_->options.push_url);
-      else
-        spdlog::error("metrics push to {} failed (HTTP {})", impl_->options.push_url, code);
-    }
-  }
-  if (impl_->options.linger_seconds > 0 && impl_->exposer) {
-    spdlog::info("serving final metrics on {}://{}/metrics for {:.0f} s", impl_->tls ? "https" : "http",
-                 impl_->options.address, impl_->options.linger_seconds);
+  if (!impl_->options.push_url.empty()) PushMetrics(impl_->options.push_url, impl_->experiment, impl_->registry);
+  if (impl_->options.linger_seconds > 0 && impl_->server->serving()) {
+    spdlog::info("serving final metrics on {}://{}/metrics for {:.0f} s", impl_->server->scheme(),
+                 impl_->server->address(), impl_->options.linger_seconds);
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(impl_->options.linger_seconds);
     while (std::chrono::steady_clock::now() < end && g_stop_signal.load() == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -7,13 +7,10 @@
 #include <memory>
 #include <string>
 
+#include "metrics_server.h"
 #include "runner.h"
 
 namespace trainbench {
-
-/// Normalises "9464" / ":9464" to "127.0.0.1:9464"; throws
-/// std::invalid_argument for anything that is not HOST:PORT.
-std::string NormaliseListenAddress(const std::string& address);
 
 /// Serves /metrics while alive. Not copyable. Observer calls come from the
 /// runner's thread; a sampler thread reads GPU and worker CPU usage every

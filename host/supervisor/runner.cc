@@ -327,132 +327,114 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
     if (!d.index_option.empty()) index_options[d.label] = d.index_option;
   results.SetIndexOptions(index_options);
   fs::create_directories(out_dir / "logs");
-  const size_t total = e.models.size() * e.devices.size();
+  const size_t total = e.Cells().size();
   for (auto* o : observers) o->OnRunStarted(e, total);
 
   // Every cell is listed from the start as pending, so a partial file shows
   // what is still to come.
-  for (const auto& model : e.models) {
-    for (const auto& device : e.devices) {
-      CellRecord cell;
-      cell.model = model.label;
-      cell.model_plugin = model.plugin;
-      cell.device = device.label;
-      cell.device_plugin = device.plugin;
-      cell.model_options = model.options;
-      cell.device_options = device.options;
-      if (!model.record.is_null()) cell.plugins.push_back(model.record);
-      if (!device.record.is_null()) cell.plugins.push_back(device.record);
-      results.cells().push_back(std::move(cell));
-    }
-  }
+  const std::vector<PlannedCell> plan = e.Cells();
+  for (const auto& planned : plan) results.cells().push_back(PlannedRecord(planned));
   results.Write();
 
   bool any_failed = false;
   bool stopped_by_failure = false;
-  size_t index = 0;
-  for (const auto& model : e.models) {
-    for (const auto& device : e.devices) {
-      CellRecord& cell = results.cells()[index];
-      if (g_stop_signal.load() != 0 || stopped_by_failure) {
-        cell.status = stopped_by_failure ? "skipped" : "interrupted";
-        cell.reason = stopped_by_failure ? "not run: an earlier cell failed and measurement.stop_on_failure is set"
-                                         : "run interrupted before this cell started";
-        ++index;
-        continue;
-      }
-      cell.index = static_cast<int64_t>(index);
-      const protocol::CellSpec spec = BuildCellSpec(e, model, device, index);
-      cell.config = CellConfig(spec, device);
-      if (!only.empty() && std::find(only.begin(), only.end(), index) == only.end()) {
-        cell.status = "skipped";
-        cell.reason = "not selected in this run (--cells)";
-        ++index;
-        continue;
-      }
-      auto done =
-          std::find_if(earlier.begin(), earlier.end(), [&](const CellRecord& c) { return c.config == cell.config; });
-      if (done != earlier.end()) {
-        CellRecord kept = *done;
-        kept.index = static_cast<int64_t>(index);
-        kept.resumed = true;
-        cell = kept;
-        earlier.erase(done);
-        spdlog::info("[{}/{}] {} on {}: finished in the earlier run, kept", index + 1, total, model.label,
-                     device.label);
-        results.ComputeSpeedups();
-        results.Write();
-        for (auto* o : observers) o->OnCellFinished(index, cell);
-        ++index;
-        continue;
-      }
-      for (auto* o : observers) o->OnCellStarted(index, cell);
-      if (device.path.empty()) {
-        cell.status = "skipped";
-        cell.reason = device.missing_reason;
-        spdlog::warn("[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label,
-                     device.missing_reason);
-      } else {
-        spdlog::info("[{}/{}] {} on {}: starting", index + 1, total, model.label, device.label);
-        if (const std::string job_gpus = SlurmJobGpus(); !job_gpus.empty() && !device.device_indices.empty()) {
-          cell.slurm = {{"job_gpus", job_gpus}};
-          spdlog::info("[{}/{}] {} on {}: the Slurm job's GPUs {}, in that order for its {} rank(s)", index + 1, total,
-                       model.label, device.label, job_gpus, device.ranks);
-        }
-        std::vector<CellRecord> attempts;
-        for (int64_t r = 0; r < e.measurement.repeats && g_stop_signal.load() == 0; ++r) {
-          const fs::path log = out_dir / "logs" /
-                               fmt::format("cell-{:02}-{}-{}{}.log", index, model.label, device.label,
-                                           e.measurement.repeats > 1 ? fmt::format("-r{}", r) : "");
-          attempts.push_back(
-              RunAttempt(spec, device, cell, log, index, total, e.measurement.stall_timeout_seconds, observers));
-          if (!attempts.back().ok()) break;
-        }
-        if (attempts.empty()) {
-          // A stop arrived before the first attempt started.
-          cell.status = "interrupted";
-          cell.reason = "run interrupted before this cell started (" + StopSignalName() + ")";
-        } else if (attempts.back().ok() && attempts.size() > 1) {
-          cell = CombineRepeats(std::move(attempts));
-        } else {
-          cell = attempts.back();
-        }
-        cell.index = static_cast<int64_t>(index);
-        cell.config = CellConfig(spec, device);
-        const std::string reason = cell.reason.value_or("");
-        if (cell.ok()) {
-          SetEfficiency(cell, e.measurement);
-          cell.target_accuracy = e.measurement.target_accuracy;
-          spdlog::info("[{}/{}] {} on {}: {:.1f} samples/s, {:.1f} s to train{}", index + 1, total, model.label,
-                       device.label, cell.samples_per_second.value_or(0.0), cell.time_to_train_seconds.value_or(0.0),
-                       cell.projected.value_or(false) ? " (projected)" : "");
-          if (cell.samples_per_second_ci95) {
-            const auto& ci = *cell.samples_per_second_ci95;
-            const double median = cell.samples_per_second.value_or(0.0);
-            if (median > 0 && (ci[1] - ci[0]) / 2 > 0.05 * median) {
-              spdlog::warn(
-                  "[{}/{}] {} on {}: noisy machine: the 95% interval of {} repeats, {:.1f}-{:.1f} samples/s, "
-                  "is wider than 5% of the median either side",
-                  index + 1, total, model.label, device.label, cell.samples_per_second_repeats->size(), ci[0], ci[1]);
-            }
-          }
-        } else if (cell.status == "skipped") {
-          spdlog::warn("[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label, reason);
-        } else {
-          any_failed |= cell.status == "failed";
-          stopped_by_failure |= cell.status == "failed" && e.measurement.stop_on_failure;
-          spdlog::error("[{}/{}] {} on {}: {}: {}", index + 1, total, model.label, device.label, cell.status, reason);
-        }
-      }
-      // GPU details of the run come from the first cell that ran on one.
-      if (device.accelerator && cell.hardware.is_object() && !results.system().contains("gpu")) {
-        results.system()["gpu"] = cell.hardware;
-      }
+  for (const auto& planned : plan) {
+    const size_t index = planned.index;
+    const PluginUse& model = planned.model;
+    const PluginUse& device = planned.device;
+    CellRecord& cell = results.cells()[index];
+    if (g_stop_signal.load() != 0 || stopped_by_failure) {
+      cell.status = stopped_by_failure ? "skipped" : "interrupted";
+      cell.reason = stopped_by_failure ? "not run: an earlier cell failed and measurement.stop_on_failure is set"
+                                       : "run interrupted before this cell started";
+      continue;
+    }
+    cell.index = static_cast<int64_t>(index);
+    const protocol::CellSpec spec = BuildCellSpec(e, model, device, index);
+    cell.config = CellConfig(spec, device);
+    if (!only.empty() && std::find(only.begin(), only.end(), index) == only.end()) {
+      cell.status = "skipped";
+      cell.reason = "not selected in this run (--cells)";
+      continue;
+    }
+    auto done =
+        std::find_if(earlier.begin(), earlier.end(), [&](const CellRecord& c) { return c.config == cell.config; });
+    if (done != earlier.end()) {
+      CellRecord kept = *done;
+      kept.index = static_cast<int64_t>(index);
+      kept.resumed = true;
+      cell = kept;
+      earlier.erase(done);
+      spdlog::info("[{}/{}] {} on {}: finished in the earlier run, kept", index + 1, total, model.label, device.label);
       results.ComputeSpeedups();
       results.Write();
       for (auto* o : observers) o->OnCellFinished(index, cell);
-      ++index;
+      continue;
     }
+    for (auto* o : observers) o->OnCellStarted(index, cell);
+    if (device.path.empty()) {
+      cell.status = "skipped";
+      cell.reason = device.missing_reason;
+      spdlog::warn("[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label, device.missing_reason);
+    } else {
+      spdlog::info("[{}/{}] {} on {}: starting", index + 1, total, model.label, device.label);
+      if (const std::string job_gpus = SlurmJobGpus(); !job_gpus.empty() && !device.device_indices.empty()) {
+        cell.slurm = {{"job_gpus", job_gpus}};
+        spdlog::info("[{}/{}] {} on {}: the Slurm job's GPUs {}, in that order for its {} rank(s)", index + 1, total,
+                     model.label, device.label, job_gpus, device.ranks);
+      }
+      std::vector<CellRecord> attempts;
+      for (int64_t r = 0; r < e.measurement.repeats && g_stop_signal.load() == 0; ++r) {
+        const fs::path log = out_dir / "logs" /
+                             fmt::format("cell-{:02}-{}-{}{}.log", index, model.label, device.label,
+                                         e.measurement.repeats > 1 ? fmt::format("-r{}", r) : "");
+        attempts.push_back(
+            RunAttempt(spec, device, cell, log, index, total, e.measurement.stall_timeout_seconds, observers));
+        if (!attempts.back().ok()) break;
+      }
+      if (attempts.empty()) {
+        // A stop arrived before the first attempt started.
+        cell.status = "interrupted";
+        cell.reason = "run interrupted before this cell started (" + StopSignalName() + ")";
+      } else if (attempts.back().ok() && attempts.size() > 1) {
+        cell = CombineRepeats(std::move(attempts));
+      } else {
+        cell = attempts.back();
+      }
+      cell.index = static_cast<int64_t>(index);
+      cell.config = CellConfig(spec, device);
+      const std::string reason = cell.reason.value_or("");
+      if (cell.ok()) {
+        SetEfficiency(cell, e.measurement);
+        cell.target_accuracy = e.measurement.target_accuracy;
+        spdlog::info("[{}/{}] {} on {}: {:.1f} samples/s, {:.1f} s to train{}", index + 1, total, model.label,
+                     device.label, cell.samples_per_second.value_or(0.0), cell.time_to_train_seconds.value_or(0.0),
+                     cell.projected.value_or(false) ? " (projected)" : "");
+        if (cell.samples_per_second_ci95) {
+          const auto& ci = *cell.samples_per_second_ci95;
+          const double median = cell.samples_per_second.value_or(0.0);
+          if (median > 0 && (ci[1] - ci[0]) / 2 > 0.05 * median) {
+            spdlog::warn(
+                "[{}/{}] {} on {}: noisy machine: the 95% interval of {} repeats, {:.1f}-{:.1f} samples/s, "
+                "is wider than 5% of the median either side",
+                index + 1, total, model.label, device.label, cell.samples_per_second_repeats->size(), ci[0], ci[1]);
+          }
+        }
+      } else if (cell.status == "skipped") {
+        spdlog::warn("[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label, reason);
+      } else {
+        any_failed |= cell.status == "failed";
+        stopped_by_failure |= cell.status == "failed" && e.measurement.stop_on_failure;
+        spdlog::error("[{}/{}] {} on {}: {}: {}", index + 1, total, model.label, device.label, cell.status, reason);
+      }
+    }
+    // GPU details of the run come from the first cell that ran on one.
+    if (device.accelerator && cell.hardware.is_object() && !results.system().contains("gpu")) {
+      results.system()["gpu"] = cell.hardware;
+    }
+    results.ComputeSpeedups();
+    results.Write();
+    for (auto* o : observers) o->OnCellFinished(index, cell);
   }
   results.ComputeSpeedups();
   results.Write();
@@ -463,6 +445,19 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
   const int sig = g_stop_signal.load();
   outcome.exit_code = sig != 0 ? 128 + sig : any_failed ? kExitCellsFailed : kExitOk;
   return outcome;
+}
+
+CellRecord PlannedRecord(const PlannedCell& planned) {
+  CellRecord cell;
+  cell.model = planned.model.label;
+  cell.model_plugin = planned.model.plugin;
+  cell.device = planned.device.label;
+  cell.device_plugin = planned.device.plugin;
+  cell.model_options = planned.model.options;
+  cell.device_options = planned.device.options;
+  if (!planned.model.record.is_null()) cell.plugins.push_back(planned.model.record);
+  if (!planned.device.record.is_null()) cell.plugins.push_back(planned.device.record);
+  return cell;
 }
 
 void InstallSignalHandlers() {

@@ -48,6 +48,11 @@ RunOutcome RunExperiment(const Experiment& experiment, const std::filesystem::pa
                          const nlohmann::json& system, std::vector<RunObserver*> observers, bool resume = false,
                          const std::vector<size_t>& only = {});
 
+/// The record of a planned cell before it runs: its model and device entries,
+/// their options and plugin records, no status yet. The runner and Slurm's
+/// gather both list cells this way.
+CellRecord PlannedRecord(const PlannedCell& planned);
+
 /// Records `signal` as the reason to stop and forwards it to the running
 /// worker, which stops at its next step. Async-signal-safe.
 void RequestStop(int signal) noexcept;

@@ -115,13 +115,6 @@ json JobOf(const json& jobs, size_t cell) {
   return json();
 }
 
-std::vector<std::pair<const PluginUse*, const PluginUse*>> Cells(const Experiment& e) {
-  std::vector<std::pair<const PluginUse*, const PluginUse*>> cells;
-  for (const auto& m : e.models)
-    for (const auto& d : e.devices) cells.emplace_back(&m, &d);
-  return cells;
-}
-
 }  // namespace
 
 SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, const fs::path& yaml_file,
@@ -141,7 +134,7 @@ SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, co
   // Cells to submit, grouped by what they ask of a node: GPUs or none.
   SlurmSubmission submission;
   std::map<int64_t, std::vector<size_t>> by_gpus;
-  const auto cells = Cells(e);
+  const std::vector<PlannedCell> cells = e.Cells();
   for (size_t i = 0; i < cells.size(); ++i) {
     const std::optional<CellRecord> done = TaskCell(TaskResults(out, i), i);
     if (done && done->ok()) continue;
@@ -150,7 +143,7 @@ SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, co
       submission.waiting.push_back(i);
       continue;
     }
-    const PluginUse& device = *cells[i].second;
+    const PluginUse& device = cells[i].device;
     const int64_t gpus = device.device_indices.empty() ? 0 : device.ranks;
     by_gpus[gpus].push_back(i);
   }
@@ -226,7 +219,7 @@ SlurmGathered SlurmGather(const ExperimentPlan& plan, const fs::path& out_dir) {
   const fs::path out = fs::absolute(out_dir);
   const json jobs = ReadJobs(out);
   const auto queued = QueuedTasks(jobs);
-  const auto cells = Cells(e);
+  const std::vector<PlannedCell> cells = e.Cells();
 
   // Each task's results, read once; the system block is the first task's.
   std::vector<json> docs;
@@ -238,7 +231,6 @@ SlurmGathered SlurmGather(const ExperimentPlan& plan, const fs::path& out_dir) {
   Results results(out, e.ToJson(), system.is_null() ? json::object() : system, e.measurement.baseline);
   SlurmGathered gathered;
   for (size_t i = 0; i < cells.size(); ++i) {
-    const auto& [model, device] = cells[i];
     std::optional<CellRecord> found = TaskCell(docs[i], i);
     const json job = JobOf(jobs, i);
     const std::string job_id = job.is_object() ? job.value("job_id", "") : "";
@@ -247,11 +239,7 @@ SlurmGathered SlurmGather(const ExperimentPlan& plan, const fs::path& out_dir) {
     CellRecord cell = found.value_or(CellRecord{});
     if (!found || status == "pending" || status == "interrupted" || status.empty()) {
       const std::string previous_reason = found ? found->reason.value_or("") : "";
-      cell = CellRecord{};
-      cell.model = model->label;
-      cell.model_plugin = model->plugin;
-      cell.device = device->label;
-      cell.device_plugin = device->plugin;
+      cell = PlannedRecord(cells[i]);
       if (job_id.empty()) {
         cell.status = "pending";
         cell.reason = "not submitted yet (trainbench slurm submit)";
