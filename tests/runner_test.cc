@@ -42,6 +42,41 @@ TEST(Runner, AStopBeforeTheFirstAttemptIsRecordedNotACrash) {
   fs::remove_all(out);
 }
 
+TEST(Runner, ThePlanIsModelMajorAndItsRecordsCarryTheEntries) {
+  Experiment e;
+  for (const char* m : {"cnn", "resnet18"}) {
+    PluginUse use;
+    use.plugin = use.label = m;
+    use.options = {{"width", 2}};
+    e.models.push_back(use);
+  }
+  for (const char* d : {"cpu", "gpu0", "gpu1"}) {
+    PluginUse use;
+    use.plugin = "cuda";
+    use.label = d;
+    use.record = {{"name", "cuda"}, {"kind", "device"}};
+    e.devices.push_back(use);
+  }
+  const std::vector<PlannedCell> plan = e.Cells();
+  ASSERT_EQ(plan.size(), 6u);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    EXPECT_EQ(plan[i].index, i);
+    names.push_back(plan[i].name());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"cnn on cpu", "cnn on gpu0", "cnn on gpu1", "resnet18 on cpu",
+                                             "resnet18 on gpu0", "resnet18 on gpu1"}));
+  const CellRecord record = PlannedRecord(plan[4]);
+  EXPECT_EQ(record.model, "resnet18");
+  EXPECT_EQ(record.device, "gpu0");
+  EXPECT_EQ(record.device_plugin, "cuda");
+  EXPECT_EQ(record.status, "pending");
+  EXPECT_EQ(record.model_options, (nlohmann::json{{"width", 2}}));
+  ASSERT_EQ(record.plugins.size(), 1u);  // the model entry has no plugin record here
+  EXPECT_EQ(record.plugins[0]["name"], "cuda");
+  EXPECT_FALSE(record.samples_per_second);
+}
+
 TEST(PluginCatalog, ARejectedPluginIsFoundByItsFileName) {
   const PluginCatalog catalog = PluginCatalog::Discover({testing::FixtureDir()});
   const PluginInfo* rejected = catalog.FindRejected("fixture_fingerprint");

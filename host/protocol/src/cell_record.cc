@@ -124,32 +124,16 @@ struct Reader {
 }  // namespace
 
 void CellRecord::Apply(const Result& r) {
-  params = r.params;
-  flops_per_sample = r.flops_per_sample;
-  samples_per_second = r.samples_per_second;
-  achieved_tflops = r.achieved_tflops;
-  step_seconds_median = r.step_seconds_median;
-  step_seconds_p90 = r.step_seconds_p90;
-  steps = r.steps;
-  steady_steps = r.steady_steps;
-  epoch_seconds = r.epoch_seconds;
-  measured_epochs = r.measured_epochs;
-  train_seconds = r.train_seconds;
-  setup_seconds = r.setup_seconds;
-  warmup_seconds = r.warmup_seconds;
-  eval_seconds = r.eval_seconds;
-  evaluations = r.evaluations;
-  accuracy_curve = r.accuracy_curve;
-  time_to_target_seconds = r.time_to_target_seconds;
-  epochs_to_target = r.epochs_to_target;
-  target_reason = r.target_reason;
-  if (r.stopped_at_target) stopped_at_target = true;
-  energy_source = r.energy_source;
-  energy_reason = r.energy_reason;
-  energy_joules = r.energy_joules;
-  joules_per_sample = r.joules_per_sample;
-  average_power_watts = r.average_power_watts;
-  if (r.energy_joules) epoch_energy_joules = r.epoch_energy_joules;
+  DropMeasurements();
+  // Each key of the event into the record's field of the same key (a test
+  // holds every result key to be a record key of the same type).
+  const json event = ToJson(r);
+  std::vector<std::string> seen;
+  Fields(*this, Reader{event, seen});
+  // Recorded when they say something: a target reached and stopped at, the
+  // energy of each epoch when there is energy at all.
+  if (!r.stopped_at_target) stopped_at_target.reset();
+  if (!r.energy_joules) epoch_energy_joules.reset();
   // The whole training of the cell, as the study timed it: evaluation
   // projected over the epochs as the epochs themselves are.
   const double evals = r.evaluations > 0 ? static_cast<double>(r.evaluations) : 1.0;
@@ -158,15 +142,6 @@ void CellRecord::Apply(const Result& r) {
   // All epochs projected at the steady rate (a budget within the first):
   // the warm-up they lack is added back, as measured.
   if (r.measured_epochs == 0) *time_to_train_seconds += r.warmup_seconds;
-  train_loss = r.train_loss;
-  test_accuracy = r.test_accuracy;
-  projected = r.projected;
-  peak_memory_bytes = r.peak_memory_bytes;
-  ranks = r.ranks;
-  rank = r.rank;
-  backend = r.backend;
-  hardware = r.hardware;
-  sync_batchnorm = r.sync_batchnorm;
 }
 
 void CellRecord::Apply(const Started& s) {
@@ -179,37 +154,18 @@ void CellRecord::Apply(const Started& s) {
 }
 
 void CellRecord::DropMeasurements() {
-  samples_per_second.reset();
-  achieved_tflops.reset();
-  step_seconds_median.reset();
-  step_seconds_p90.reset();
-  train_seconds.reset();
-  setup_seconds.reset();
-  warmup_seconds.reset();
-  eval_seconds.reset();
-  evaluations.reset();
-  time_to_train_seconds.reset();
-  accuracy_curve.reset();
-  time_to_target_seconds.reset();
-  epochs_to_target.reset();
-  target_reason.reset();
-  stopped_at_target.reset();
-  energy_joules.reset();
-  joules_per_sample.reset();
-  average_power_watts.reset();
-  epoch_energy_joules.reset();
-  steps.reset();
-  steady_steps.reset();
-  measured_epochs.reset();
-  peak_memory_bytes.reset();
-  epoch_seconds.reset();
-  train_loss.reset();
-  test_accuracy.reset();
-  projected.reset();
-  sync_batchnorm.reset();
-  ranks.reset();
-  rank.reset();
-  backend.reset();
+  // Every key of a result but what the `started` event says too (the
+  // model's size and the hardware), and what the host derives from them.
+  static const std::vector<std::string> keep = {"params", "flops_per_sample", "hardware"};
+  std::vector<std::string> dropped;
+  for (const auto& key : ResultKeys())
+    if (std::find(keep.begin(), keep.end(), key) == keep.end()) dropped.push_back(key);
+  dropped.emplace_back("time_to_train_seconds");
+  Fields(*this, [&](const char* key, auto& value) {
+    if (std::find(dropped.begin(), dropped.end(), key) == dropped.end()) return;
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (IsOptional<T>::value) value.reset();
+  });
 }
 
 std::optional<double> CellRecord::final_accuracy() const {

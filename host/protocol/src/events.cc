@@ -222,6 +222,16 @@ json ToJson(const Event& event) {
 
 json ToJson(const Result& result) { return Write(result); }
 
+const std::vector<std::string>& ResultKeys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k;
+    Result r;
+    Fields(r, [&](const char* key, auto&) { k.emplace_back(key); });
+    return k;
+  }();
+  return keys;
+}
+
 Event EventFromJson(const json& j) {
   if (!j.is_object()) throw ProtocolError("event channel: a message that is not a JSON object");
   auto it = j.find("event");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "trainbench/protocol/cell_record.h"
 #include "trainbench/protocol/cell_spec.h"
 #include "trainbench/protocol/channel.h"
 #include "trainbench/protocol/error.h"
@@ -122,6 +123,84 @@ TEST(Events, MissingUnknownAndMistypedFieldsAreRefused) {
   EXPECT_EQ(ErrorOf([&] { EventFromJson(mistyped); }), "event 'epoch': field 'complete' has the wrong type (number)");
   EXPECT_EQ(ErrorOf([&] { EventFromJson(json{{"event", "victory"}}); }), "event channel: unknown event 'victory'");
   EXPECT_EQ(ErrorOf([&] { EventFromJson(json::array()); }), "event channel: a message that is not a JSON object");
+}
+
+// A result with every field set to something other than its default.
+Result FullResult() {
+  Result r;
+  r.params = 11;
+  r.flops_per_sample = 22;
+  r.samples_per_second = 3.5;
+  r.achieved_tflops = 1.25;
+  r.step_seconds_median = 0.5;
+  r.step_seconds_p90 = 0.75;
+  r.steps = 40;
+  r.steady_steps = 30;
+  r.epoch_seconds = {2.0, 1.5};
+  r.measured_epochs = 2;
+  r.train_seconds = 3.5;
+  r.train_loss = {2.1, 1.9};
+  r.test_accuracy = {0.3, 0.4};
+  r.setup_seconds = 0.25;
+  r.warmup_seconds = 0.125;
+  r.eval_seconds = 0.5;
+  r.evaluations = 2;
+  r.accuracy_curve = {{1.0, 1.0, 0.3}, {2.0, 2.0, 0.4}};
+  r.time_to_target_seconds = 2.0;
+  r.epochs_to_target = 2.0;
+  r.target_reason = "reached";
+  r.stopped_at_target = true;
+  r.energy_joules = 100.0;
+  r.joules_per_sample = 0.5;
+  r.average_power_watts = 50.0;
+  r.epoch_energy_joules = {60.0, 40.0};
+  r.energy_source = "rapl";
+  r.energy_reason = "none";
+  r.projected = true;
+  r.peak_memory_bytes = 1 << 20;
+  r.ranks = 2;
+  r.rank = 1;
+  r.backend = "gloo";
+  r.hardware = {{"name", "x"}};
+  r.sync_batchnorm = true;
+  return r;
+}
+
+TEST(CellRecord, TakesEveryFieldOfAResultAndDropsThemAgain) {
+  const Result r = FullResult();
+  const json event = ToJson(r);
+  // The fixture sets every field: a new one must be added to it.
+  ASSERT_EQ(event.size(), ResultKeys().size()) << event.dump();
+  CellRecord cell;
+  cell.Apply(r);
+  const json record = ToJson(cell);
+  for (const auto& key : ResultKeys()) {
+    ASSERT_TRUE(record.contains(key)) << "result key '" << key << "' is not in the cell record";
+    EXPECT_EQ(record[key], event[key]) << key;
+  }
+  EXPECT_TRUE(cell.time_to_train_seconds);
+  cell.DropMeasurements();
+  const json dropped = ToJson(cell);
+  for (const auto& key : ResultKeys()) {
+    const bool kept = key == "params" || key == "flops_per_sample" || key == "hardware";
+    EXPECT_EQ(dropped.contains(key), kept) << key;
+  }
+  EXPECT_FALSE(cell.time_to_train_seconds);
+}
+
+TEST(CellRecord, SaysOnlyWhatAResultSays) {
+  Result r = FullResult();
+  r.stopped_at_target = false;
+  r.energy_joules.reset();
+  r.energy_source.reset();
+  CellRecord cell;
+  cell.Apply(FullResult());
+  cell.Apply(r);  // a second result replaces the first whole
+  EXPECT_FALSE(cell.stopped_at_target);
+  EXPECT_FALSE(cell.energy_joules);
+  EXPECT_FALSE(cell.epoch_energy_joules);
+  EXPECT_FALSE(cell.energy_source);
+  EXPECT_EQ(*cell.samples_per_second, 3.5);
 }
 
 TEST(Channel, FramesSplitAcrossReadsAreJoined) {

@@ -136,4 +136,8 @@ Event EventFromJson(const nlohmann::json& j);
 /// The result's fields as they go into a results.json cell.
 nlohmann::json ToJson(const Result& result);
 
+/// The keys of a `result` event, set or not, in declaration order: the
+/// cell record takes exactly these from it (CellRecord::Apply).
+const std::vector<std::string>& ResultKeys();
+
 }  // namespace trainbench::protocol
