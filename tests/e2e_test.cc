@@ -154,6 +154,75 @@ measurement: {warmup_steps: 2, progress_interval_seconds: 0.5}
   EXPECT_NE(o.output.find("samples/s"), std::string::npos);  // the closing table
 }
 
+// Headless: --log-format json makes every line of stderr one JSON object
+// with the cell's fields and ETAs; errors too.
+TEST_F(EndToEnd, JsonLogLinesCarryTheCellsFieldsAndTheirEtas) {
+  const std::string config = Config(R"(name: jsonlog
+models: [simple_cnn]
+devices: [cpu, {plugin: cpu, label: again}, {plugin: cuda, label: gpu}]
+training: {epochs: 2, batch_size: 50}
+measurement: {warmup_steps: 2, progress_interval_seconds: 0.2}
+)");
+  const fs::path log = dir_ / "stderr.jsonl";
+  const Outcome o = Shell((BinDir() / "trainbench").string() + " run " + config + " --out " + (dir_ / "out").string() +
+                          Plugins() + " --log-format json 2> " + log.string());
+  std::ifstream in(log);
+  std::string line;
+  std::vector<json> lines;
+  while (std::getline(in, line)) {
+    const json j = json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "not a JSON line: " << line;
+    for (const char* key : {"time", "level", "event", "message"}) EXPECT_TRUE(j.contains(key)) << line;
+    lines.push_back(j);
+  }
+  ASSERT_NE(o.exit_code, 2) << o.output;
+  auto with = [&](const std::string& event) {
+    std::vector<json> out;
+    for (const auto& j : lines)
+      if (j["event"] == event) out.push_back(j);
+    return out;
+  };
+  ASSERT_EQ(with("run_started").size(), 1u);
+  EXPECT_EQ(with("run_started")[0]["cells"], 3);
+  const auto progress = with("progress");
+  ASSERT_GE(progress.size(), 2u);  // the first report of each cell is always logged
+  bool eta_seen = false;
+  for (const auto& p : progress) {
+    EXPECT_EQ(p["experiment"], "jsonlog");
+    EXPECT_EQ(p["model"], "simple_cnn");
+    for (const char* key : {"cell", "device", "epoch", "step", "loss"}) EXPECT_TRUE(p.contains(key)) << p;
+    if (p.contains("eta_seconds")) {
+      eta_seen = true;
+      EXPECT_GE(p["eta_seconds"].get<double>(), 0) << p;
+      EXPECT_GE(p["run_eta_seconds"].get<double>(), p["eta_seconds"].get<double>()) << p;
+      EXPECT_TRUE(p.contains("samples_per_second")) << p;
+      EXPECT_NE(p["message"].get<std::string>().find("run ETA"), std::string::npos) << p;
+    }
+  }
+  EXPECT_TRUE(eta_seen);
+  EXPECT_EQ(with("epoch").size(), 4u);
+  const auto finished = with("cell_finished");
+  ASSERT_EQ(finished.size(), 3u);
+  EXPECT_EQ(finished[0]["status"], "ok");
+  EXPECT_EQ(finished[0]["cell"], 0);
+  EXPECT_GT(finished[0]["samples_per_second"].get<double>(), 0);
+  // Skipped where this build has no cuda plugin (a warning), else trained.
+  EXPECT_TRUE(finished[2]["status"] == "skipped" || finished[2]["status"] == "ok") << finished[2];
+  EXPECT_EQ(finished[2]["device"], "gpu");
+
+  // A config error is a JSON line with the exit code, nothing else on stderr.
+  std::ofstream(dir_ / "bad.yaml") << "name: bad\nmodels: [simple_cnn]\n";
+  const Outcome bad = Shell((BinDir() / "trainbench").string() + " validate " + (dir_ / "bad.yaml").string() +
+                            " --log-format json 2>&1 >/dev/null");
+  EXPECT_EQ(bad.exit_code, 2);
+  const json error = json::parse(bad.output, nullptr, false);
+  ASSERT_FALSE(error.is_discarded()) << bad.output;
+  EXPECT_EQ(error["event"], "error");
+  EXPECT_EQ(error["level"], "error");
+  EXPECT_EQ(error["exit_code"], 2);
+  EXPECT_NE(error["message"].get<std::string>().find("bad.yaml:1:1: missing key 'dataset'"), std::string::npos);
+}
+
 // What the field judges by: the time to train (and where it went), the
 // spread of repeats carried into the speedup, and the utilisation of a known
 // peak.

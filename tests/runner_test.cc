@@ -6,7 +6,9 @@
 #include <csignal>
 #include <filesystem>
 
+#include "eta.h"
 #include "plugin_catalog.h"
+#include "run_log.h"
 #include "test_env.h"
 
 namespace trainbench {
@@ -75,6 +77,72 @@ TEST(Runner, ThePlanIsModelMajorAndItsRecordsCarryTheEntries) {
   ASSERT_EQ(record.plugins.size(), 1u);  // the model entry has no plugin record here
   EXPECT_EQ(record.plugins[0]["name"], "cuda");
   EXPECT_FALSE(record.samples_per_second);
+}
+
+protocol::Progress At(int64_t steps_done, double elapsed, int64_t steps_per_epoch = 100) {
+  protocol::Progress p;
+  p.steps_done = steps_done;
+  p.elapsed_seconds = elapsed;
+  p.steps_per_epoch = steps_per_epoch;
+  return p;
+}
+
+TEST(Eta, AnAttemptEndsAtItsEpochsOrItsBudgets) {
+  EXPECT_FALSE(AttemptSecondsLeft(At(0, 0), 3, std::nullopt, std::nullopt));  // no step timed yet
+  // 50 of 300 steps in 10 s: 250 more at 0.2 s.
+  EXPECT_DOUBLE_EQ(*AttemptSecondsLeft(At(50, 10), 3, std::nullopt, std::nullopt), 50.0);
+  EXPECT_DOUBLE_EQ(*AttemptSecondsLeft(At(50, 10), 3, 80, std::nullopt), 6.0);     // a step budget
+  EXPECT_DOUBLE_EQ(*AttemptSecondsLeft(At(50, 10), 3, std::nullopt, 25.0), 15.0);  // a time budget
+  EXPECT_DOUBLE_EQ(*AttemptSecondsLeft(At(400, 10), 3, std::nullopt, std::nullopt), 0.0);
+}
+
+TEST(Eta, CellsToComeTakeWhatTheirDeviceTookBefore) {
+  Experiment e;
+  e.training.epochs = 1;
+  e.measurement.repeats = 2;
+  for (const char* m : {"a", "b"}) {
+    PluginUse use;
+    use.plugin = use.label = m;
+    e.models.push_back(use);
+  }
+  for (const char* d : {"cpu", "gpu", "gone"}) {
+    PluginUse use;
+    use.plugin = use.label = d;
+    use.path = std::string(d) == "gone" ? "" : "/x.so";  // "gone" cells are skipped: no time
+    e.devices.push_back(use);
+  }
+  RunEta eta(e);
+  eta.CellStarted(0);
+  eta.AttemptStarted();
+  // Nothing finished yet: the cells to come at this cell's pace (2 repeats
+  // of 10 s + 10 s each): this one 10 s left + 20 s of its second repeat.
+  auto first = eta.OnProgress(At(50, 10));
+  ASSERT_TRUE(first);
+  EXPECT_DOUBLE_EQ(first->cell_seconds, 30.0);
+  EXPECT_DOUBLE_EQ(first->run_seconds, 30.0 + 3 * 40.0);  // a/gpu, b/cpu, b/gpu
+  eta.CellFinished(0, true, 100.0);                       // a on cpu: 100 s in all
+  eta.CellStarted(1);
+  eta.AttemptStarted();
+  eta.AttemptStarted();  // the second repeat
+  auto second = eta.OnProgress(At(50, 1));
+  ASSERT_TRUE(second);
+  EXPECT_DOUBLE_EQ(second->cell_seconds, 1.0);
+  // b on cpu as a on cpu took (100 s); b on gpu as any cell that ran (100 s).
+  EXPECT_DOUBLE_EQ(second->run_seconds, 1.0 + 100.0 + 100.0);
+  eta.CellFinished(1, true, 4.0);  // a on gpu: 4 s
+  eta.CellFinished(2, false);      // a on gone: skipped
+  eta.CellStarted(3);
+  eta.AttemptStarted();
+  auto third = eta.OnProgress(At(50, 10));
+  ASSERT_TRUE(third);
+  EXPECT_DOUBLE_EQ(third->run_seconds, 30.0 + 4.0);  // then b on gpu, as a on gpu
+}
+
+TEST(Eta, DurationsReadAsTimes) {
+  EXPECT_EQ(DurationText(41.6), "42 s");
+  EXPECT_EQ(DurationText(185), "3 min 5 s");
+  EXPECT_EQ(DurationText(7800), "2 h 10 min");
+  EXPECT_EQ(DurationText(-3), "0 s");
 }
 
 TEST(PluginCatalog, ARejectedPluginIsFoundByItsFileName) {

@@ -10,6 +10,7 @@
 
 #include "config_loader.h"
 #include "file_sd_target.h"
+#include "logging.h"
 #include "net.h"
 #include "plan_impl.h"
 #include "plugin_catalog.h"
@@ -254,7 +255,10 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
   } catch (const std::exception& e) {
     throw EngineError(e.what(), kExitError);
   }
-  spdlog::info("experiment '{}': {} cell(s), results in {}", experiment.name, total, options.out_dir.string());
+  LogWith(
+      spdlog::level::info,
+      {{"event", "run_started"}, {"experiment", experiment.name}, {"cells", total}, {"out", options.out_dir.string()}},
+      "experiment '{}': {} cell(s), results in {}", experiment.name, total, options.out_dir.string());
 
   std::unique_ptr<FileSdTarget> target;
 #ifdef TRAINBENCH_WITH_PROMETHEUS

@@ -1,6 +1,7 @@
 // The engine API's free functions: versions, the worker's fingerprint, the
 // configuration reference, reports of results files.
 
+#include "logging.h"
 #include "report.h"
 #include "settings_yaml.h"
 #include "system_info.h"
@@ -12,6 +13,12 @@ namespace fs = std::filesystem;
 
 std::string EngineVersion() { return TrainbenchVersion(); }
 std::string EngineGitCommit() { return TrainbenchGitCommit(); }
+
+void SetUpLogging(const std::string& format) { ConfigureLog(format); }
+
+void LogError(const std::string& message, int exit_code) {
+  LogWith(spdlog::level::err, {{"event", "error"}, {"exit_code", exit_code}}, "{}", message);
+}
 
 std::string ConfigReference() { return GenerateConfigReference(); }
 

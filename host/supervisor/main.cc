@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "logging.h"
 #include "trainbench/engine.h"
 
 namespace fs = std::filesystem;
@@ -62,6 +61,16 @@ std::string DefaultOutDir(const std::string& name) {
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
   return "results/" + name + "-" + stamp;
+}
+
+// An error that ends the command: one line on stderr, "error: ..." or, with
+// --log-format json, a JSON line (event "error", its exit code); the exit code.
+int Fail(const std::string& log_format, const std::string& message, int exit_code) {
+  if (log_format == "json")
+    LogError(message, exit_code);
+  else
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+  return exit_code;
 }
 
 }  // namespace
@@ -152,7 +161,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (metrics_linger >= 0) run_options.metrics_linger_seconds = metrics_linger;
 
-  SetUpLogging(log_format);
+  try {
+    SetUpLogging(log_format);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitConfig;
+  }
   try {
     if (config_reference->parsed()) {
       std::fputs(ConfigReference().c_str(), stdout);
@@ -198,8 +212,7 @@ int main(int argc, char** argv) {
     }
     if (run_options.out_dir.empty()) {
       if (run_options.resume) {
-        std::fprintf(stderr, "error: --resume needs --out (the folder of the run to resume)\n");
-        return kExitConfig;
+        return Fail(log_format, "--resume needs --out (the folder of the run to resume)", kExitConfig);
       }
       run_options.out_dir = DefaultOutDir(plan.name());
     }
@@ -208,10 +221,8 @@ int main(int argc, char** argv) {
     std::printf("\n%sresults: %s\n", summary.table.c_str(), summary.results_json.c_str());
     return summary.exit_code;
   } catch (const EngineError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return e.exit_code();
+    return Fail(log_format, e.what(), e.exit_code());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitError;
+    return Fail(log_format, e.what(), kExitError);
   }
 }

@@ -101,8 +101,17 @@ struct MetricFamilies {
                                 .Register(*registry);
   Family<Gauge>& eta = prometheus::BuildGauge()
                            .Name("trainbench_cell_remaining_seconds")
-                           .Help("Estimated seconds of training left in the cell")
+                           .Help("Estimated seconds left in the cell, its repeats included")
                            .Register(*registry);
+  Family<Gauge>& device_accelerator =
+      prometheus::BuildGauge()
+          .Name("trainbench_device_accelerator")
+          .Help("1 for a device of the experiment that is an accelerator (as its plugin describes itself), else 0")
+          .Register(*registry);
+  Family<Gauge>& run_eta = prometheus::BuildGauge()
+                               .Name("trainbench_run_remaining_seconds")
+                               .Help("Estimated seconds left in the run: the cell running now and every cell after it")
+                               .Register(*registry);
   Family<Gauge>& speedup = prometheus::BuildGauge()
                                .Name("trainbench_speedup")
                                .Help("Samples/s over the baseline device's for the same model")

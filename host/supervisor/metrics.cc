@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "eta.h"
 #include "gpu_monitor.h"
 #include "metric_families.h"
 #include "metrics_server.h"
@@ -60,8 +61,7 @@ struct MetricsExporter::Impl : MetricFamilies {
   int gpu_index = -1;
   std::set<std::string> accelerators;  // device labels of accelerator plugins
   int64_t epochs_configured = 1;
-  std::optional<double> budget_seconds;
-  std::optional<int64_t> budget_steps;
+  RunEta run_eta_estimate;  // the same estimate as the log's ETAs
 
   std::unique_ptr<GpuMonitor> gpus = GpuMonitor::Open();
   std::thread sampler;
@@ -133,8 +133,12 @@ void MetricsExporter::OnRunStarted(const Experiment& e, size_t cells) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->experiment = e.name;
   impl_->epochs_configured = e.training.epochs;
-  for (const auto& d : e.devices)
+  impl_->run_eta_estimate = RunEta(e);
+  for (const auto& d : e.devices) {
     if (d.accelerator) impl_->accelerators.insert(d.label);
+    impl_->device_accelerator.Add({{"experiment", e.name}, {"variant", d.label}, {"device_type", d.plugin}})
+        .Set(d.accelerator ? 1 : 0);
+  }
   impl_->info
       .Add({{"experiment", e.name},
             {"version", TrainbenchVersion()},
@@ -152,12 +156,14 @@ void MetricsExporter::OnCellStarted(size_t index, const CellRecord& cell) {
   impl_->cell_index.Add({{"experiment", impl_->experiment}}).Set(static_cast<double>(index + 1));
   impl_->cell_labels = impl_->LabelsOf(cell);
   impl_->gpu_index = -1;
+  impl_->run_eta_estimate.CellStarted(index);
 }
 
 void MetricsExporter::OnEvent(size_t, const CellRecord& cell, const protocol::Event& event) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   auto& i = *impl_;
   if (const auto* started = std::get_if<protocol::Started>(&event)) {
+    i.run_eta_estimate.AttemptStarted();
     i.cell_labels = i.LabelsOf(cell);
     // An accelerator (the plugin says so) that names its index is sampled.
     if (i.accelerators.count(cell.device) && started->hardware.is_object() && started->hardware.contains("index") &&
@@ -186,16 +192,15 @@ void MetricsExporter::OnEvent(size_t, const CellRecord& cell, const protocol::Ev
     i.epoch.Add(l).Set(static_cast<double>(p->epoch));
     i.step.Add(l).Set(static_cast<double>(p->step));
     if (p->memory_bytes >= 0) i.memory.Add(l).Set(static_cast<double>(p->memory_bytes));
-    // Progress and remaining time: of the step or time budget when one is
-    // set, else of all epochs at the current rate.
+    // Progress: of the cell's epochs; remaining time: of the cell and the
+    // run, as the log's progress lines have it (eta.h).
     const double total_steps = static_cast<double>(p->steps_per_epoch) * static_cast<double>(i.epochs_configured);
-    const double elapsed = p->elapsed_seconds;
-    double done = total_steps > 0 ? steps_done / total_steps : 0;
-    double remaining = 0;
-    if (steps_done > 0 && elapsed > 0) remaining = (total_steps - steps_done) * elapsed / steps_done;
-    i.progress.Add(l).Set(std::min(1.0, done));
+    i.progress.Add(l).Set(std::min(1.0, total_steps > 0 ? steps_done / total_steps : 0.0));
     i.last_progress.Add({{"experiment", i.experiment}}).Set(Impl::Now());
-    i.eta.Add(l).Set(std::max(0.0, remaining));
+    if (const auto estimate = i.run_eta_estimate.OnProgress(*p)) {
+      i.eta.Add(l).Set(estimate->cell_seconds);
+      i.run_eta.Add({{"experiment", i.experiment}}).Set(estimate->run_seconds);
+    }
   } else if (const auto* ep = std::get_if<protocol::Epoch>(&event)) {
     i.epoch_duration.Add(i.cell_labels).Set(ep->seconds);
     i.loss.Add(i.cell_labels).Set(ep->train_loss);
@@ -203,9 +208,10 @@ void MetricsExporter::OnEvent(size_t, const CellRecord& cell, const protocol::Ev
   }
 }
 
-void MetricsExporter::OnCellFinished(size_t, const CellRecord& cell) {
+void MetricsExporter::OnCellFinished(size_t index, const CellRecord& cell) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   auto& i = *impl_;
+  i.run_eta_estimate.CellFinished(index, cell.status != "skipped" && !cell.resumed.value_or(false));
   i.cells_finished.Add({{"experiment", i.experiment}, {"status", cell.status}}).Increment();
   const Labels l = i.LabelsOf(cell);
   if (cell.ok() && cell.samples_per_second) i.cell_samples_per_second.Add(l).Set(*cell.samples_per_second);
@@ -249,6 +255,7 @@ void MetricsExporter::OnRunFinished(const Results& results) {
     interrupted |= cell.status == "interrupted";
   }
   i.SetState(interrupted ? "interrupted" : failed ? "failed" : "finished");
+  i.run_eta.Add({{"experiment", i.experiment}}).Set(0);
 }
 
 void MetricsExporter::Finish() {

@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "logging.h"
 #include "net.h"
 #include "peak_flops.h"
+#include "run_log.h"
 #include "statistics.h"
 #include "trainbench/protocol/version.h"
 #include "worker_client.h"
@@ -102,18 +104,14 @@ std::vector<WorkerLaunch> Launches(const protocol::CellSpec& spec, const PluginU
 // cell's outcome. Rank 0 speaks for the cell; the other ranks' results give
 // the per-rank figures and their failures the reason.
 CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const CellRecord& base_cell,
-                      const fs::path& log, size_t index, size_t total, double stall_timeout,
-                      std::vector<RunObserver*>& observers) {
+                      const fs::path& log, size_t index, double stall_timeout, std::vector<RunObserver*>& observers) {
   CellRecord cell = base_cell;
   bool finished = false;  // a final event came (result, skipped, error, interrupted)
   bool result = false;    // ... and it was a result
-  auto last_line = std::chrono::steady_clock::now() - std::chrono::hours(1);
   const std::vector<WorkerLaunch> launches = Launches(spec, device, log);
   const size_t ranks = launches.size();
   std::vector<std::optional<protocol::Result>> rank_results(ranks);
   std::vector<std::optional<protocol::Error>> rank_errors(ranks);
-  const std::string model_label = cell.model;
-  const std::string device_label = cell.device;
   auto on_event = [&](size_t rank, const protocol::Event& event) {
     if (rank > 0) {
       if (auto* r = std::get_if<protocol::Result>(&event)) rank_results[rank] = *r;
@@ -123,19 +121,6 @@ CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, c
     if (finished) return;  // nothing counts after the final event
     if (auto* started = std::get_if<protocol::Started>(&event)) {
       cell.Apply(*started);
-    } else if (auto* p = std::get_if<protocol::Progress>(&event)) {
-      const auto now = std::chrono::steady_clock::now();
-      if (now - last_line >= std::chrono::seconds(3)) {
-        last_line = now;
-        spdlog::info("[{}/{}] {} on {}: epoch {} step {}/{} loss {:.4f} {}", index + 1, total, model_label,
-                     device_label, p->epoch, p->step, p->steps_per_epoch, p->loss,
-                     p->samples_per_second > 0 ? fmt::format("{:.1f} samples/s", p->samples_per_second)
-                                               : std::string("(warm-up)"));
-      }
-    } else if (auto* ep = std::get_if<protocol::Epoch>(&event)) {
-      spdlog::info("[{}/{}] {} on {}: epoch {} done in {:.1f} s{}, loss {:.4f}, test accuracy {:.2f}%", index + 1,
-                   total, model_label, device_label, ep->epoch, ep->seconds,
-                   ep->complete ? "" : " (partial: budget reached)", ep->train_loss, 100.0 * ep->test_accuracy);
     } else if (auto* r = std::get_if<protocol::Result>(&event)) {
       rank_results[0] = *r;
       cell.Apply(*r);
@@ -295,6 +280,11 @@ void ClearStopRequest() noexcept { g_stop_signal.store(0); }
 
 RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const json& system,
                          std::vector<RunObserver*> observers, bool resume, const std::vector<size_t>& only) {
+  // Every line logged during the run names it (--log-format json), and the
+  // run's progress lines come first among the observers.
+  const LogScope run_scope(json{{"experiment", e.name}});
+  RunLog run_log;
+  observers.insert(observers.begin(), &run_log);
   // Finished cells of an earlier run into the same folder, by configuration.
   std::vector<CellRecord> earlier;
   if (resume) {
@@ -343,6 +333,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
     const PluginUse& model = planned.model;
     const PluginUse& device = planned.device;
     CellRecord& cell = results.cells()[index];
+    const LogScope cell_scope(json{{"cell", index}, {"model", model.label}, {"device", device.label}});
     if (g_stop_signal.load() != 0 || stopped_by_failure) {
       cell.status = stopped_by_failure ? "skipped" : "interrupted";
       cell.reason = stopped_by_failure ? "not run: an earlier cell failed and measurement.stop_on_failure is set"
@@ -365,7 +356,8 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
       kept.resumed = true;
       cell = kept;
       earlier.erase(done);
-      spdlog::info("[{}/{}] {} on {}: finished in the earlier run, kept", index + 1, total, model.label, device.label);
+      LogWith(spdlog::level::info, {{"event", "cell_finished"}, {"status", cell.status}, {"resumed", true}},
+              "[{}/{}] {} on {}: finished in the earlier run, kept", index + 1, total, model.label, device.label);
       results.ComputeSpeedups();
       results.Write();
       for (auto* o : observers) o->OnCellFinished(index, cell);
@@ -375,9 +367,11 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
     if (device.path.empty()) {
       cell.status = "skipped";
       cell.reason = device.missing_reason;
-      spdlog::warn("[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label, device.missing_reason);
+      LogWith(spdlog::level::warn, {{"event", "cell_finished"}, {"status", "skipped"}}, "[{}/{}] {} on {}: skipped: {}",
+              index + 1, total, model.label, device.label, device.missing_reason);
     } else {
-      spdlog::info("[{}/{}] {} on {}: starting", index + 1, total, model.label, device.label);
+      LogWith(spdlog::level::info, {{"event", "cell_started"}}, "[{}/{}] {} on {}: starting", index + 1, total,
+              model.label, device.label);
       if (const std::string job_gpus = SlurmJobGpus(); !job_gpus.empty() && !device.device_indices.empty()) {
         cell.slurm = {{"job_gpus", job_gpus}};
         spdlog::info("[{}/{}] {} on {}: the Slurm job's GPUs {}, in that order for its {} rank(s)", index + 1, total,
@@ -388,8 +382,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
         const fs::path log = out_dir / "logs" /
                              fmt::format("cell-{:02}-{}-{}{}.log", index, model.label, device.label,
                                          e.measurement.repeats > 1 ? fmt::format("-r{}", r) : "");
-        attempts.push_back(
-            RunAttempt(spec, device, cell, log, index, total, e.measurement.stall_timeout_seconds, observers));
+        attempts.push_back(RunAttempt(spec, device, cell, log, index, e.measurement.stall_timeout_seconds, observers));
         if (!attempts.back().ok()) break;
       }
       if (attempts.empty()) {
@@ -407,25 +400,32 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
       if (cell.ok()) {
         SetEfficiency(cell, e.measurement);
         cell.target_accuracy = e.measurement.target_accuracy;
-        spdlog::info("[{}/{}] {} on {}: {:.1f} samples/s, {:.1f} s to train{}", index + 1, total, model.label,
-                     device.label, cell.samples_per_second.value_or(0.0), cell.time_to_train_seconds.value_or(0.0),
-                     cell.projected.value_or(false) ? " (projected)" : "");
+        LogWith(spdlog::level::info,
+                {{"event", "cell_finished"},
+                 {"status", "ok"},
+                 {"samples_per_second", cell.samples_per_second.value_or(0.0)},
+                 {"time_to_train_seconds", cell.time_to_train_seconds.value_or(0.0)}},
+                "[{}/{}] {} on {}: {:.1f} samples/s, {:.1f} s to train{}", index + 1, total, model.label, device.label,
+                cell.samples_per_second.value_or(0.0), cell.time_to_train_seconds.value_or(0.0),
+                cell.projected.value_or(false) ? " (projected)" : "");
         if (cell.samples_per_second_ci95) {
           const auto& ci = *cell.samples_per_second_ci95;
           const double median = cell.samples_per_second.value_or(0.0);
           if (median > 0 && (ci[1] - ci[0]) / 2 > 0.05 * median) {
-            spdlog::warn(
-                "[{}/{}] {} on {}: noisy machine: the 95% interval of {} repeats, {:.1f}-{:.1f} samples/s, "
-                "is wider than 5% of the median either side",
-                index + 1, total, model.label, device.label, cell.samples_per_second_repeats->size(), ci[0], ci[1]);
+            LogWith(spdlog::level::warn, {{"event", "noisy_machine"}, {"samples_per_second_ci95", ci}},
+                    "[{}/{}] {} on {}: noisy machine: the 95% interval of {} repeats, {:.1f}-{:.1f} samples/s, "
+                    "is wider than 5% of the median either side",
+                    index + 1, total, model.label, device.label, cell.samples_per_second_repeats->size(), ci[0], ci[1]);
           }
         }
       } else if (cell.status == "skipped") {
-        spdlog::warn("[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label, reason);
+        LogWith(spdlog::level::warn, {{"event", "cell_finished"}, {"status", "skipped"}},
+                "[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label, reason);
       } else {
         any_failed |= cell.status == "failed";
         stopped_by_failure |= cell.status == "failed" && e.measurement.stop_on_failure;
-        spdlog::error("[{}/{}] {} on {}: {}: {}", index + 1, total, model.label, device.label, cell.status, reason);
+        LogWith(spdlog::level::err, {{"event", "cell_finished"}, {"status", cell.status}}, "[{}/{}] {} on {}: {}: {}",
+                index + 1, total, model.label, device.label, cell.status, reason);
       }
     }
     // GPU details of the run come from the first cell that ran on one.

@@ -38,7 +38,7 @@
 namespace trainbench {
 
 inline constexpr int kEngineApiVersionMajor = 1;
-inline constexpr int kEngineApiVersionMinor = 1;
+inline constexpr int kEngineApiVersionMinor = 2;
 
 /// Exit codes of `trainbench run`, also RunSummary::exit_code.
 enum ExitCode : int {
@@ -56,6 +56,16 @@ TRAINBENCH_ENGINE_API std::string EngineGitCommit();
 /// reports it ("gnu/libstdc++/cxx11=1/torch-1.13.1/cuda-none"; the compiler
 /// is shown, not compared), or "unknown (why)". Starts a worker. (API 1.1)
 TRAINBENCH_ENGINE_API std::string WorkerFingerprint();
+/// The engine's log, on stderr: "text" (timestamped lines, colours on a
+/// terminal) or "json" (one JSON object per line: time, level, event,
+/// message, and where they apply experiment, cell, model, device, epoch,
+/// step, loss, samples_per_second, eta_seconds, run_eta_seconds, status).
+/// Throws std::invalid_argument for another format. (API 1.2)
+TRAINBENCH_ENGINE_API void SetUpLogging(const std::string& format);
+/// Logs one line at error level (event "error"), as SetUpLogging set the
+/// log up: how a program embedding the engine reports an EngineError in the
+/// log's own format. (API 1.2)
+TRAINBENCH_ENGINE_API void LogError(const std::string& message, int exit_code);
 /// The experiment configuration reference (Markdown), generated from the
 /// settings' declarations: docs/config-reference.md. (API 1.1)
 TRAINBENCH_ENGINE_API std::string ConfigReference();

@@ -1,0 +1,79 @@
+#include "eta.h"
+
+#include <algorithm>
+
+namespace trainbench {
+
+std::optional<double> AttemptSecondsLeft(const protocol::Progress& p, int64_t epochs, std::optional<int64_t> max_steps,
+                                         std::optional<double> time_budget_seconds) {
+  if (p.steps_done <= 0 || p.elapsed_seconds <= 0 || p.steps_per_epoch <= 0) return std::nullopt;
+  int64_t total = p.steps_per_epoch * std::max<int64_t>(epochs, 1);
+  if (max_steps) total = std::min(total, *max_steps);
+  const double per_step = p.elapsed_seconds / static_cast<double>(p.steps_done);
+  double left = static_cast<double>(std::max<int64_t>(total - p.steps_done, 0)) * per_step;
+  if (time_budget_seconds) left = std::min(left, std::max(0.0, *time_budget_seconds - p.elapsed_seconds));
+  return left;
+}
+
+RunEta::RunEta(const Experiment& e) : repeats_(std::max<int64_t>(e.measurement.repeats, 1)) {
+  for (const auto& planned : e.Cells()) {
+    Cell c;
+    c.device = planned.device.label;
+    c.will_run = !planned.device.path.empty();
+    c.epochs = e.training.epochs;
+    c.max_steps = planned.device.max_steps ? planned.device.max_steps : e.measurement.max_steps;
+    c.time_budget_seconds =
+        planned.device.time_budget_seconds ? planned.device.time_budget_seconds : e.measurement.time_budget_seconds;
+    cells_.push_back(c);
+  }
+}
+
+void RunEta::CellStarted(size_t index) {
+  running_ = index;
+  attempts_ = 0;
+  started_ = std::chrono::steady_clock::now();
+}
+
+void RunEta::AttemptStarted() { ++attempts_; }
+
+void RunEta::CellFinished(size_t index, bool ran) {
+  CellFinished(index, ran, std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+}
+
+void RunEta::CellFinished(size_t index, bool ran, double wall_seconds) {
+  if (index >= cells_.size()) return;
+  if (ran) cells_[index].wall_seconds = wall_seconds;
+  cells_[index].will_run = false;  // done: nothing left of it
+}
+
+std::optional<RunEta::Estimate> RunEta::OnProgress(const protocol::Progress& p) const {
+  if (running_ >= cells_.size()) return std::nullopt;
+  const Cell& cell = cells_[running_];
+  const std::optional<double> left = AttemptSecondsLeft(p, cell.epochs, cell.max_steps, cell.time_budget_seconds);
+  if (!left) return std::nullopt;
+  // The attempts after this one take as long as this one will in all.
+  const double attempt = p.elapsed_seconds + *left;
+  const int64_t after = std::max<int64_t>(repeats_ - std::max<int64_t>(attempts_, 1), 0);
+  Estimate estimate{*left + static_cast<double>(after) * attempt, 0};
+
+  double run = estimate.cell_seconds;
+  for (size_t i = running_ + 1; i < cells_.size(); ++i) {
+    if (!cells_[i].will_run) continue;
+    double same = 0, any = 0;
+    int n_same = 0, n_any = 0;
+    for (const auto& done : cells_) {
+      if (!done.wall_seconds) continue;
+      any += *done.wall_seconds;
+      ++n_any;
+      if (done.device == cells_[i].device) {
+        same += *done.wall_seconds;
+        ++n_same;
+      }
+    }
+    run += n_same > 0 ? same / n_same : n_any > 0 ? any / n_any : attempt * static_cast<double>(repeats_);
+  }
+  estimate.run_seconds = run;
+  return estimate;
+}
+
+}  // namespace trainbench
