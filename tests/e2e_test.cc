@@ -746,10 +746,15 @@ TEST_F(EndToEnd, ReportComparesRunsAndDrawsTheFigure) {
   ASSERT_EQ(md.exit_code, 0) << md.output;
   EXPECT_NE(
       md.output.find(
-          "| paper@vm (NVIDIA H200) | resnet50 | 23.53M | cuda | 8606.0 | 1.19 s | - | 40.9% | 13.47x | - | - | ok |"),
+          "| paper@vm (NVIDIA H200) | resnet50 | 23.53M | cuda | 8606.0 | 1.19 s | - | 40.9% | 13.47x | - | - | - | - "
+          "| ok |"),
       std::string::npos)
       << md.output;
   EXPECT_NE(md.output.find("paper-synthetic50k@vm"), std::string::npos);
+  // Energy where it was measured (NVML on the H200), the ratio where both sides have it.
+  const std::string measured = (SourceDir() / "docs/results/raw/h200-measures-energy.results.json").string();
+  const Outcome energy = Trainbench("report " + measured);
+  EXPECT_NE(energy.output.find("| 0.002951 | 2.42x | ok |"), std::string::npos) << energy.output;
   if (have_gnuplot) {
     std::ifstream image(png, std::ios::binary);
     char magic[4] = {};
@@ -759,7 +764,12 @@ TEST_F(EndToEnd, ReportComparesRunsAndDrawsTheFigure) {
     std::printf("gnuplot not installed here: the PNG is not checked\n");
   }
   const Outcome csv = Trainbench("report --format csv " + a);
-  EXPECT_EQ(csv.output.rfind("run,model,params,device,samples_per_second", 0), 0u) << csv.output;
+  EXPECT_EQ(csv.output.rfind("run,model,params,device,samples_per_second,epoch_seconds_median,projected,test_accuracy,"
+                             "speedup,status,time_to_train_seconds,speedup_time_to_train,mfu,joules_per_sample,"
+                             "energy_ratio\n",
+                             0),
+            0u)
+      << csv.output;
   // Without gnuplot: the table still prints, then a one-line error that says what to install.
   const std::string command = "PATH=/nonexistent " + (BinDir() / "trainbench").string() + " report " + a + " --plot " +
                               (dir_ / "x.svg").string() + " 2>&1";

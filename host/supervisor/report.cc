@@ -28,6 +28,8 @@ struct Row {
   bool projected = false;
   json speedup;
   std::optional<double> sps_half_ci, time_to_train, speedup_time, mfu;  // absent in older files
+  std::optional<double> joules_per_sample, energy_ratio;
+  std::string energy_reason;  // why there is no energy figure, when the record says
   std::optional<std::vector<double>> speedup_ci;
   std::vector<std::vector<double>> accuracy_curve;  // [train seconds, epochs, accuracy]
 };
@@ -52,6 +54,9 @@ std::vector<Row> Rows(const std::vector<LoadedResults>& runs) {
       row.time_to_train = c.time_to_train_seconds;
       row.speedup_time = c.speedup_time_to_train;
       row.mfu = c.mfu;
+      row.joules_per_sample = c.joules_per_sample;
+      row.energy_ratio = c.energy_ratio;
+      row.energy_reason = c.energy_reason.value_or("");
       row.speedup_ci = c.speedup_ci95;
       row.accuracy_curve = c.accuracy_curve.value_or(std::vector<std::vector<double>>{});
       rows.push_back(row);
@@ -99,9 +104,11 @@ std::string ReportMarkdown(const std::vector<LoadedResults>& runs) {
   std::ostringstream out;
   // "speedup" is of the steady-state rate; "speedup (time)" of the time to
   // train the whole cell (setup, warm-up, evaluation included), the study's.
+  // "J/sample" is measured energy (NVML, RAPL), "-" where none could be
+  // read; "energy ratio" the baseline's J/sample over the cell's.
   out << "| run | model | params | device | samples/s | epoch (median) | time to train | test acc | speedup | "
-         "speedup (time) | mfu | status |\n"
-      << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+         "speedup (time) | mfu | J/sample | energy ratio | status |\n"
+      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   auto optional = [](const std::optional<double>& v, const char* format) {
     return v ? fmt::format(fmt::runtime(format), *v) : std::string("-");
   };
@@ -110,24 +117,30 @@ std::string ReportMarkdown(const std::vector<LoadedResults>& runs) {
     std::string sps = ok ? fmt::format("{:.1f}", r.sps) : "-";
     if (ok && r.sps_half_ci) sps += fmt::format(" ± {:.1f}", *r.sps_half_ci);
     out << fmt::format(
-        "| {} | {} | {:.2f}M | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.run, r.model, r.params / 1e6,
-        r.device, sps, ok ? fmt::format("{:.2f} s{}", r.epoch, r.projected ? " (projected)" : "") : "-",
+        "| {} | {} | {:.2f}M | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.run, r.model,
+        r.params / 1e6, r.device, sps, ok ? fmt::format("{:.2f} s{}", r.epoch, r.projected ? " (projected)" : "") : "-",
         ok ? optional(r.time_to_train, "{:.1f} s") : "-",
         ok && r.accuracy >= 0 ? fmt::format("{:.1f}%", 100 * r.accuracy) : "-",
         r.speedup.is_number() ? fmt::format("{:.2f}x", r.speedup.get<double>()) : "-",
-        optional(r.speedup_time, "{:.2f}x"), ok && r.mfu ? fmt::format("{:.1f}%", 100 * *r.mfu) : "-", r.status);
+        optional(r.speedup_time, "{:.2f}x"), ok && r.mfu ? fmt::format("{:.1f}%", 100 * *r.mfu) : "-",
+        ok ? optional(r.joules_per_sample, "{:.4g}") : "-", optional(r.energy_ratio, "{:.2f}x"), r.status);
   }
   return out.str();
 }
 
 std::string ReportCsv(const std::vector<LoadedResults>& runs) {
   std::ostringstream out;
-  out << "run,model,params,device,samples_per_second,epoch_seconds_median,projected,test_accuracy,speedup,status\n";
+  // Columns are only ever added at the end.
+  out << "run,model,params,device,samples_per_second,epoch_seconds_median,projected,test_accuracy,speedup,status,"
+         "time_to_train_seconds,speedup_time_to_train,mfu,joules_per_sample,energy_ratio\n";
+  auto optional = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string(); };
   for (const Row& r : Rows(runs)) {
     out << json(r.run).dump() << "," << json(r.model).dump() << "," << r.params << "," << json(r.device).dump() << ","
         << r.sps << "," << r.epoch << "," << (r.projected ? "true" : "false") << ","
         << (r.accuracy >= 0 ? std::to_string(r.accuracy) : "") << ","
-        << (r.speedup.is_number() ? std::to_string(r.speedup.get<double>()) : "") << "," << r.status << "\n";
+        << (r.speedup.is_number() ? std::to_string(r.speedup.get<double>()) : "") << "," << r.status << ","
+        << optional(r.time_to_train) << "," << optional(r.speedup_time) << "," << optional(r.mfu) << ","
+        << optional(r.joules_per_sample) << "," << optional(r.energy_ratio) << "\n";
   }
   return out.str();
 }
@@ -148,10 +161,10 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
   if (!runs.empty() && runs[0].doc.contains("experiment") && runs[0].doc["experiment"].contains("measurement"))
     baseline = runs[0].doc["experiment"]["measurement"].value("baseline", baseline);
   std::ofstream script(dir / "plot.gp");
-  script << (ext == ".png" ? "set terminal pngcairo size 1400,700 noenhanced\n"
-                           : "set terminal svg size 1400,700 noenhanced\n");
+  script << (ext == ".png" ? "set terminal pngcairo size 1400,1100 noenhanced\n"
+                           : "set terminal svg size 1400,1100 noenhanced\n");
   script << "set output " << Quote(output) << "\n"
-         << "set multiplot layout 1,3\n"
+         << "set multiplot layout 2,2\n"
          << "set title 'Speedup against model size'\nset xlabel 'trainable parameters'\n"
          << "set ylabel " << Quote("speedup over " + baseline + " (x; bars: 95% interval)") << "\n"
          << "set logscale x\nset format x '%.0s%c'\nset yrange [0:*]\nset grid\n"
@@ -221,12 +234,43 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
                         Quote(r.model + " " + r.device + (runs.size() > 1 ? " (" + r.run + ")" : "")));
   }
   curves.close();
-  script << "unset logscale y\nset xtics rotate by 0 font ''\nset key below\nset title 'Test accuracy against training "
+  script << "unset logscale y\nset xtics rotate by 0 font ''\nset xrange [0:*]\nset bmargin 4\n"
+            "set key inside right bottom font ',8' opaque\nset title 'Test accuracy against training "
             "time'\nset xlabel 'training seconds (evaluation excluded)'\nset ylabel 'test accuracy (%)'\n"
          << (race.empty() ? "set label 'no accuracy curves (results of an older version)' at graph 0.5,0.5 center\n"
                             "plot 1 notitle\n"
                           : race + "\n")
-         << "unset multiplot\n";
+         << "unset label\n";
+  // Energy per sample of each cell, measured (NVML, RAPL) or said not to be.
+  std::ofstream energy(dir / "energy.dat");
+  size_t bars_drawn = 0;
+  std::string unmeasured;
+  for (const Row& r : rows) {
+    if (r.status != "ok") continue;
+    if (!r.joules_per_sample) {
+      if (unmeasured.empty() && !r.energy_reason.empty()) unmeasured = r.energy_reason;
+      continue;
+    }
+    size_t run_number = 1;
+    for (size_t k = 0; k < runs.size(); ++k)
+      if (runs[k].label == r.run) run_number = k + 1;
+    energy << bars_drawn++ << " " << *r.joules_per_sample << " "
+           << json(r.model + " " + r.device + (runs.size() > 1 ? " #" + std::to_string(run_number) : "")).dump()
+           << "\n";
+  }
+  energy.close();
+  script << "unset xrange\nset bmargin 8\n"
+         << "set title 'Energy per training sample'\nset xlabel ''\nset ylabel 'joules per sample'\nset key off\n"
+         << "set logscale y\nset style fill solid 0.7\nset boxwidth 0.7\nset xtics rotate by -45 font ',9'\n";
+  if (bars_drawn == 0) {
+    script << "unset logscale y\nset label "
+           << Quote("energy not measured" + (unmeasured.empty() ? std::string(" (results of an older version)")
+                                                                : ": " + unmeasured.substr(0, 80)))
+           << " at graph 0.5,0.5 center\nplot 1 notitle\n";
+  } else {
+    script << "plot " << Quote((dir / "energy.dat").string()) << " using 1:2:xtic(3) with boxes\n";
+  }
+  script << "unset multiplot\n";
   script.close();
   const std::string command = "gnuplot " + (dir / "plot.gp").string() + " 2> " + (dir / "gnuplot.log").string();
   const int rc = std::system(command.c_str());
