@@ -10,13 +10,14 @@ namespace {
 
 // A set whose pixel values say where they come from: image n, channel c,
 // row i, column j.
-data::ImageSet CodedSet(int64_t count) {
+data::ImageSet CodedSet(int64_t count, int64_t size = 32) {
   data::ImageSet set;
   set.count = count;
+  set.image_size = size;
   for (int64_t n = 0; n < count; ++n)
     for (int c = 0; c < 3; ++c)
-      for (int i = 0; i < 32; ++i)
-        for (int j = 0; j < 32; ++j) set.pixels.push_back(static_cast<uint8_t>((n * 7 + c * 50 + i * 3 + j) % 256));
+      for (int i = 0; i < size; ++i)
+        for (int j = 0; j < size; ++j) set.pixels.push_back(static_cast<uint8_t>((n * 7 + c * 50 + i * 3 + j) % 256));
   set.labels.assign(static_cast<size_t>(count), 1);
   return set;
 }
@@ -54,6 +55,50 @@ TEST(DeviceDataset, AugmentedBatchesAreTheSameCropsAndFlipsInBothLayouts) {
   int64_t with_border = 0;
   for (int64_t n = 0; n < 16; ++n) with_border += (a[n][0] == black0).any().item<bool>() ? 1 : 0;
   EXPECT_GT(with_border, 0);
+}
+
+// Another image size (ImageNet's 224 and anything else): the same pipeline,
+// every crop a window of the padded image, flips mirror it.
+TEST(DeviceDataset, OtherImageSizesAreCroppedAndFlippedTheSameWay) {
+  const int64_t s = 20;
+  const data::ImageSet set = CodedSet(6, s);
+  DeviceDataset d(set, torch::kCPU, false);
+  EXPECT_EQ(d.image_size(), s);
+  const torch::Tensor idx = torch::arange(6, torch::kInt64);
+  const torch::Tensor plain = d.Images(idx, false);
+  ASSERT_EQ(plain.sizes(), (std::vector<int64_t>{6, 3, s, s}));
+  torch::manual_seed(3);
+  const torch::Tensor augmented = d.Images(idx, true);
+  ASSERT_EQ(augmented.sizes(), plain.sizes());
+  // Each augmented image is its plain image shifted by at most 4 pixels each
+  // way (the rest black), mirrored or not.
+  const torch::Tensor padded = torch::constant_pad_nd(plain, {4, 4, 4, 4}, 0.0) +
+                               torch::constant_pad_nd(torch::zeros_like(plain), {4, 4, 4, 4}, 1.0) *
+                                   torch::tensor({-kMean[0] / kStd[0], -kMean[1] / kStd[1], -kMean[2] / kStd[2]})
+                                       .to(torch::kFloat32)
+                                       .view({1, 3, 1, 1});
+  for (int64_t n = 0; n < 6; ++n) {
+    bool found = false;
+    for (int64_t oy = 0; oy <= 8 && !found; ++oy)
+      for (int64_t ox = 0; ox <= 8 && !found; ++ox) {
+        const torch::Tensor window = padded[n].slice(1, oy, oy + s).slice(2, ox, ox + s);
+        found = torch::allclose(augmented[n], window, 1e-5, 1e-5) ||
+                torch::allclose(augmented[n], window.flip({2}), 1e-5, 1e-5);
+      }
+    EXPECT_TRUE(found) << "image " << n << " is not a crop of its padded image";
+  }
+}
+
+TEST(DeviceDataset, SyntheticSetsTakeTheirSizeAndClasses) {
+  const data::ImageSet set = SyntheticImageSet(50, 7, 24, 1000);
+  EXPECT_EQ(set.image_size, 24);
+  EXPECT_EQ(set.pixels.size(), 50u * 3 * 24 * 24);
+  int32_t top = 0;
+  for (int32_t l : set.labels) top = std::max(top, l);
+  EXPECT_LT(top, 1000);
+  EXPECT_GT(top, 10);  // labels spread over the classes, not CIFAR's 10
+  // The same seed draws the same set.
+  EXPECT_EQ(SyntheticImageSet(50, 7, 24, 1000).pixels, set.pixels);
 }
 
 }  // namespace

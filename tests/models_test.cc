@@ -16,7 +16,7 @@ std::shared_ptr<sdk::Model> Make(const std::string& name, int64_t classes) {
   if (name == "simple_cnn")
     options.update({{"hidden", 192}, {"fused_epilogue", true}});
   else
-    options["stem"] = "imagenet";
+    options.update({{"stem", "imagenet"}, {"image_size", 32}});
   return CreateModel(LoadPlugin(trainbench::testing::PluginFile(name)), options);
 }
 
@@ -65,8 +65,8 @@ TEST(Models, TrainingFlopsMatchPyTorchsFlopCounter) {
 }
 
 TEST(Models, CifarStemKeepsResolution) {
-  auto model =
-      CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10}, {"stem", "cifar"}});
+  auto model = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
+                           {{"num_classes", 10}, {"stem", "cifar"}, {"image_size", 32}});
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& item : model->module().named_parameters()) shapes[item.key()] = item.value().sizes().vec();
   EXPECT_EQ(shapes["conv1.weight"], (std::vector<int64_t>{64, 3, 3, 3}));
@@ -110,9 +110,9 @@ TEST(Models, ChannelsLastStridesSurviveOneByOneMapsOnCuda) {
 }
 
 TEST(Models, UnknownStemIsACreationError) {
-  EXPECT_THROW(
-      CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10}, {"stem", "tiny"}}),
-      PluginError);
+  EXPECT_THROW(CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
+                           {{"num_classes", 10}, {"stem", "tiny"}, {"image_size", 32}}),
+               PluginError);
 }
 
 // SimpleCNN's fused convolution epilogue (bias + ReLU + max-pool as one CUDA
@@ -171,6 +171,25 @@ TEST(Models, SimpleCnnFusedEpilogueOnCudaMatchesTheCompositeBf16ChannelsLast) {
   // bf16 rounding: one ReLU input within rounding of zero or one changed
   // maximum moves a gradient element, so the bound is loose.
   ExpectFusedEpilogueMatchesComposite(sdk::Amp::kBf16, true, 3e-2);
+}
+
+// ImageNet-size inputs (issue 16): the same network on 224x224 images does
+// 49 times the work of 32x32 (every feature map 7x7 times larger each way,
+// the classifier aside), and says it takes that size.
+TEST(Models, ResNetWorkGrowsWithTheImageSize) {
+  const auto plugin = LoadPlugin(trainbench::testing::PluginFile("resnet50"));
+  int64_t small = 0, large = 0;
+  const auto at32 = CreateModel(plugin, {{"num_classes", 1000}, {"stem", "imagenet"}, {"image_size", 32}});
+  const auto at224 = CreateModel(plugin, {{"num_classes", 1000}, {"stem", "imagenet"}, {"image_size", 224}});
+  ASSERT_TRUE(at32->TrainingFlopsPerSample(&small).ok());
+  ASSERT_TRUE(at224->TrainingFlopsPerSample(&large).ok());
+  EXPECT_EQ(at224->InputShape(), (std::array<int64_t, 3>{3, 224, 224}));
+  const double ratio = static_cast<double>(large) / static_cast<double>(small);
+  EXPECT_GT(ratio, 47.5);  // the 1000-class classifier is 2% of the work at 32x32
+  EXPECT_LT(ratio, 49.0);
+  // torchvision's ResNet50 forward is 4.1 GMACs at 224: about 24.5 GFLOPs per
+  // trained sample (forward, and backward twice that).
+  EXPECT_NEAR(static_cast<double>(large), 24.5e9, 0.5e9);
 }
 
 }  // namespace

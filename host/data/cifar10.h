@@ -28,8 +28,11 @@ class DataError : public std::runtime_error {
 /// Images in CHW uint8 planes, one label per image.
 struct ImageSet {
   int64_t count = 0;
-  std::vector<uint8_t> pixels;  ///< count * kImageBytes
-  std::vector<uint8_t> labels;  ///< count
+  int64_t image_size = 32;  ///< height and width (CIFAR-10: 32)
+  int64_t num_classes = kNumClasses;
+  std::vector<uint8_t> pixels;  ///< count * ImageBytes()
+  std::vector<int32_t> labels;  ///< count, each below num_classes
+  int64_t ImageBytes() const { return 3 * image_size * image_size; }
 };
 
 enum class Split { kTrain, kTest };

@@ -234,6 +234,10 @@ void ParseDataset(Validator& v, const YAML::Node& root, const std::string& base_
   {
     const YAML::Node d = root["dataset"];
     ReadSettings(v, d, "dataset", e.dataset);
+    for (const char* key : {"image_size", "num_classes"})
+      if (e.dataset.kind != "synthetic" && d[key])
+        v.Fail(d[key], std::string("dataset.") + key,
+               "applies to synthetic data only (CIFAR-10 is 32x32, 10 classes); remove it or use kind: synthetic");
     if (e.dataset.kind == "cifar10") {
       if (e.dataset.path.empty()) {
         const char* env = std::getenv("TRAINBENCH_DATA");
@@ -430,6 +434,22 @@ nlohmann::json ValidateOptions(const Validator& v, const PluginUse& use, const n
   return out;
 }
 
+// A model plugin with an image_size or num_classes option takes the
+// dataset's, unless the config sets the option itself (then the worker
+// checks that the two agree).
+void FollowTheDataset(const DatasetSpec& dataset, const nlohmann::json& params, PluginUse& use) {
+  const std::pair<const char*, std::optional<int64_t>> follow[] = {{"image_size", dataset.image_size},
+                                                                   {"num_classes", dataset.num_classes}};
+  for (const auto& [key, value] : follow) {
+    if (!value) continue;
+    const bool declared =
+        std::any_of(params.begin(), params.end(), [&](const nlohmann::json& p) { return p.value("name", "") == key; });
+    const YAML::Node& given = use.options_node;  // const: reading adds no key
+    const bool written = !Absent(given) && given.IsMap() && given[key];
+    if (declared && !written) use.options[key] = *value;
+  }
+}
+
 }  // namespace
 
 void ResolvePlugins(Experiment& e, const PluginCatalog& catalog) {
@@ -472,6 +492,7 @@ void ResolvePlugins(Experiment& e, const PluginCatalog& catalog) {
                     {"fingerprint", info->descriptor.value("fingerprint", "")},
                     {"sha256", info->sha256}};
       use.options = ValidateOptions(v, use, info->descriptor.at("params"), path);
+      if (kind == "model") FollowTheDataset(e.dataset, info->descriptor.at("params"), use);
       use.accelerator = info->accelerator();
       use.index_option = info->index_option();
       use.graph_option = info->graph_option();

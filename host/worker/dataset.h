@@ -18,6 +18,9 @@ namespace trainbench::worker {
 inline constexpr double kMean[3] = {125.27, 122.93, 113.86};
 inline constexpr double kStd[3] = {62.53, 61.91, 66.46};
 
+/// Pixels of black border around each image, so a random crop is a gather.
+inline constexpr int64_t kPad = 4;
+
 /// One split on a device.
 class DeviceDataset {
  public:
@@ -25,6 +28,8 @@ class DeviceDataset {
   DeviceDataset(const data::ImageSet& set, c10::Device device, bool channels_last);
 
   int64_t size() const { return labels_.size(0); }
+  /// Height and width of its images.
+  int64_t image_size() const { return size_; }
 
   /// A fresh random order of the samples, on the device.
   torch::Tensor Permutation() const;
@@ -37,17 +42,19 @@ class DeviceDataset {
  private:
   c10::Device device_;
   bool channels_last_;
-  // N,3,40,40 float32: normalised images with a 4-pixel black border, so a
-  // batch is one gather (19 KB per image on the device).
+  int64_t size_ = 32;
+  // N,3,S+8,S+8 float32: normalised images with a 4-pixel black border, so a
+  // batch is one gather (19 KB per CIFAR image on the device).
   torch::Tensor padded_;
   torch::Tensor labels_;  // N int64
-  // Index tables: for crop offset o (0-8), rows_[o] = o..o+31; for crop and
+  // Index tables: for crop offset o (0-8), rows_[o] = o..o+S-1; for crop and
   // flip code c (0-17), columns_[c] = the columns read, right to left when
   // flipped; channels_ = 0..2. A batch's indices are two lookups.
   torch::Tensor rows_, columns_, channels_;
 };
 
-/// A synthetic set of the CIFAR-10 shape: uniform random pixels and labels.
-data::ImageSet SyntheticImageSet(int64_t count, uint64_t seed);
+/// A synthetic set: uniform random pixels of `image_size` x `image_size`
+/// (32: CIFAR-10's shape) and labels below `num_classes`.
+data::ImageSet SyntheticImageSet(int64_t count, uint64_t seed, int64_t image_size = 32, int64_t num_classes = 10);
 
 }  // namespace trainbench::worker

@@ -122,6 +122,7 @@ class CellRun {
     local_batch_ = s_.training.batch_size / world_;
 
     model_ = CreateModel(model_plugin, s_.model.options);
+    CheckModelFitsTheData();
     int64_t flops = 0;
     Check(model_->TrainingFlopsPerSample(&flops), "model '" + s_.model.name + "'");
     const int64_t params = model_->ParameterCount();
@@ -243,11 +244,31 @@ class CellRun {
   }
 
  private:
+  // The images the model takes and the classes it tells apart are the
+  // dataset's (a plugin whose options do not follow the dataset says so here).
+  void CheckModelFitsTheData() const {
+    const auto shape = model_->InputShape();
+    const int64_t size = s_.dataset.ImageSize();
+    if (shape[0] != 3 || shape[1] != size || shape[2] != size) {
+      throw std::runtime_error("model '" + s_.model.name + "' takes " + std::to_string(shape[0]) + "x" +
+                               std::to_string(shape[1]) + "x" + std::to_string(shape[2]) +
+                               " inputs, but the dataset's images are 3x" + std::to_string(size) + "x" +
+                               std::to_string(size) + " (dataset.image_size); use a model for that size");
+    }
+    if (model_->NumClasses() < s_.dataset.NumClasses()) {
+      throw std::runtime_error("model '" + s_.model.name + "' tells " + std::to_string(model_->NumClasses()) +
+                               " classes apart, but the dataset has " + std::to_string(s_.dataset.NumClasses()) +
+                               " (dataset.num_classes); set the model's num_classes");
+    }
+  }
+
   void LoadData() {
     data::ImageSet train, test;
     if (s_.dataset.kind == "synthetic") {
-      train = SyntheticImageSet(s_.dataset.train_size.value_or(50000), s_.seed);
-      test = SyntheticImageSet(s_.dataset.test_size.value_or(10000), s_.seed + 1);
+      train = SyntheticImageSet(s_.dataset.train_size.value_or(50000), s_.seed, s_.dataset.ImageSize(),
+                                s_.dataset.NumClasses());
+      test = SyntheticImageSet(s_.dataset.test_size.value_or(10000), s_.seed + 1, s_.dataset.ImageSize(),
+                               s_.dataset.NumClasses());
     } else {
       train = data::LoadSplit(s_.dataset.path, data::Split::kTrain, s_.dataset.train_size);
       test = data::LoadSplit(s_.dataset.path, data::Split::kTest, s_.dataset.test_size);
@@ -411,8 +432,9 @@ class CellRun {
   // batch cursor too), so the same code runs eagerly or inside a CUDA graph.
   void TrainStep(bool for_graph) {
     const torch::Tensor row = epoch_images_.index_select(0, cursor_);
-    const torch::Tensor x = settings_.channels_last ? row.view({local_batch_, 32, 32, 3}).permute({0, 3, 1, 2})
-                                                    : row.view({local_batch_, 3, 32, 32});
+    const int64_t s = train_->image_size();
+    const torch::Tensor x = settings_.channels_last ? row.view({local_batch_, s, s, 3}).permute({0, 3, 1, 2})
+                                                    : row.view({local_batch_, 3, s, s});
     const torch::Tensor y = epoch_labels_.index_select(0, cursor_).view({-1});
     cursor_ += 1;
     loss_sum_ += Step(x, y, for_graph);
@@ -445,8 +467,8 @@ class CellRun {
                    .view({steps_per_epoch, s_.training.batch_size})
                    .narrow(1, rank_ * local_batch_, local_batch_);
     cursor_ = torch::zeros({1}, i64);
-    epoch_images_ =
-        torch::empty({steps_per_epoch, local_batch_ * 3 * 32 * 32}, torch::TensorOptions().device(settings_.device));
+    epoch_images_ = torch::empty({steps_per_epoch, local_batch_ * 3 * train_->image_size() * train_->image_size()},
+                                 torch::TensorOptions().device(settings_.device));
     epoch_labels_ = torch::empty({steps_per_epoch, local_batch_}, i64);
     loss_sum_ = torch::zeros({}, torch::TensorOptions().device(settings_.device));
     timer_ = MakeStepTimer(settings_, *device_);

@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -174,6 +174,30 @@ for stage in $STAGES; do
       build-gpu/bin/trainbench run bench/configs/gpu-faults.yaml --out "$OUT/gpu-faults" \
         --plugin-dir build-gpu/tests/test_plugins > "$OUT/gpu-faults.log" 2>&1
       echo "gpu faults rc=$? (3 expected: cells failed)"; python3 scripts/gpu/check_faults.py "$OUT/gpu-faults/results.json" ;;
+    # Issue 16: ImageNet-size inputs (224 px, 1000 classes), trainbench's
+    # CPU and GPU cells and plain PyTorch's best for the same step.
+    imagenet)
+      build-gpu/bin/trainbench run bench/configs/imagenet-size.yaml --out "$OUT/imagenet" > "$OUT/imagenet.log" 2>&1
+      echo "imagenet rc=$?"; sed -n '/^model/,$p' "$OUT/imagenet.log"
+      python3 bench/pytorch_reference.py --image-size 224 --classes 1000 --batches 256 --models resnet18 resnet50         --labels bf16-cl-graph bf16-compile --out "$OUT/imagenet-pytorch.json" 2>&1 | grep -v Warning | tee "$OUT/imagenet-pytorch.log" ;;
+    # Issue 16: where the first epoch goes (cuDNN's engine choice), run twice.
+    warmstart)
+      for run in 1 2; do
+        build-gpu/bin/trainbench run bench/configs/warm-start.yaml --out "$OUT/warm-start-$run" > "$OUT/warm-start-$run.log" 2>&1
+        echo "warm start run $run rc=$?"; sed -n '/^model/,$p' "$OUT/warm-start-$run.log"
+        python3 -c "import json,sys; [print(c['device'], 'train+setup+eval', round(c.get('time_to_train_seconds',0),2), 's; setup', round(c.get('setup_seconds',0),2), 'warm-up', round(c.get('warmup_seconds',0),2), 'epochs', [round(e,2) for e in c.get('epoch_seconds',[])][:3]) for c in json.load(open(sys.argv[1]))['cells']]" "$OUT/warm-start-$run/results.json"
+      done
+      TORCH_CUDNN_USE_HEURISTIC_MODE_B=1 build-gpu/bin/trainbench run bench/configs/warm-start.yaml --out "$OUT/warm-start-modeb" > "$OUT/warm-start-modeb.log" 2>&1
+      echo "heuristic mode B rc=$?"; sed -n '/^model/,$p' "$OUT/warm-start-modeb.log" ;;
+    # Issue 16: trainbench and plain PyTorch train to the same accuracy.
+    parity)
+      for seed in ${PARITY_SEEDS:-0 1 2 3}; do
+        sed -e "s/^seed: .*/seed: $seed/" bench/configs/accuracy-parity.yaml > "$OUT/parity-$seed.yaml"
+        build-gpu/bin/trainbench run "$OUT/parity-$seed.yaml" --out "$OUT/parity/seed-$seed" > "$OUT/parity-$seed.log" 2>&1
+        echo "trainbench seed $seed rc=$?"; sed -n '/^model/,/^$/p' "$OUT/parity-$seed.log"
+      done
+      python3 bench/accuracy_parity.py "$TRAINBENCH_DATA" --seeds ${PARITY_SEEDS:-0 1 2 3} --out "$OUT/parity/pytorch.json"
+      python3 bench/accuracy_parity.py --compare "$OUT/parity/pytorch.json" "$OUT"/parity/seed-*/results.json | tee "$OUT/parity.md" ;;
     *) echo "unknown stage $stage" ;;
   esac
   echo "$stage: $(( $(date +%s) - t0 )) s"

@@ -129,11 +129,12 @@ TORCH_MODULE(ResNet);
 
 std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Options& options) {
   const int64_t classes = options.GetInt("num_classes");
+  const int64_t size = options.GetInt("image_size");
   const std::string stem = options.GetString("stem");
   if (stem != "imagenet" && stem != "cifar")
     throw std::invalid_argument("stem must be 'imagenet' or 'cifar', not '" + stem + "'");
   return std::make_unique<sdk::ModuleModel<ResNet>>(ResNet(spec, classes, stem == "imagenet"),
-                                                    std::array<int64_t, 3>{3, 32, 32}, classes);
+                                                    std::array<int64_t, 3>{3, size, size}, classes);
 }
 
 }  // namespace trainbench::plugins

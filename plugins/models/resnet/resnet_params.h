@@ -6,6 +6,10 @@ namespace trainbench::plugins {
 
 inline const TbParamSpec kResNetParams[] = {
     {"num_classes", TB_PARAM_INT, "10", "number of output classes", nullptr, 1, 2, 100000},
+    {"image_size", TB_PARAM_INT, "32",
+     "height and width of the input images (any size the stem reduces to at least 1x1; the host sets it from "
+     "dataset.image_size)",
+     nullptr, 1, 8, 1024},
     {"stem", TB_PARAM_ENUM, "\"imagenet\"",
      "imagenet: 7x7/2 conv + max-pool (torchvision, as in the study); cifar: 3x3/1 conv, no pool", "imagenet,cifar", 0,
      0, 0},

@@ -17,6 +17,11 @@ struct DatasetSettings {
   std::string kind = "cifar10";  ///< "cifar10" or "synthetic"
   std::string path;              ///< folder with the binary files (cifar10)
   std::optional<int64_t> train_size, test_size;
+  /// synthetic: the images' height and width (default 32, CIFAR's) and the
+  /// classes of their labels (default 10).
+  std::optional<int64_t> image_size, num_classes;
+  int64_t ImageSize() const { return image_size.value_or(32); }
+  int64_t NumClasses() const { return num_classes.value_or(10); }
 };
 
 /// `training.optimizer:`.

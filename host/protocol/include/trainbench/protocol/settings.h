@@ -39,6 +39,16 @@ void VisitFields(DatasetSettings& d, V& v) {
     d.path);
   v(Field{"train_size", "training images used (default: all; synthetic: 50000)", 1, 1e7}, d.train_size);
   v(Field{"test_size", "test images used (default: all; synthetic: 10000)", 1, 1e7}, d.test_size);
+  v(Field{"image_size",
+          "synthetic only: height and width of the images (default 32, CIFAR's; 224: ImageNet's); model "
+          "plugins with an image_size option get it",
+          8, 1024},
+    d.image_size);
+  v(Field{"num_classes",
+          "synthetic only: classes of the random labels (default 10; 1000: ImageNet's); model plugins with a "
+          "num_classes option get it",
+          2, 100000},
+    d.num_classes);
 }
 
 template <class V>
