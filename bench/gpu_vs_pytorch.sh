@@ -11,9 +11,9 @@ set -euo pipefail
 BUILD=${1:?build dir}; OUT=${2:?out dir}; shift 2
 BATCHES=${*:-128 1024}
 MODELS=${BENCH_MODELS:-simple_cnn resnet18 resnet50}  # a subset for a quicker run
-# torch.compile rows on the Python side (the best Python figure for SimpleCNN
-# bf16 b1024 in the stored reference); compiling takes 10-40 s per row.
-COMPILE_MODELS=${BENCH_COMPILE_MODELS-simple_cnn}
+# torch.compile rows on the Python side, for every model by default (the
+# fair reference: Python at its best); compiling takes 10-60 s per row.
+COMPILE_MODELS=${BENCH_COMPILE_MODELS-$MODELS}
 # SimpleCNN also without its fused epilogue, to show what the kernels gain.
 MODEL_LIST=${MODELS// /, }
 case " $MODELS " in *" simple_cnn "*)

@@ -110,7 +110,7 @@ if __name__ == "__main__":
     REPEATS, IMAGE_SIZE, CLASSES = a.repeats, a.image_size, a.classes
     compile_models = a.models if a.compile is None else a.compile
     torch.backends.cudnn.benchmark = True
-    res = {}
+    res, errors = {}, {}
     for bs in a.batches:
         steps, warm = (60, 20) if bs * IMAGE_SIZE ** 2 >= 1024 * 32 ** 2 else (200, 20)
         if IMAGE_SIZE > 64: steps = 30
@@ -121,11 +121,25 @@ if __name__ == "__main__":
                 r = bench(name, bs, amp, cl, graph, steps, warm, a.graph_dump)
                 res[f"{name}/{label}/b{bs}"] = r
                 print(f"pytorch {name:11s} {label:14s} b{bs:<5d} {r:12.0f} samples/s", flush=True)
+                json.dump(res, open(a.out, "w"), indent=1)
             if name in compile_models:
                 for label, amp in (("bf16-compile", True), ("fp32-compile", False)):
                     if label == "fp32-compile" and not a.compile_fp32: continue
                     if a.labels and label not in a.labels: continue
-                    r = bench_compiled(name, bs, steps, warm, amp)
+                    # A row that fails (Inductor has failed on channels_last
+                    # backward strides) is recorded as failed; the others stand.
+                    try:
+                        r = bench_compiled(name, bs, steps, warm, amp)
+                    except Exception as e:  # noqa: BLE001 - any failure of that row
+                        errors[f"{name}/{label}/b{bs}"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                        print(f"pytorch {name:11s} {label:14s} b{bs:<5d} failed: {errors[f'{name}/{label}/b{bs}']}", flush=True)
+                        torch._dynamo.reset()
+                        continue
                     res[f"{name}/{label}/b{bs}"] = r
                     print(f"pytorch {name:11s} {label:14s} b{bs:<5d} {r:12.0f} samples/s", flush=True)
+                    json.dump(res, open(a.out, "w"), indent=1)
+    if errors:
+        json.dump(errors, open(a.out.replace(".json", "") + "-failed.json", "w"), indent=1)
     json.dump(res, open(a.out, "w"), indent=1)
+    if errors:
+        json.dump(errors, open(a.out.replace(".json", "") + "-failed.json", "w"), indent=1)

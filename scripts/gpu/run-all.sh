@@ -196,7 +196,7 @@ for stage in $STAGES; do
         build-gpu/bin/trainbench run "$OUT/parity-$seed.yaml" --out "$OUT/parity/seed-$seed" > "$OUT/parity-$seed.log" 2>&1
         echo "trainbench seed $seed rc=$?"; sed -n '/^model/,/^$/p' "$OUT/parity-$seed.log"
       done
-      python3 bench/accuracy_parity.py "$TRAINBENCH_DATA" --seeds ${PARITY_SEEDS:-0 1 2 3} --out "$OUT/parity/pytorch.json"
+      mkdir -p "$OUT/parity"; python3 bench/accuracy_parity.py "$TRAINBENCH_DATA" --seeds ${PARITY_SEEDS:-0 1 2 3} --out "$OUT/parity/pytorch.json"
       python3 bench/accuracy_parity.py --compare "$OUT/parity/pytorch.json" "$OUT"/parity/seed-*/results.json | tee "$OUT/parity.md" ;;
     *) echo "unknown stage $stage" ;;
   esac
