@@ -1050,6 +1050,28 @@ measurement: {warmup_steps: 1, max_steps: 4, baseline: one}
   EXPECT_NE(plugins.output.find("acme_npu"), std::string::npos) << plugins.output;
 }
 
+// A GPU's energy comes from NVML by the UUID the device reports: the GPU
+// stand-in with NVML's stand-in (250 W) gets energy_source nvml and its power.
+TEST_F(EndToEnd, AGpusEnergyIsReadFromNvmlByItsUuid) {
+  const std::string config = Config(R"(name: nvml
+models: [simple_cnn]
+devices: [{plugin: gpu_stand_in, label: gpu}]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, baseline: gpu}
+)");
+  ::setenv("TRAINBENCH_NVML_LIBRARY", FakeNvml().c_str(), 1);
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  ::unsetenv("TRAINBENCH_NVML_LIBRARY");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const json cell = Results()["cells"][0];
+  ASSERT_EQ(cell.at("energy_source"), "nvml") << cell;
+  EXPECT_GT(cell.at("average_power_watts").get<double>(), 200) << cell;
+  EXPECT_LT(cell.at("average_power_watts").get<double>(), 300) << cell;
+  EXPECT_NEAR(cell.at("joules_per_sample").get<double>(),
+              cell.at("energy_joules").get<double>() / (cell.at("steps").get<double>() * 100), 1e-12);
+  EXPECT_NE(o.output.find("energy: simple_cnn on gpu:"), std::string::npos) << o.output;
+}
+
 // Its cells' metrics carry the GPU it reported (hardware.index), as the
 // cuda plugin's do: a scrape of the finished run, while it lingers.
 TEST_F(EndToEnd, ADeviceTheHostHasNeverHeardOfGetsGpuLabelledMetrics) {

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+
+#include "test_env.h"
 
 namespace trainbench::worker {
 namespace {
@@ -64,6 +68,24 @@ TEST_F(FakePowercap, WhatCannotBeReadIsSaidNotGuessed) {
   EXPECT_EQ(gpu.meter, nullptr);
   EXPECT_FALSE(gpu.reason.empty());
   EXPECT_NE(OpenEnergyMeter({{"type", "tpu"}}).reason.find("no energy counter known"), std::string::npos);
+}
+
+// NVML through its stand-in: the stand-in GPU's counter, read by UUID; an
+// unknown device is said, not guessed.
+TEST(FakeNvml, TheGpuCounterIsReadByItsUuid) {
+  ::setenv("TRAINBENCH_NVML_LIBRARY", trainbench::testing::FakeNvml().c_str(), 1);
+  EnergyChoice gpu = OpenEnergyMeter({{"type", "gpu-stand-in"}, {"uuid", "GPU-stand-in-0"}});
+  EnergyChoice unknown = OpenEnergyMeter({{"type", "gpu"}, {"uuid", "GPU-0000"}});
+  ::unsetenv("TRAINBENCH_NVML_LIBRARY");
+  ASSERT_NE(gpu.meter, nullptr) << gpu.reason;
+  EXPECT_EQ(gpu.meter->source(), "nvml");
+  const double before = gpu.meter->ReadJoules().value();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double after = gpu.meter->ReadJoules().value();
+  EXPECT_GT(after - before, 0.2 * 250 * 0.9);  // 250 W for at least 0.2 s
+  EXPECT_LT(after - before, 0.2 * 250 * 10);   // and not wildly more (a slow machine may sleep longer)
+  EXPECT_EQ(unknown.meter, nullptr);
+  EXPECT_NE(unknown.reason.find("NVML does not know the device GPU-0000"), std::string::npos) << unknown.reason;
 }
 
 }  // namespace

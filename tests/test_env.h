@@ -17,6 +17,7 @@ inline std::string Env(const char* name) {
   if (key == "TRAINBENCH_BIN_DIR") return TRAINBENCH_BIN_DIR;
   if (key == "TRAINBENCH_PLUGIN_DIR") return TRAINBENCH_PLUGIN_DIR;
   if (key == "TRAINBENCH_FIXTURE_DIR") return TRAINBENCH_FIXTURE_DIR;
+  if (key == "TRAINBENCH_FAKE_NVML") return TRAINBENCH_FAKE_NVML;
   if (key == "TRAINBENCH_TEST_PLUGIN_DIR") return TRAINBENCH_TEST_PLUGIN_DIR;
   if (key == "TRAINBENCH_SOURCE_DIR") return TRAINBENCH_SOURCE_DIR;
   return "";
@@ -26,6 +27,8 @@ inline std::filesystem::path MiniData() { return std::filesystem::path(Env("TRAI
 inline std::filesystem::path PluginDir() { return Env("TRAINBENCH_PLUGIN_DIR"); }
 inline std::filesystem::path FixtureDir() { return Env("TRAINBENCH_FIXTURE_DIR"); }
 inline std::filesystem::path TestPluginDir() { return Env("TRAINBENCH_TEST_PLUGIN_DIR"); }
+/// NVML's stand-in (tests/fixtures/fake_nvml.cc): 250 W for "GPU-stand-in-N".
+inline std::filesystem::path FakeNvml() { return Env("TRAINBENCH_FAKE_NVML"); }
 inline std::filesystem::path BinDir() { return Env("TRAINBENCH_BIN_DIR"); }
 inline std::filesystem::path SourceDir() { return Env("TRAINBENCH_SOURCE_DIR"); }
 inline std::filesystem::path PluginFile(const std::string& name) {

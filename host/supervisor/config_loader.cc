@@ -440,7 +440,9 @@ nlohmann::json ValidateOptions(const Validator& v, const PluginUse& use, const n
 void FollowTheDataset(const DatasetSpec& dataset, const nlohmann::json& params, PluginUse& use) {
   const std::pair<const char*, std::optional<int64_t>> follow[] = {{"image_size", dataset.image_size},
                                                                    {"num_classes", dataset.num_classes}};
-  for (const auto& [key, value] : follow) {
+  for (const auto& entry : follow) {
+    const std::string key = entry.first;
+    const std::optional<int64_t>& value = entry.second;
     if (!value) continue;
     const bool declared =
         std::any_of(params.begin(), params.end(), [&](const nlohmann::json& p) { return p.value("name", "") == key; });

@@ -70,8 +70,12 @@ class Nvml : public EnergyMeter {
 };
 
 EnergyChoice OpenNvml(const std::string& uuid) {
-  void* library = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (library == nullptr) return {nullptr, "NVML (libnvidia-ml.so.1) is not loadable: no NVIDIA driver here"};
+  // TRAINBENCH_NVML_LIBRARY: NVML at another path (an unusual driver
+  // install; the tests' stand-in).
+  const char* named = std::getenv("TRAINBENCH_NVML_LIBRARY");
+  const std::string file = named != nullptr && *named != '\0' ? named : "libnvidia-ml.so.1";
+  void* library = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) return {nullptr, "NVML (" + file + ") is not loadable: no NVIDIA driver here"};
   auto init = reinterpret_cast<Nvml::InitFn>(::dlsym(library, "nvmlInit_v2"));
   auto by_uuid = reinterpret_cast<Nvml::ByUuidFn>(::dlsym(library, "nvmlDeviceGetHandleByUUID"));
   auto energy = reinterpret_cast<Nvml::EnergyFn>(::dlsym(library, "nvmlDeviceGetTotalEnergyConsumption"));
