@@ -1072,6 +1072,43 @@ measurement: {warmup_steps: 1, baseline: gpu}
   EXPECT_NE(o.output.find("energy: simple_cnn on gpu:"), std::string::npos) << o.output;
 }
 
+// A data-parallel cell's energy: its GPUs' counters added up (each rank reads
+// its own through NVML), or the machine's package counter read once.
+TEST_F(EndToEnd, ADataParallelCellsEnergyIsItsGpusSum) {
+  if (!WorkerHasGloo()) GTEST_SKIP() << "trainbench-worker built without Gloo (libgloo-dev)";
+  const fs::path root = dir_ / "powercap";
+  fs::create_directories(root / "intel-rapl:0");
+  std::ofstream(root / "intel-rapl:0" / "max_energy_range_uj") << "262143328850\n";
+  std::ofstream(root / "intel-rapl:0" / "energy_uj") << "5000000\n";  // still: 0 W, but readable
+  const std::string config = Config(R"(name: dp-energy
+models: [simple_cnn]
+devices:
+  - {plugin: acme_npu, label: one}
+  - {plugin: acme_npu, label: two, gpus: [0, 1]}
+  - {plugin: cpu, label: cpu-2ranks, processes: 2, options: {threads: 1}}
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 6, baseline: one}
+)");
+  ::setenv("TRAINBENCH_NVML_LIBRARY", FakeNvml().c_str(), 1);
+  ::setenv("TRAINBENCH_POWERCAP_ROOT", root.c_str(), 1);
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  ::unsetenv("TRAINBENCH_NVML_LIBRARY");
+  ::unsetenv("TRAINBENCH_POWERCAP_ROOT");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const json cells = Results()["cells"];
+  const json& one = cells[0];
+  const json& two = cells[1];
+  ASSERT_EQ(one.at("energy_source"), "nvml") << one;
+  ASSERT_EQ(two.at("energy_source"), "nvml") << two;
+  EXPECT_NEAR(one.at("average_power_watts").get<double>(), 250, 50) << one;
+  EXPECT_NEAR(two.at("average_power_watts").get<double>(), 500, 100) << two;  // two stand-in GPUs at 250 W
+  EXPECT_NEAR(two.at("joules_per_sample").get<double>(),
+              two.at("energy_joules").get<double>() / (two.at("steps").get<double>() * 100), 1e-9);
+  const json& cpu = cells[2];
+  EXPECT_EQ(cpu.at("energy_source"), "rapl") << cpu;  // rank 0 read the package for both
+  EXPECT_EQ(cpu.at("energy_joules").get<double>(), 0.0) << cpu;
+}
+
 // Its cells' metrics carry the GPU it reported (hardware.index), as the
 // cuda plugin's do: a scrape of the finished run, while it lingers.
 TEST_F(EndToEnd, ADeviceTheHostHasNeverHeardOfGetsGpuLabelledMetrics) {

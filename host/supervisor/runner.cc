@@ -100,6 +100,37 @@ std::vector<WorkerLaunch> Launches(const protocol::CellSpec& spec, const PluginU
   return launches;
 }
 
+// A data-parallel cell's energy: each rank read its own GPU (NVML), so the
+// cell's is their sum; every rank must have read one, or none is claimed. A
+// package counter (RAPL) is rank 0's alone, for the whole machine: kept.
+void SumRankEnergy(const std::vector<std::optional<protocol::Result>>& ranks, CellRecord& cell) {
+  if (cell.energy_source.value_or("") != "nvml") return;
+  double joules = 0, per_sample = 0, watts = 0;
+  std::vector<double> epochs(cell.epoch_energy_joules.value_or(std::vector<double>{}).size(), 0.0);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const auto& result = ranks[r];
+    if (!result || !result->energy_joules || !result->joules_per_sample) {
+      cell.energy_joules.reset();
+      cell.joules_per_sample.reset();
+      cell.average_power_watts.reset();
+      cell.epoch_energy_joules.reset();
+      cell.energy_source.reset();
+      cell.energy_reason = fmt::format("rank {} read no energy ({}), so the ranks' sum is not known", r,
+                                       result ? result->energy_reason.value_or("?") : "no result");
+      return;
+    }
+    joules += *result->energy_joules;
+    per_sample += *result->joules_per_sample;  // each over the combined batch's samples
+    watts += result->average_power_watts.value_or(0.0);
+    for (size_t e = 0; e < epochs.size() && e < result->epoch_energy_joules.size(); ++e)
+      epochs[e] += result->epoch_energy_joules[e];
+  }
+  cell.energy_joules = joules;
+  cell.joules_per_sample = per_sample;
+  cell.average_power_watts = watts;
+  cell.epoch_energy_joules = epochs;
+}
+
 // Runs one attempt of a cell in fresh workers (one per rank); returns the
 // cell's outcome. Rank 0 speaks for the cell; the other ranks' results give
 // the per-rank figures and their failures the reason.
@@ -208,6 +239,7 @@ CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, c
         per_rank.push_back(sps / static_cast<double>(ranks));
       }
       cell.rank_samples_per_second = per_rank;
+      SumRankEnergy(rank_results, cell);
     }
   }
   return cell;

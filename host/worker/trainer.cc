@@ -169,9 +169,12 @@ class CellRun {
     EnergyChoice energy = OpenEnergyMeter(hardware);
     energy_ = std::move(energy.meter);
     energy_reason_ = energy.reason;
-    if (collective_ && energy_) {
-      energy_.reset();  // each rank would see its own device only
-      energy_reason_ = "data-parallel cells: the ranks' energy is not summed yet";
+    if (collective_ && energy_ && energy_->source() != "nvml" && rank_ != 0) {
+      // A package counter (RAPL) covers every rank on the machine: rank 0
+      // reads it for the cell. Each rank reads its own GPU (NVML); the host
+      // adds them up.
+      energy_.reset();
+      energy_reason_ = "rank " + std::to_string(rank_) + ": the machine's package counter is read by rank 0";
     }
     device_->ResetPeakMemory();
 
