@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""The bench scripts' own arithmetic, without a GPU or PyTorch: compare.py puts
+every trainbench row against the best Python figure of its model, precision
+and batch (torch.compile included), and accuracy_parity.py --compare says
+whether the two programs' mean accuracies agree within a point.
+Usage: bench_scripts_test.py SOURCE_DIR"""
+import json, os, subprocess, sys, tempfile, unittest
+
+SOURCE = sys.argv[1]
+del sys.argv[1]
+BENCH = os.path.join(SOURCE, "bench")
+
+
+def write(path, doc):
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
+def cell(model, device, sps, tflops=1.0, status="ok"):
+    return {"model": model, "device": device, "status": status, "samples_per_second": sps,
+            "achieved_tflops": tflops}
+
+
+class CompareAgainstTheBestPythonFigure(unittest.TestCase):
+    def test_each_row_is_against_the_fastest_python_configuration(self):
+        with tempfile.TemporaryDirectory() as out:
+            write(os.path.join(out, "pytorch.json"),
+                  {"resnet50/fp32/b128": 4000, "resnet50/fp32-graph/b128": 27000,
+                   "resnet50/bf16-cl/b128": 4200, "resnet50/bf16-cl-graph/b128": 36000,
+                   "resnet50/bf16-compile/b128": 45000})
+            os.makedirs(os.path.join(out, "trainbench-b128"))
+            write(os.path.join(out, "trainbench-b128", "results.json"),
+                  {"cells": [cell("resnet50", "fp32-graph", 27000), cell("resnet50", "bf16-cl-graph", 36000),
+                             cell("resnet50", "bf16-cl", 0, status="failed")]})
+            r = subprocess.run([sys.executable, os.path.join(BENCH, "compare.py"), out, "128"],
+                               capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [l for l in r.stdout.splitlines() if l.startswith("| resnet50 | bf16-cl-graph | 128 |")]
+        self.assertEqual(len(rows), 1, r.stdout)
+        # Same configuration: 1.00; against the best (torch.compile): 36000 / 45000.
+        self.assertIn("| 36000 | 36000 | 1.00 | 45000 (bf16-compile) | 0.80 |", rows[0])
+        fp32 = [l for l in r.stdout.splitlines() if l.startswith("| resnet50 | fp32-graph | 128 |")][0]
+        self.assertIn("27000 (fp32-graph) | 1.00 |", fp32)
+        self.assertIn("torch.compile", r.stdout)
+        self.assertIn("| resnet50 | bf16-cl | 128 | failed", r.stdout)
+
+
+class AccuracyParity(unittest.TestCase):
+    def run_compare(self, ours, theirs):
+        with tempfile.TemporaryDirectory() as d:
+            py = os.path.join(d, "pytorch.json")
+            write(py, {"resnet18": [{"seed": i, "accuracy": a} for i, a in enumerate(theirs)]})
+            files = []
+            for i, a in enumerate(ours):
+                f = os.path.join(d, f"seed-{i}.json")
+                write(f, {"cells": [{"model": "resnet18", "status": "ok", "test_accuracy": [0.1, a]}]})
+                files.append(f)
+            r = subprocess.run([sys.executable, os.path.join(BENCH, "accuracy_parity.py"), "--compare", py] + files,
+                               capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def test_means_within_a_point_agree(self):
+        out = self.run_compare([0.560, 0.552, 0.554, 0.569], [0.574, 0.567, 0.564, 0.563])
+        self.assertIn("| resnet18 | 56.0, 55.2, 55.4, 56.9 | 55.88% | 57.4, 56.7, 56.4, 56.3 | 56.70% | -0.82 |", out)
+        self.assertIn("0.82 points (within 1 point)", out)
+
+    def test_a_larger_gap_is_called_out(self):
+        out = self.run_compare([0.50, 0.51], [0.56, 0.57])
+        self.assertIn("OUTSIDE 1 point", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
