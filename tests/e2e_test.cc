@@ -223,6 +223,14 @@ measurement: {warmup_steps: 2, progress_interval_seconds: 0.2}
   EXPECT_EQ(error["level"], "error");
   EXPECT_EQ(error["exit_code"], 2);
   EXPECT_NE(error["message"].get<std::string>().find("bad.yaml:1:1: missing key 'dataset'"), std::string::npos);
+  // So is a command-line mistake, wherever the option stands.
+  const Outcome flag = Shell((BinDir() / "trainbench").string() + " --log-format=json run " +
+                             (dir_ / "bad.yaml").string() + " --no-such-flag 2>&1 >/dev/null");
+  EXPECT_NE(flag.exit_code, 0);
+  const json flag_error = json::parse(flag.output, nullptr, false);
+  ASSERT_FALSE(flag_error.is_discarded()) << flag.output;
+  EXPECT_EQ(flag_error["event"], "error");
+  EXPECT_NE(flag_error["message"].get<std::string>().find("--no-such-flag"), std::string::npos) << flag.output;
 }
 
 // ImageNet-size work (issue 16): synthetic images of another size and class

@@ -73,6 +73,16 @@ int Fail(const std::string& log_format, const std::string& message, int exit_cod
   return exit_code;
 }
 
+// "--log-format json" or "--log-format=json" among the arguments.
+bool WantsJsonLog(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--log-format=json" || (arg == "--log-format" && i + 1 < argc && std::string(argv[i + 1]) == "json"))
+      return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,7 +168,17 @@ int main(int argc, char** argv) {
   report->add_option("results", report_files, "results.json files (several: side by side)")->required();
   report->add_option("--format", report_format, "markdown or csv")->check(CLI::IsMember({"markdown", "csv"}));
   report->add_option("--plot", report_plot, "draw speedup vs model size and throughput to this .png or .svg (gnuplot)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // A command-line mistake in JSON mode is a JSON line too. The option may
+    // not have been read yet when parsing stopped: look for it in argv.
+    const bool json = e.get_exit_code() != 0 && WantsJsonLog(argc, argv);
+    if (!json) return app.exit(e);
+    SetUpLogging("json");
+    LogError(e.what(), e.get_exit_code());
+    return e.get_exit_code();
+  }
   if (metrics_linger >= 0) run_options.metrics_linger_seconds = metrics_linger;
 
   try {
