@@ -1,0 +1,112 @@
+// The training loop below the worker process: RunCell with a spec built in
+// code, its events read back from the channel it writes.
+#include "trainer.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <thread>
+#include <vector>
+
+#include "test_env.h"
+#include "trainbench/protocol/channel.h"
+#include "trainbench/protocol/version.h"
+
+namespace trainbench::worker {
+namespace {
+using testing::PluginFile;
+
+// A SimpleCNN or ResNet18 cell on the CPU, on synthetic images.
+CellSpec SmallCell(const std::string& model, int64_t image_size) {
+  CellSpec spec;
+  spec.protocol = protocol::kProtocolVersion;
+  spec.experiment = "trainer-test";
+  spec.seed = 3;
+  spec.model = {model, PluginFile(model).string(), {{"num_classes", 10}}};
+  if (model == "simple_cnn") {
+    spec.model.options.update({{"hidden", 16}, {"fused_epilogue", false}});
+  } else {
+    spec.model.options.update({{"stem", "cifar"}, {"image_size", image_size}});
+  }
+  spec.device = {"cpu", PluginFile("cpu").string(), {{"threads", 1}, {"channels_last", false}}};
+  spec.dataset.kind = "synthetic";
+  spec.dataset.train_size = 64;
+  spec.dataset.test_size = 32;
+  spec.dataset.image_size = image_size;
+  spec.training.epochs = 2;
+  spec.training.batch_size = 16;
+  spec.measurement.warmup_steps = 1;
+  spec.measurement.progress_interval_seconds = 0;
+  return spec;
+}
+
+// Runs the cell; its exit code and events in order.
+std::pair<int, std::vector<protocol::Event>> RunInProcess(const CellSpec& spec) {
+  int fds[2];
+  if (::pipe(fds) != 0) return {-1, {}};
+  std::vector<protocol::Event> events;
+  std::thread reader([&] {
+    protocol::FrameReader frames;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = ::read(fds[0], buffer, sizeof(buffer))) > 0) {
+      frames.Feed(buffer, static_cast<size_t>(n));
+      while (auto message = frames.Next()) events.push_back(protocol::EventFromJson(*message));
+    }
+  });
+  EventSink sink(fds[1]);
+  const int code = RunCell(spec, sink);
+  ::close(fds[1]);
+  reader.join();
+  ::close(fds[0]);
+  return {code, events};
+}
+
+TEST(Trainer, ACellReportsStartedProgressEpochsThenOneResult) {
+  const auto [code, events] = RunInProcess(SmallCell("simple_cnn", 32));
+  ASSERT_EQ(code, 0);
+  ASSERT_FALSE(events.empty());
+  ASSERT_TRUE(std::holds_alternative<protocol::Started>(events.front()));
+  const auto& started = std::get<protocol::Started>(events.front());
+  EXPECT_EQ(started.steps_per_epoch, 4);
+  EXPECT_EQ(started.train_size, 64);
+  int epochs = 0, progress = 0;
+  for (const auto& e : events) {
+    epochs += std::holds_alternative<protocol::Epoch>(e) ? 1 : 0;
+    progress += std::holds_alternative<protocol::Progress>(e) ? 1 : 0;
+  }
+  EXPECT_EQ(epochs, 2);
+  EXPECT_GT(progress, 0);
+  ASSERT_TRUE(std::holds_alternative<protocol::Result>(events.back()));
+  const auto& result = std::get<protocol::Result>(events.back());
+  EXPECT_EQ(result.steps, 8);
+  EXPECT_EQ(result.steady_steps, 7);  // one warm-up step
+  EXPECT_EQ(result.epoch_seconds.size(), 2u);
+  EXPECT_EQ(result.test_accuracy.size(), 2u);
+  EXPECT_GT(result.samples_per_second, 0);
+  EXPECT_FALSE(result.projected);
+}
+
+TEST(Trainer, AModelThatDoesNotFitTheImagesEndsInOneError) {
+  CellSpec spec = SmallCell("resnet18", 24);
+  spec.model.options["image_size"] = 32;  // the config said otherwise than the data
+  const auto [code, events] = RunInProcess(spec);
+  EXPECT_EQ(code, 1);
+  ASSERT_FALSE(events.empty());
+  ASSERT_TRUE(std::holds_alternative<protocol::Error>(events.back()));
+  EXPECT_NE(std::get<protocol::Error>(events.back())
+                .reason.find("model 'resnet18' takes 3x32x32 inputs, but the dataset's images are 3x24x24"),
+            std::string::npos)
+      << std::get<protocol::Error>(events.back()).reason;
+  for (const auto& e : events) EXPECT_FALSE(std::holds_alternative<protocol::Result>(e));
+}
+
+TEST(Trainer, AResNetTrainsOnImagesOfAnotherSize) {
+  const auto [code, events] = RunInProcess(SmallCell("resnet18", 24));
+  ASSERT_EQ(code, 0);
+  ASSERT_TRUE(std::holds_alternative<protocol::Result>(events.back()));
+  EXPECT_GT(std::get<protocol::Result>(events.back()).flops_per_sample, 0);
+}
+
+}  // namespace
+}  // namespace trainbench::worker
