@@ -1,6 +1,8 @@
 #include "eta.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 namespace trainbench {
 
@@ -21,9 +23,9 @@ RunEta::RunEta(const Experiment& e) : repeats_(std::max<int64_t>(e.measurement.r
     c.device = planned.device.label;
     c.will_run = !planned.device.path.empty();
     c.epochs = e.training.epochs;
-    c.max_steps = planned.device.max_steps ? planned.device.max_steps : e.measurement.max_steps;
-    c.time_budget_seconds =
-        planned.device.time_budget_seconds ? planned.device.time_budget_seconds : e.measurement.time_budget_seconds;
+    const protocol::StepMeasurement m = e.MeasurementOn(planned.device);
+    c.max_steps = m.max_steps;
+    c.time_budget_seconds = m.time_budget_seconds;
     cells_.push_back(c);
   }
 }
@@ -56,21 +58,30 @@ std::optional<RunEta::Estimate> RunEta::OnProgress(const protocol::Progress& p) 
   const int64_t after = std::max<int64_t>(repeats_ - std::max<int64_t>(attempts_, 1), 0);
   Estimate estimate{*left + static_cast<double>(after) * attempt, 0};
 
+  // The wall time of the cells that ran, by device and in all, once: a
+  // progress event comes every second or so and a run may have 4,096 cells.
+  struct Mean {
+    double sum = 0;
+    int n = 0;
+    void Add(double v) {
+      sum += v;
+      ++n;
+    }
+  };
+  std::map<std::string, Mean> by_device;
+  Mean all;
+  for (const auto& done : cells_) {
+    if (!done.wall_seconds) continue;
+    by_device[done.device].Add(*done.wall_seconds);
+    all.Add(*done.wall_seconds);
+  }
   double run = estimate.cell_seconds;
   for (size_t i = running_ + 1; i < cells_.size(); ++i) {
     if (!cells_[i].will_run) continue;
-    double same = 0, any = 0;
-    int n_same = 0, n_any = 0;
-    for (const auto& done : cells_) {
-      if (!done.wall_seconds) continue;
-      any += *done.wall_seconds;
-      ++n_any;
-      if (done.device == cells_[i].device) {
-        same += *done.wall_seconds;
-        ++n_same;
-      }
-    }
-    run += n_same > 0 ? same / n_same : n_any > 0 ? any / n_any : attempt * static_cast<double>(repeats_);
+    const auto same = by_device.find(cells_[i].device);
+    run += same != by_device.end() ? same->second.sum / same->second.n
+           : all.n > 0             ? all.sum / all.n
+                                   : attempt * static_cast<double>(repeats_);
   }
   estimate.run_seconds = run;
   return estimate;

@@ -101,6 +101,15 @@ struct Experiment {
     return cells;
   }
 
+  /// What a worker applies of `measurement:` for a cell on `device`: a
+  /// device entry's own budget wins over measurement's.
+  protocol::StepMeasurement MeasurementOn(const PluginUse& device) const {
+    protocol::StepMeasurement m = measurement;
+    if (device.max_steps) m.max_steps = device.max_steps;
+    if (device.time_budget_seconds) m.time_budget_seconds = device.time_budget_seconds;
+    return m;
+  }
+
   /// The resolved experiment as JSON (recorded in results.json).
   nlohmann::json ToJson() const;
 };

@@ -181,12 +181,7 @@ int main(int argc, char** argv) {
   }
   if (metrics_linger >= 0) run_options.metrics_linger_seconds = metrics_linger;
 
-  try {
-    SetUpLogging(log_format);
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return kExitConfig;
-  }
+  SetUpLogging(log_format);  // CLI11 admitted only text or json
   try {
     if (config_reference->parsed()) {
       std::fputs(ConfigReference().c_str(), stdout);

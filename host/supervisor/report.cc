@@ -24,6 +24,7 @@ namespace {
 
 struct Row {
   std::string run, model, device, status;
+  size_t run_number = 1;  // 1-based, in the order the files were given (the figure's legend numbers them)
   double params = 0, sps = 0, epoch = 0, accuracy = -1;
   bool projected = false;
   json speedup;
@@ -36,10 +37,12 @@ struct Row {
 
 std::vector<Row> Rows(const std::vector<LoadedResults>& runs) {
   std::vector<Row> rows;
-  for (const auto& r : runs) {
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const LoadedResults& r = runs[k];
     for (const auto& c : r.cells) {
       Row row;
       row.run = r.label;
+      row.run_number = k + 1;
       row.model = c.model;
       row.device = c.device;
       row.status = c.status;
@@ -63,6 +66,12 @@ std::vector<Row> Rows(const std::vector<LoadedResults>& runs) {
     }
   }
   return rows;
+}
+
+// A cell's bar in the figure: model and device, and its run's number when
+// several runs are compared.
+std::string BarLabel(const Row& r, size_t runs) {
+  return r.model + " " + r.device + (runs > 1 ? " #" + std::to_string(r.run_number) : "");
 }
 
 std::string Quote(const std::string& s) {
@@ -188,14 +197,11 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
                << " " << (ci ? (*p->speedup_ci)[0] : value) << " " << (ci ? (*p->speedup_ci)[1] : value) << "\n";
     }
     speedups << "\n\n";
-    size_t run_number = 1;
-    for (size_t k = 0; k < runs.size(); ++k)
-      if (name.rfind(runs[k].label + " / ", 0) == 0) run_number = k + 1;
     plot += fmt::format(
         "{}{} index {} using 1:2 with linespoints pointtype 7 title {}, '' index {} using 1:2:4:5 with yerrorbars "
         "pointtype 0 notitle, '' index {} using 1:2:3 with labels offset 0,1 notitle",
         plot.empty() ? "plot " : ", ", Quote((dir / "speedup.dat").string()), block,
-        Quote("#" + std::to_string(run_number) + " " + name), block, block);
+        Quote("#" + std::to_string(points.front()->run_number) + " " + name), block, block);
     ++block;
   }
   speedups.close();
@@ -210,12 +216,7 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
   size_t i = 0;
   for (const Row& r : rows) {
     if (r.status != "ok") continue;
-    // Runs are numbered in the order given (the legend of the left plot names them).
-    size_t run_number = 1;
-    for (size_t k = 0; k < runs.size(); ++k)
-      if (runs[k].label == r.run) run_number = k + 1;
-    bars << i++ << " " << r.sps << " "
-         << json(r.model + " " + r.device + (runs.size() > 1 ? " #" + std::to_string(run_number) : "")).dump() << "\n";
+    bars << i++ << " " << r.sps << " " << json(BarLabel(r, runs.size())).dump() << "\n";
   }
   bars.close();
   script << "plot " << Quote((dir / "throughput.dat").string()) << " using 1:2:xtic(3) with boxes\n";
@@ -251,12 +252,7 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
       if (unmeasured.empty() && !r.energy_reason.empty()) unmeasured = r.energy_reason;
       continue;
     }
-    size_t run_number = 1;
-    for (size_t k = 0; k < runs.size(); ++k)
-      if (runs[k].label == r.run) run_number = k + 1;
-    energy << bars_drawn++ << " " << *r.joules_per_sample << " "
-           << json(r.model + " " + r.device + (runs.size() > 1 ? " #" + std::to_string(run_number) : "")).dump()
-           << "\n";
+    energy << bars_drawn++ << " " << *r.joules_per_sample << " " << json(BarLabel(r, runs.size())).dump() << "\n";
   }
   energy.close();
   script << "unset xrange\nset bmargin 8\n"

@@ -40,10 +40,7 @@ protocol::CellSpec BuildCellSpec(const Experiment& e, const PluginUse& model, co
   spec.device = {device.plugin, device.path, device.options};
   spec.dataset = e.dataset;
   spec.training = e.training;
-  spec.measurement = e.measurement;
-  // A device entry's own budget wins over measurement's.
-  if (device.max_steps) spec.measurement.max_steps = device.max_steps;
-  if (device.time_budget_seconds) spec.measurement.time_budget_seconds = device.time_budget_seconds;
+  spec.measurement = e.MeasurementOn(device);
   return spec;
 }
 
@@ -349,12 +346,12 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
     if (!d.index_option.empty()) index_options[d.label] = d.index_option;
   results.SetIndexOptions(index_options);
   fs::create_directories(out_dir / "logs");
-  const size_t total = e.Cells().size();
+  const std::vector<PlannedCell> plan = e.Cells();
+  const size_t total = plan.size();
   for (auto* o : observers) o->OnRunStarted(e, total);
 
   // Every cell is listed from the start as pending, so a partial file shows
   // what is still to come.
-  const std::vector<PlannedCell> plan = e.Cells();
   for (const auto& planned : plan) results.cells().push_back(PlannedRecord(planned));
   results.Write();
 
