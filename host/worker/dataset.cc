@@ -39,10 +39,9 @@ DeviceDataset::DeviceDataset(const data::ImageSet& set, c10::Device device, bool
                 .to(device);
   auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   const torch::Tensor span = torch::arange(s, i64);
-  const int64_t offsets = 2 * kPad + 1;
-  rows_ = (torch::arange(offsets, i64).view({offsets, 1}) + span).to(device);
-  const torch::Tensor straight = torch::arange(offsets, i64).view({offsets, 1}) + span;
-  columns_ = torch::cat({straight, straight.flip({1})}, 0).to(device);  // 2*offsets x s
+  rows_ = (torch::arange(kCropOffsets, i64).view({kCropOffsets, 1}) + span).to(device);
+  const torch::Tensor straight = torch::arange(kCropOffsets, i64).view({kCropOffsets, 1}) + span;
+  columns_ = torch::cat({straight, straight.flip({1})}, 0).to(device);  // 2 * kCropOffsets x s
   channels_ = torch::arange(3, i64).view({1, 3, 1, 1}).to(device);
 }
 
@@ -56,9 +55,8 @@ torch::Tensor DeviceDataset::Images(const torch::Tensor& indices, bool augment) 
   torch::Tensor rows, cols;
   if (augment) {
     // Crop offsets 0-8 in each direction, and a coin for the flip.
-    const int64_t offsets = 2 * kPad + 1;
-    rows = rows_.index_select(0, torch::randint(0, offsets, {b}, i64));
-    cols = columns_.index_select(0, torch::randint(0, 2 * offsets, {b}, i64));
+    rows = rows_.index_select(0, torch::randint(0, kCropOffsets, {b}, i64));
+    cols = columns_.index_select(0, torch::randint(0, 2 * kCropOffsets, {b}, i64));
   } else {
     rows = rows_[kPad].expand({b, size_});
     cols = columns_[kPad].expand({b, size_});

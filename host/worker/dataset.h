@@ -20,6 +20,8 @@ inline constexpr double kStd[3] = {62.53, 61.91, 66.46};
 
 /// Pixels of black border around each image, so a random crop is a gather.
 inline constexpr int64_t kPad = 4;
+/// Crop offsets each way: 0 to 2 * kPad.
+inline constexpr int64_t kCropOffsets = 2 * kPad + 1;
 
 /// One split on a device.
 class DeviceDataset {

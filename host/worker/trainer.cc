@@ -253,15 +253,15 @@ class CellRun {
     const auto shape = model_->InputShape();
     const int64_t size = s_.dataset.ImageSize();
     if (shape[0] != 3 || shape[1] != size || shape[2] != size) {
-      throw std::runtime_error("model '" + s_.model.name + "' takes " + std::to_string(shape[0]) + "x" +
-                               std::to_string(shape[1]) + "x" + std::to_string(shape[2]) +
-                               " inputs, but the dataset's images are 3x" + std::to_string(size) + "x" +
-                               std::to_string(size) + " (dataset.image_size); use a model for that size");
+      throw CellError("model '" + s_.model.name + "' takes " + std::to_string(shape[0]) + "x" +
+                      std::to_string(shape[1]) + "x" + std::to_string(shape[2]) +
+                      " inputs, but the dataset's images are 3x" + std::to_string(size) + "x" + std::to_string(size) +
+                      " (dataset.image_size); use a model for that size");
     }
     if (model_->NumClasses() < s_.dataset.NumClasses()) {
-      throw std::runtime_error("model '" + s_.model.name + "' tells " + std::to_string(model_->NumClasses()) +
-                               " classes apart, but the dataset has " + std::to_string(s_.dataset.NumClasses()) +
-                               " (dataset.num_classes); set the model's num_classes");
+      throw CellError("model '" + s_.model.name + "' tells " + std::to_string(model_->NumClasses()) +
+                      " classes apart, but the dataset has " + std::to_string(s_.dataset.NumClasses()) +
+                      " (dataset.num_classes); set the model's num_classes");
     }
   }
 

@@ -156,11 +156,14 @@ void CellRecord::Apply(const Started& s) {
 void CellRecord::DropMeasurements() {
   // Every key of a result but what the `started` event says too (the
   // model's size and the hardware), and what the host derives from them.
-  static const std::vector<std::string> keep = {"params", "flops_per_sample", "hardware"};
-  std::vector<std::string> dropped;
-  for (const auto& key : ResultKeys())
-    if (std::find(keep.begin(), keep.end(), key) == keep.end()) dropped.push_back(key);
-  dropped.emplace_back("time_to_train_seconds");
+  static const std::vector<std::string> dropped = [] {
+    const std::vector<std::string> keep = {"params", "flops_per_sample", "hardware"};
+    std::vector<std::string> keys;
+    for (const auto& key : ResultKeys())
+      if (std::find(keep.begin(), keep.end(), key) == keep.end()) keys.push_back(key);
+    keys.emplace_back("time_to_train_seconds");
+    return keys;
+  }();
   Fields(*this, [&](const char* key, auto& value) {
     if (std::find(dropped.begin(), dropped.end(), key) == dropped.end()) return;
     using T = std::decay_t<decltype(value)>;
