@@ -38,6 +38,10 @@ void RunEta::CellStarted(size_t index) {
 
 void RunEta::AttemptStarted() { ++attempts_; }
 
+void RunEta::CellFinished(size_t index, const protocol::CellRecord& cell) {
+  CellFinished(index, cell.status != "skipped" && !cell.resumed.value_or(false));
+}
+
 void RunEta::CellFinished(size_t index, bool ran) {
   CellFinished(index, ran, std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "experiment.h"
+#include "trainbench/protocol/cell_record.h"
 #include "trainbench/protocol/events.h"
 
 namespace trainbench {
@@ -31,6 +32,9 @@ class RunEta {
   void CellStarted(size_t index);
   /// A worker of the running cell said `started`: one more attempt (repeat).
   void AttemptStarted();
+  /// The cell ended, as its record says: its wall time counts for the cells
+  /// to come unless it was skipped or kept from an earlier run.
+  void CellFinished(size_t index, const protocol::CellRecord& cell);
   /// The cell ended; `ran`: a worker trained (not skipped, not kept from an
   /// earlier run), so its wall time says something about its device.
   void CellFinished(size_t index, bool ran);

@@ -211,7 +211,7 @@ void MetricsExporter::OnEvent(size_t, const CellRecord& cell, const protocol::Ev
 void MetricsExporter::OnCellFinished(size_t index, const CellRecord& cell) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   auto& i = *impl_;
-  i.run_eta_estimate.CellFinished(index, cell.status != "skipped" && !cell.resumed.value_or(false));
+  i.run_eta_estimate.CellFinished(index, cell);
   i.cells_finished.Add({{"experiment", i.experiment}, {"status", cell.status}}).Increment();
   const Labels l = i.LabelsOf(cell);
   if (cell.ok() && cell.samples_per_second) i.cell_samples_per_second.Add(l).Set(*cell.samples_per_second);

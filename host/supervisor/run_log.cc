@@ -65,8 +65,6 @@ void RunLog::OnEvent(size_t index, const CellRecord& cell, const protocol::Event
   }
 }
 
-void RunLog::OnCellFinished(size_t index, const CellRecord& cell) {
-  eta_.CellFinished(index, cell.status != "skipped" && !cell.resumed.value_or(false));
-}
+void RunLog::OnCellFinished(size_t index, const CellRecord& cell) { eta_.CellFinished(index, cell); }
 
 }  // namespace trainbench
