@@ -14,11 +14,16 @@ MODELS=${BENCH_MODELS:-simple_cnn resnet18 resnet50}  # a subset for a quicker r
 # torch.compile rows on the Python side, for every model by default (the
 # fair reference: Python at its best); compiling takes 10-60 s per row.
 COMPILE_MODELS=${BENCH_COMPILE_MODELS-$MODELS}
-# SimpleCNN also without its fused epilogue, to show what the kernels gain.
+# Each model also without its fused kernels ("stock": LibTorch's composite
+# ops), to show what the kernels gain: SimpleCNN's epilogue, the ResNets'
+# batch norm.
 MODEL_LIST=${MODELS// /, }
-case " $MODELS " in *" simple_cnn "*)
-  MODEL_LIST="$MODEL_LIST, {plugin: simple_cnn, label: simple_cnn-composite, options: {fused_epilogue: false}}" ;;
-esac
+for model in $MODELS; do
+  case $model in
+    simple_cnn) MODEL_LIST="$MODEL_LIST, {plugin: simple_cnn, label: simple_cnn-composite, options: {fused_epilogue: false}}" ;;
+    resnet18|resnet50) MODEL_LIST="$MODEL_LIST, {plugin: $model, label: $model-composite, options: {fused_batchnorm: false}}" ;;
+  esac
+done
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 for bs in $BATCHES; do

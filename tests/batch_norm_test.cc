@@ -154,7 +154,10 @@ TEST(SyncBatchNorm, WithoutRanksItIsLibTorchsBatchNorm2d) {
 // element by its full size (seen: 8e-5 on a 0.03 bias gradient).
 TEST(SyncBatchNorm, ResNet18GradientsOnTwoRanksEqualOneModelsOnTheWholeBatch) {
   const auto plugin = worker::LoadPlugin(testing::PluginFile("resnet18"));
-  auto make = [&] { return worker::CreateModel(plugin, {{"num_classes", 10}, {"stem", "cifar"}, {"image_size", 32}}); };
+  auto make = [&] {
+    return worker::CreateModel(plugin,
+                               {{"num_classes", 10}, {"stem", "cifar"}, {"image_size", 32}, {"fused_batchnorm", true}});
+  };
   torch::manual_seed(11);
   auto reference = make();
   std::vector<std::shared_ptr<sdk::Model>> ranks{make(), make()};

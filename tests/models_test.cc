@@ -16,7 +16,7 @@ std::shared_ptr<sdk::Model> Make(const std::string& name, int64_t classes) {
   if (name == "simple_cnn")
     options.update({{"hidden", 192}, {"fused_epilogue", true}});
   else
-    options.update({{"stem", "imagenet"}, {"image_size", 32}});
+    options.update({{"stem", "imagenet"}, {"image_size", 32}, {"fused_batchnorm", true}});
   return CreateModel(LoadPlugin(trainbench::testing::PluginFile(name)), options);
 }
 
@@ -66,7 +66,7 @@ TEST(Models, TrainingFlopsMatchPyTorchsFlopCounter) {
 
 TEST(Models, CifarStemKeepsResolution) {
   auto model = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
-                           {{"num_classes", 10}, {"stem", "cifar"}, {"image_size", 32}});
+                           {{"num_classes", 10}, {"stem", "cifar"}, {"image_size", 32}, {"fused_batchnorm", true}});
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& item : model->module().named_parameters()) shapes[item.key()] = item.value().sizes().vec();
   EXPECT_EQ(shapes["conv1.weight"], (std::vector<int64_t>{64, 3, 3, 3}));
@@ -111,17 +111,23 @@ TEST(Models, ChannelsLastStridesSurviveOneByOneMapsOnCuda) {
 
 TEST(Models, UnknownStemIsACreationError) {
   EXPECT_THROW(CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
-                           {{"num_classes", 10}, {"stem", "tiny"}, {"image_size", 32}}),
+                           {{"num_classes", 10}, {"stem", "tiny"}, {"image_size", 32}, {"fused_batchnorm", true}}),
                PluginError);
 }
 
-// SimpleCNN's fused convolution epilogue (bias + ReLU + max-pool as one CUDA
-// kernel, and one for the backward) against the composite path of the same
-// plugin with the same weights: the same logits, loss and gradients.
-void ExpectFusedEpilogueMatchesComposite(sdk::Amp amp, bool channels_last, double tolerance) {
-  auto fused = Make("simple_cnn", 10);
-  auto composite = CreateModel(LoadPlugin(trainbench::testing::PluginFile("simple_cnn")),
-                               {{"num_classes", 10}, {"hidden", 192}, {"fused_epilogue", false}});
+// A model's fused CUDA kernels against the composite path of the same plugin
+// (`option` false) with the same weights: the same logits, loss and
+// gradients, within `tolerance` (relative to the largest gradient of each
+// parameter, or its norm with `by_norm`), and for models with batch norm the
+// same running statistics.
+void ExpectFusedMatchesComposite(const std::string& name, const std::string& option, sdk::Amp amp, bool channels_last,
+                                 double tolerance, bool by_norm = false) {
+  auto fused = Make(name, 10);
+  nlohmann::json options = name == "simple_cnn"
+                               ? nlohmann::json{{"num_classes", 10}, {"hidden", 192}}
+                               : nlohmann::json{{"num_classes", 10}, {"stem", "imagenet"}, {"image_size", 32}};
+  options[option] = false;
+  auto composite = CreateModel(LoadPlugin(trainbench::testing::PluginFile(name)), options);
   const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
   for (auto* m : {&fused, &composite}) {
     (*m)->module().to(torch::kCUDA);
@@ -148,17 +154,36 @@ void ExpectFusedEpilogueMatchesComposite(sdk::Amp amp, bool channels_last, doubl
   };
   const auto [fused_logits, fused_loss] = run(*fused);
   const auto [ref_logits, ref_loss] = run(*composite);
-  EXPECT_TRUE(torch::allclose(fused_logits, ref_logits, tolerance, tolerance))
-      << "max difference " << (fused_logits - ref_logits).abs().max().item<double>();
-  EXPECT_NEAR(fused_loss.item<double>(), ref_loss.item<double>(), tolerance);
+  const double logit_scale = by_norm ? ref_logits.abs().max().item<double>() : 1.0;
+  EXPECT_TRUE(torch::allclose(fused_logits, ref_logits, tolerance, tolerance * logit_scale))
+      << name << " max difference " << (fused_logits - ref_logits).abs().max().item<double>();
+  EXPECT_NEAR(fused_loss.item<double>(), ref_loss.item<double>(), tolerance * std::max(1.0, ref_loss.item<double>()));
   auto ref_params = composite->module().named_parameters();
   for (const auto& item : fused->module().named_parameters()) {
     const torch::Tensor& g = item.value().grad();
     const torch::Tensor& r = ref_params[item.key()].grad();
     ASSERT_TRUE(g.defined() && r.defined()) << item.key();
-    const double scale = r.abs().max().item<double>();
-    EXPECT_LE((g - r).abs().max().item<double>(), tolerance * scale + 1e-7) << item.key();
+    if (by_norm) {
+      const double norm = r.to(torch::kDouble).norm().item<double>();
+      EXPECT_LE((g - r).to(torch::kDouble).norm().item<double>(), tolerance * norm + 1e-7) << name << " " << item.key();
+    } else {
+      const double scale = r.abs().max().item<double>();
+      EXPECT_LE((g - r).abs().max().item<double>(), tolerance * scale + 1e-7) << item.key();
+    }
   }
+  auto ref_buffers = composite->module().named_buffers();
+  for (const auto& item : fused->module().named_buffers()) {
+    const torch::Tensor& r = ref_buffers[item.key()];
+    if (!r.is_floating_point()) {
+      EXPECT_TRUE(torch::equal(item.value(), r)) << item.key();
+      continue;
+    }
+    EXPECT_TRUE(torch::allclose(item.value(), r, 1e-3, 1e-4)) << name << " " << item.key();
+  }
+}
+
+void ExpectFusedEpilogueMatchesComposite(sdk::Amp amp, bool channels_last, double tolerance) {
+  ExpectFusedMatchesComposite("simple_cnn", "fused_epilogue", amp, channels_last, tolerance);
 }
 
 TEST(Models, SimpleCnnFusedEpilogueOnCudaMatchesTheCompositeFp32) {
@@ -179,8 +204,10 @@ TEST(Models, SimpleCnnFusedEpilogueOnCudaMatchesTheCompositeBf16ChannelsLast) {
 TEST(Models, ResNetWorkGrowsWithTheImageSize) {
   const auto plugin = LoadPlugin(trainbench::testing::PluginFile("resnet50"));
   int64_t small = 0, large = 0;
-  const auto at32 = CreateModel(plugin, {{"num_classes", 1000}, {"stem", "imagenet"}, {"image_size", 32}});
-  const auto at224 = CreateModel(plugin, {{"num_classes", 1000}, {"stem", "imagenet"}, {"image_size", 224}});
+  const auto at32 =
+      CreateModel(plugin, {{"num_classes", 1000}, {"stem", "imagenet"}, {"image_size", 32}, {"fused_batchnorm", true}});
+  const auto at224 = CreateModel(
+      plugin, {{"num_classes", 1000}, {"stem", "imagenet"}, {"image_size", 224}, {"fused_batchnorm", true}});
   ASSERT_TRUE(at32->TrainingFlopsPerSample(&small).ok());
   ASSERT_TRUE(at224->TrainingFlopsPerSample(&large).ok());
   EXPECT_EQ(at224->InputShape(), (std::array<int64_t, 3>{3, 224, 224}));
@@ -190,6 +217,42 @@ TEST(Models, ResNetWorkGrowsWithTheImageSize) {
   // torchvision's ResNet50 forward is 4.1 GMACs at 224: about 24.5 GFLOPs per
   // trained sample (forward, and backward twice that).
   EXPECT_NEAR(static_cast<double>(large), 24.5e9, 0.5e9);
+}
+
+// The ResNets' fused batch norm (+ ReLU, + residual add) against their
+// composite path: a whole training step's logits, loss, every gradient and
+// the running statistics. bf16 through 18 or 50 layers: bounds by norm.
+TEST(Models, ResNetFusedBatchNormOnCudaMatchesTheCompositeFp32) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string name : {"resnet18", "resnet50"})
+    ExpectFusedMatchesComposite(name, "fused_batchnorm", sdk::Amp::kNone, false, 2e-3, /*by_norm=*/true);
+}
+
+TEST(Models, ResNetFusedBatchNormOnCudaMatchesTheCompositeBf16ChannelsLast) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string name : {"resnet18", "resnet50"})
+    ExpectFusedMatchesComposite(name, "fused_batchnorm", sdk::Amp::kBf16, true, 5e-2, /*by_norm=*/true);
+}
+
+// On the CPU the option changes nothing: the same function either way.
+TEST(Models, ResNetFusedBatchNormOptionLeavesTheCpuPathAlone) {
+  torch::manual_seed(1);
+  auto a = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
+                       {{"num_classes", 10}, {"stem", "imagenet"}, {"image_size", 32}, {"fused_batchnorm", true}});
+  auto b = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
+                       {{"num_classes", 10}, {"stem", "imagenet"}, {"image_size", 32}, {"fused_batchnorm", false}});
+  {
+    torch::NoGradGuard no_grad;
+    auto from = a->module().named_parameters();
+    for (auto& item : b->module().named_parameters()) item.value().copy_(from[item.key()]);
+  }
+  const torch::Tensor x = torch::randn({4, 3, 32, 32});
+  torch::Tensor la, lb;
+  ASSERT_TRUE(a->Forward(x, &la).ok());
+  ASSERT_TRUE(b->Forward(x, &lb).ok());
+  EXPECT_TRUE(torch::equal(la, lb));
+  EXPECT_TRUE(torch::equal(a->module().named_buffers()["layer1.0.bn1.running_mean"],
+                           b->module().named_buffers()["layer1.0.bn1.running_mean"]));
 }
 
 }  // namespace

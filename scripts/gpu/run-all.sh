@@ -74,8 +74,9 @@ for stage in $STAGES; do
           -e 's/^  target_accuracy: .*//' -e 's/^name: paper/name: paper-synthetic50k/' configs/paper.yaml > "$OUT/paper-synthetic.yaml"
       build-gpu/bin/trainbench run "$OUT/paper-synthetic.yaml" --out "$OUT/paper-synthetic" > "$OUT/paper-synthetic.log" 2>&1
       echo "paper (synthetic 50k) rc=$?"; sed -n '/^model/,$p' "$OUT/paper-synthetic.log" ;;
-    # SimpleCNN's fused CUDA epilogue: its tests alone (a subset of `test`).
-    kernels) ctest --test-dir build-gpu --output-on-failure -R "BiasReluMaxPool|Models\." > "$OUT/kernels.log" 2>&1
+    # The fused CUDA kernels (SimpleCNN's epilogue, the ResNets' batch norm):
+    # their tests alone (a subset of `test`).
+    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "BiasReluMaxPool|BatchNormAct|Models\." > "$OUT/kernels.log" 2>&1
       echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60 ;;
     # Plain PyTorch's SimpleCNN step kernel by kernel, eager and torch.compile.
     profile)

@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 
+#include "batch_norm_act.h"
 #include "trainbench/sdk/module_model.h"
 
 namespace trainbench::plugins {
@@ -28,7 +29,8 @@ CountedConv2d Conv1x1(int64_t in, int64_t out, int64_t stride) {
 // One residual block, basic (two 3x3) or bottleneck (1x1, 3x3, 1x1 x4).
 class BlockImpl : public torch::nn::Module {
  public:
-  BlockImpl(int64_t in, int64_t width, int64_t stride, bool bottleneck) : bottleneck_(bottleneck) {
+  BlockImpl(int64_t in, int64_t width, int64_t stride, bool bottleneck, bool fused)
+      : bottleneck_(bottleneck), fused_(fused) {
     const int64_t out = bottleneck ? width * 4 : width;
     if (bottleneck) {
       conv1_ = register_module("conv1", Conv1x1(in, width, 1));
@@ -44,35 +46,47 @@ class BlockImpl : public torch::nn::Module {
       bn2_ = register_module("bn2", BatchNorm2d(width));
     }
     if (stride != 1 || in != out) {
-      downsample_ = register_module("downsample", torch::nn::Sequential(Conv1x1(in, out, stride), BatchNorm2d(out)));
+      downsample_conv_ = Conv1x1(in, out, stride);
+      downsample_bn_ = BatchNorm2d(out);
+      downsample_ = register_module("downsample", torch::nn::Sequential(downsample_conv_, downsample_bn_));
     }
   }
 
-  // ReLU and the residual add in place, as torchvision's: besides saving
-  // memory, they keep the convolutions' channels_last strides where the
-  // maps are 1x1 (layer4 at 32x32 input), which out-of-place ops would turn
-  // into NCHW strides; cuDNN then computes the next weight gradient in NCHW
-  // and the step pays for transposing it back. Batch normalisation's
-  // backward does not read its output, so overwriting it is safe.
+  // Each batch norm with what follows it (ReLU, the residual add) in one
+  // call: fused kernels on CUDA, else torchvision's composite, whose ReLU and
+  // residual add run in place: besides saving memory, they keep the
+  // convolutions' channels_last strides where the maps are 1x1 (layer4 at
+  // 32x32 input), which out-of-place ops would turn into NCHW strides; cuDNN
+  // then computes the next weight gradient in NCHW and the step pays for
+  // transposing it back. Batch normalisation's backward does not read its
+  // output, so overwriting it is safe.
   torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = bn1_(conv1_(x)).relu_();
-    y = bn2_(conv2_(y));
-    if (bottleneck_) y = bn3_(conv3_(y.relu_()));
-    y += downsample_ ? downsample_->forward(x) : x;
-    return y.relu_();
+    torch::Tensor y = resnet::BatchNormAct(*bn1_, conv1_(x), {}, /*relu=*/true, fused_);
+    sdk::BatchNorm2dImpl* last = bn2_.get();
+    if (bottleneck_) {
+      y = resnet::BatchNormAct(*bn2_, conv2_(y), {}, /*relu=*/true, fused_);
+      y = conv3_(y);
+      last = bn3_.get();
+    } else {
+      y = conv2_(y);
+    }
+    const torch::Tensor identity =
+        downsample_ ? resnet::BatchNormAct(*downsample_bn_, downsample_conv_(x), {}, /*relu=*/false, fused_) : x;
+    return resnet::BatchNormAct(*last, y, identity, /*relu=*/true, fused_);
   }
 
  private:
-  bool bottleneck_;
-  CountedConv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
-  BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
-  torch::nn::Sequential downsample_{nullptr};
+  bool bottleneck_, fused_;
+  CountedConv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr}, downsample_conv_{nullptr};
+  BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr}, downsample_bn_{nullptr};
+  torch::nn::Sequential downsample_{nullptr};  // (downsample_conv_, downsample_bn_), torchvision's names
 };
 TORCH_MODULE(Block);
 
 class ResNetImpl : public torch::nn::Module {
  public:
-  ResNetImpl(const ResNetSpec& spec, int64_t num_classes, bool imagenet_stem) : imagenet_stem_(imagenet_stem) {
+  ResNetImpl(const ResNetSpec& spec, int64_t num_classes, bool imagenet_stem, bool fused)
+      : imagenet_stem_(imagenet_stem), fused_(fused) {
     conv1_ =
         register_module("conv1", imagenet_stem ? CountedConv2d(Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false))
                                                : Conv3x3(3, 64, 1));
@@ -83,7 +97,7 @@ class ResNetImpl : public torch::nn::Module {
       torch::nn::Sequential layer;
       for (int64_t b = 0; b < spec.layers[stage]; ++b) {
         const int64_t stride = (b == 0 && stage > 0) ? 2 : 1;
-        layer->push_back(Block(in, widths[stage], stride, spec.bottleneck));
+        layer->push_back(Block(in, widths[stage], stride, spec.bottleneck, fused));
         in = spec.bottleneck ? widths[stage] * 4 : widths[stage];
       }
       layers_[stage] = register_module("layer" + std::to_string(stage + 1), layer);
@@ -93,7 +107,7 @@ class ResNetImpl : public torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& input) {
-    torch::Tensor x = bn1_(conv1_(input)).relu_();
+    torch::Tensor x = resnet::BatchNormAct(*bn1_, conv1_(input), {}, /*relu=*/true, fused_);
     if (imagenet_stem_) {
       x = torch::max_pool2d(x, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
     }
@@ -117,7 +131,7 @@ class ResNetImpl : public torch::nn::Module {
     }
   }
 
-  bool imagenet_stem_;
+  bool imagenet_stem_, fused_;
   CountedConv2d conv1_{nullptr};
   BatchNorm2d bn1_{nullptr};
   torch::nn::Sequential layers_[4] = {nullptr, nullptr, nullptr, nullptr};
@@ -133,7 +147,8 @@ std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Option
   const std::string stem = options.GetString("stem");
   if (stem != "imagenet" && stem != "cifar")
     throw std::invalid_argument("stem must be 'imagenet' or 'cifar', not '" + stem + "'");
-  return std::make_unique<sdk::ModuleModel<ResNet>>(ResNet(spec, classes, stem == "imagenet"),
+  const bool fused = options.GetBool("fused_batchnorm") && resnet::FusedKernelsBuilt();
+  return std::make_unique<sdk::ModuleModel<ResNet>>(ResNet(spec, classes, stem == "imagenet", fused),
                                                     std::array<int64_t, 3>{3, size, size}, classes);
 }
 

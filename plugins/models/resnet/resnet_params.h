@@ -13,6 +13,10 @@ inline const TbParamSpec kResNetParams[] = {
     {"stem", TB_PARAM_ENUM, "\"imagenet\"",
      "imagenet: 7x7/2 conv + max-pool (torchvision, as in the study); cifar: 3x3/1 conv, no pool", "imagenet,cifar", 0,
      0, 0},
+    {"fused_batchnorm", TB_PARAM_BOOL, "true",
+     "on CUDA, each batch norm with its ReLU and residual add as two kernels forward and two backward (false: "
+     "LibTorch's batch_norm, add and relu)",
+     nullptr, 0, 0, 0},
 };
 
 }  // namespace trainbench::plugins

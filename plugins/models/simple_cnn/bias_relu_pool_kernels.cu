@@ -2,57 +2,19 @@
 // y once and writes a quarter of it plus one byte per pooled element (eager:
 // bias add, ReLU and max-pool with int64 indices, ~12 bytes moved per element
 // of y in bf16); backward writes grad_y once.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cstdint>
 
+#include "../../common/cuda_element.cuh"
 #include "bias_relu_pool_kernels.h"
 
 namespace simple_cnn::kernels {
 namespace {
 
-template <typename T>
-__device__ __forceinline__ float ToFloat(T v);
-template <>
-__device__ __forceinline__ float ToFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <>
-__device__ __forceinline__ float ToFloat<__half>(__half v) {
-  return __half2float(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) {
-  return __float2half_rn(v);
-}
-
-// Rounds a float to T's precision and back.
-template <typename T>
-__device__ __forceinline__ float Round(float v) {
-  return ToFloat<T>(FromFloat<T>(v));
-}
-
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
+using trainbench::cuda::FromFloat;
+using trainbench::cuda::Pack;
+using trainbench::cuda::Round;
+using trainbench::cuda::ToFloat;
 
 // Where pack i of pooled outputs reads its 2x2 windows: `base` is the first
 // element of the first window, Step(k) the offset of its element k (row-major).

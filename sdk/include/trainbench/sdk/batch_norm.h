@@ -129,6 +129,9 @@ class BatchNorm2dImpl : public torch::nn::NormImplBase<2, BatchNorm2dImpl, torch
   /// host keeps `sum` alive while the model trains.
   void SetCrossRankSum(CrossRankSum* sum) noexcept { cross_rank_ = sum; }
 
+  /// Whether training normalises over all ranks (SetCrossRankSum).
+  bool HasCrossRankSum() const noexcept { return cross_rank_ != nullptr; }
+
  private:
   void _check_input_dim(const torch::Tensor& input) override {
     TORCH_CHECK(input.dim() == 4, "BatchNorm2d: expected a 4-D input, got ", input.dim(), "-D");

@@ -1,0 +1,62 @@
+#pragma once
+// Element types of the plugins' CUDA kernels: conversions to and from the
+// fp32 the kernels compute in, and packs of neighbouring elements moved as
+// one (up to 16 bytes) load or store. Device code only (nvcc).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace trainbench::cuda {
+
+template <typename T>
+__device__ __forceinline__ float ToFloat(T v);
+template <>
+__device__ __forceinline__ float ToFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <>
+__device__ __forceinline__ float ToFloat<__half>(__half v) {
+  return __half2float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+/// Rounds a float to T's precision and back.
+template <typename T>
+__device__ __forceinline__ float Round(float v) {
+  return ToFloat<T>(FromFloat<T>(v));
+}
+
+/// kVec neighbouring elements, aligned so that they move as one access.
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Pack {
+  T v[kVec];
+};
+
+template <typename T, int kVec, typename Index>
+__device__ __forceinline__ Pack<T, kVec> LoadPack(const T* base, Index at) {
+  return *reinterpret_cast<const Pack<T, kVec>*>(base + at);
+}
+
+template <typename T, int kVec, typename Index>
+__device__ __forceinline__ void StorePack(T* base, Index at, const Pack<T, kVec>& pack) {
+  *reinterpret_cast<Pack<T, kVec>*>(base + at) = pack;
+}
+
+}  // namespace trainbench::cuda

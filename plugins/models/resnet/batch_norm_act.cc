@@ -1,0 +1,191 @@
+#include "batch_norm_act.h"
+
+#ifdef TRAINBENCH_RESNET_KERNELS
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/autograd.h>
+
+#include "batch_norm_act_kernels.h"
+#endif
+
+namespace resnet {
+namespace {
+
+using trainbench::sdk::BatchNorm2dImpl;
+
+// torchvision's block: the module's batch norm, then in place the residual
+// add and ReLU (see resnet.cc for why in place).
+torch::Tensor Composite(BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu) {
+  torch::Tensor y = bn.forward(x);
+  if (residual.defined()) y += residual;
+  return relu ? y.relu_() : y;
+}
+
+#ifdef TRAINBENCH_RESNET_KERNELS
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// channels_last when x is (a 1x1 map is both: the same memory either way).
+bool IsNhwc(const torch::Tensor& x) { return x.is_contiguous(c10::MemoryFormat::ChannelsLast); }
+
+c10::MemoryFormat Format(bool nhwc) { return nhwc ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous; }
+
+kernels::DType Type(const torch::Tensor& x) {
+  const auto type = x.scalar_type();
+  return type == torch::kFloat      ? kernels::DType::kFloat
+         : type == torch::kBFloat16 ? kernels::DType::kBFloat16
+                                    : kernels::DType::kHalf;
+}
+
+kernels::BnProblem Problem(const torch::Tensor& x, bool nhwc, bool relu, bool residual) {
+  return kernels::BnProblem{Type(x),
+                            nhwc ? kernels::Layout::kNhwc : kernels::Layout::kNchw,
+                            x.size(0),
+                            x.size(1),
+                            x.size(2) * x.size(3),
+                            relu,
+                            residual};
+}
+
+bool IsFloatOn(const torch::Tensor& t, const torch::Tensor& x) {
+  return t.defined() && t.scalar_type() == torch::kFloat && t.device() == x.device() && t.is_contiguous() &&
+         t.dim() == 1 && t.size(0) == x.size(1);
+}
+
+bool FusedApplies(const BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu) {
+  const auto type = x.scalar_type();
+  if (!x.is_cuda() || x.dim() != 4 || (type != torch::kFloat && type != torch::kBFloat16 && type != torch::kHalf))
+    return false;
+  if (bn.HasCrossRankSum() || !bn.options.affine() || !bn.options.momentum().has_value()) return false;
+  if (!IsFloatOn(bn.weight, x) || !IsFloatOn(bn.bias, x)) return false;
+  if (bn.options.track_running_stats() && (!IsFloatOn(bn.running_mean, x) || !IsFloatOn(bn.running_var, x)))
+    return false;
+  if (!x.is_contiguous() && !IsNhwc(x)) return false;
+  if (residual.defined() &&
+      (!relu || residual.sizes() != x.sizes() || residual.scalar_type() != type || residual.device() != x.device()))
+    return false;
+  return kernels::Supported(Problem(x, IsNhwc(x), relu, residual.defined()));
+}
+
+struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
+  // running_mean, running_var: updated in place, or undefined (not tracked).
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               const torch::Tensor& bias, const torch::Tensor& residual,
+                               const torch::Tensor& running_mean, const torch::Tensor& running_var, double eps,
+                               double momentum, bool relu) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const bool nhwc = IsNhwc(x);
+    const torch::Tensor r = residual.defined() ? residual.contiguous(Format(nhwc)) : torch::Tensor();
+    const kernels::BnProblem problem = Problem(x, nhwc, relu, r.defined());
+    const auto f32 = x.options().dtype(torch::kFloat).memory_format(c10::MemoryFormat::Contiguous);
+    torch::Tensor y = torch::empty(x.sizes(), x.options().memory_format(Format(nhwc)));
+    torch::Tensor mean = torch::empty({x.size(1)}, f32), invstd = torch::empty({x.size(1)}, f32);
+    torch::Tensor workspace = torch::empty({kernels::WorkspaceFloats(problem)}, f32);
+    kernels::BnForwardArgs args{};
+    args.x = x.data_ptr();
+    args.residual = r.defined() ? r.data_ptr() : nullptr;
+    args.weight = weight.data_ptr<float>();
+    args.bias = bias.data_ptr<float>();
+    args.running_mean = running_mean.defined() ? running_mean.data_ptr<float>() : nullptr;
+    args.running_var = running_var.defined() ? running_var.data_ptr<float>() : nullptr;
+    args.eps = static_cast<float>(eps);
+    args.momentum = static_cast<float>(momentum);
+    args.y = y.data_ptr();
+    args.save_mean = mean.data_ptr<float>();
+    args.save_invstd = invstd.data_ptr<float>();
+    args.workspace = workspace.data_ptr<float>();
+    C10_CUDA_CHECK(kernels::BnForwardTraining(problem, args, c10::cuda::getCurrentCUDAStream()));
+    // y is read back only with a residual (ReLU's mask); without one the
+    // backward recomputes the mask from x.
+    if (r.defined())
+      ctx->save_for_backward({x, weight, bias, mean, invstd, y});
+    else
+      ctx->save_for_backward({x, weight, bias, mean, invstd});
+    ctx->saved_data["relu"] = relu;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2], &mean = saved[3], &invstd = saved[4];
+    const bool residual = saved.size() > 5;
+    const c10::cuda::CUDAGuard guard(x.device());
+    const bool nhwc = IsNhwc(x);
+    const kernels::BnProblem problem = Problem(x, nhwc, ctx->saved_data["relu"].toBool(), residual);
+    const auto format = x.options().memory_format(Format(nhwc));
+    const torch::Tensor dy = grads[0].to(x.scalar_type()).contiguous(Format(nhwc));
+    torch::Tensor dx = torch::empty(x.sizes(), format);
+    torch::Tensor dr = residual ? torch::empty(x.sizes(), format) : torch::Tensor();
+    const auto f32 = x.options().dtype(torch::kFloat).memory_format(c10::MemoryFormat::Contiguous);
+    torch::Tensor dw = torch::empty({x.size(1)}, f32), db = torch::empty({x.size(1)}, f32);
+    torch::Tensor workspace = torch::empty({kernels::WorkspaceFloats(problem)}, f32);
+    kernels::BnBackwardArgs args{};
+    args.grad_y = dy.data_ptr();
+    args.x = x.data_ptr();
+    args.y = residual ? saved[5].data_ptr() : nullptr;
+    args.weight = weight.data_ptr<float>();
+    args.bias = bias.data_ptr<float>();
+    args.save_mean = mean.data_ptr<float>();
+    args.save_invstd = invstd.data_ptr<float>();
+    args.grad_x = dx.data_ptr();
+    args.grad_residual = residual ? dr.data_ptr() : nullptr;
+    args.grad_weight = dw.data_ptr<float>();
+    args.grad_bias = db.data_ptr<float>();
+    args.workspace = workspace.data_ptr<float>();
+    C10_CUDA_CHECK(kernels::BnBackwardTraining(problem, args, c10::cuda::getCurrentCUDAStream()));
+    return {dx, dw, db, dr, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// Evaluation with the running statistics, no autograd.
+torch::Tensor Inference(const BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const bool nhwc = IsNhwc(x);
+  const torch::Tensor r = residual.defined() ? residual.contiguous(Format(nhwc)) : torch::Tensor();
+  torch::Tensor y = torch::empty(x.sizes(), x.options().memory_format(Format(nhwc)));
+  torch::Tensor workspace = torch::empty({2 * x.size(1)}, x.options().dtype(torch::kFloat));
+  C10_CUDA_CHECK(kernels::BnForwardInference(
+      Problem(x, nhwc, relu, r.defined()), x.data_ptr(), r.defined() ? r.data_ptr() : nullptr,
+      bn.weight.data_ptr<float>(), bn.bias.data_ptr<float>(), bn.running_mean.data_ptr<float>(),
+      bn.running_var.data_ptr<float>(), static_cast<float>(bn.options.eps()), y.data_ptr(), workspace.data_ptr<float>(),
+      c10::cuda::getCurrentCUDAStream()));
+  return y;
+}
+#endif
+
+}  // namespace
+
+bool FusedKernelsBuilt() noexcept {
+#ifdef TRAINBENCH_RESNET_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
+torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu,
+                           bool fused) {
+#ifdef TRAINBENCH_RESNET_KERNELS
+  if (fused && FusedApplies(bn, x, residual, relu)) {
+    const bool batch_statistics = bn.is_training() || !bn.options.track_running_stats();
+    if (!batch_statistics) {
+      const bool needs_grad =
+          torch::GradMode::is_enabled() && (x.requires_grad() || bn.weight.requires_grad() || bn.bias.requires_grad() ||
+                                            (residual.defined() && residual.requires_grad()));
+      if (!needs_grad) return Inference(bn, x, residual, relu);
+    } else if (kernels::PrepareDevice(c10::cuda::getCurrentCUDAStream(x.device().index()))) {
+      const bool track = bn.is_training() && bn.options.track_running_stats();
+      if (track) bn.num_batches_tracked.add_(1);
+      return FusedBatchNormAct::apply(x, bn.weight, bn.bias, residual, track ? bn.running_mean : torch::Tensor(),
+                                      track ? bn.running_var : torch::Tensor(), bn.options.eps(),
+                                      *bn.options.momentum(), relu);
+    }
+  }
+#else
+  (void)fused;
+#endif
+  return Composite(bn, x, residual, relu);
+}
+
+}  // namespace resnet

@@ -1,0 +1,25 @@
+#pragma once
+// act(batch_norm(x) [+ residual]) for the ResNets, act ReLU or none: on CUDA
+// (when this build has the kernels, see batch_norm_act_kernels.h) two kernels
+// forward and two backward for the whole chain; elsewhere, and with
+// `fused` false, LibTorch's composite (the module's batch_norm, an in-place
+// add and ReLU), as torchvision's block.
+
+#include <torch/types.h>
+
+#include "trainbench/sdk/batch_norm.h"
+
+namespace resnet {
+
+/// Whether this build has the CUDA kernels.
+bool FusedKernelsBuilt() noexcept;
+
+/// The fused path takes CUDA tensors of float, bfloat16 or half, NCHW or
+/// channels_last, a module with fp32 affine parameters and a momentum, and
+/// statistics of this rank alone (not cross-rank); in training mode it
+/// updates the running statistics as the module would. Anything else, and
+/// `fused` false, goes the composite way.
+torch::Tensor BatchNormAct(trainbench::sdk::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual,
+                           bool relu, bool fused);
+
+}  // namespace resnet

@@ -1,0 +1,662 @@
+// See batch_norm_act_kernels.h. Every kernel is memory-bound; the layouts:
+// NHWC: the tensor is a (M, C) matrix, M = N * H * W. A block is tx threads
+//   along a row's channel packs (16 bytes each) by ty rows; blockIdx.x picks
+//   a tile of tx packs of channels, blockIdx.y a share of the rows. A thread
+//   keeps its channels for the whole kernel (their constants in registers).
+// NCHW: a channel is N runs of H * W elements; the reductions give each
+//   channel its blocks (blockIdx.x the channel), the element-wise passes run
+//   flat over packs of one run.
+// The reductions add in fp32 per thread, over the block and then across
+// blocks (fp64) in the last block of each channel tile, which also computes
+// the per-channel constants of the element-wise pass that follows.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+
+#include "../../common/cuda_element.cuh"
+#include "batch_norm_act_kernels.h"
+
+namespace resnet::kernels {
+namespace {
+
+using trainbench::cuda::FromFloat;
+using trainbench::cuda::LoadPack;
+using trainbench::cuda::Pack;
+using trainbench::cuda::Round;
+using trainbench::cuda::StorePack;
+using trainbench::cuda::ToFloat;
+
+constexpr int kThreads = 256;
+constexpr int kMaxTiles = 4096;  // counters per device: channel tiles of one reduction
+constexpr int kMaxDevices = 64;
+constexpr int kForwardCoefficients = 2;   // scale, shift
+constexpr int kBackwardCoefficients = 6;  // k1, k2, k3, mean, scale, shift
+
+// Everything a kernel of this file reads or writes; unused pointers are null.
+struct Params {
+  const void* x;
+  const void* residual;
+  const void* y;
+  const void* grad_y;
+  void* out;  // forward: y; backward: grad_x
+  void* grad_residual;
+  const float* weight;
+  const float* bias;
+  float* running_mean;
+  float* running_var;
+  float* mean;  // forward: written; backward: read
+  float* invstd;
+  float* grad_weight;
+  float* grad_bias;
+  float* coef;      // per channel: kForwardCoefficients or kBackwardCoefficients
+  float* partials;  // [splits][C][2]
+  int* counters;    // one per channel tile, zero between kernels
+  float eps, momentum;
+  int64_t rows;  // elements per channel: N * H * W
+  int64_t s;     // H * W
+  int c;
+};
+
+// The one place the forward's affine constants are computed: the backward's
+// ReLU mask recomputes y's sign from x with exactly these operations.
+__device__ __forceinline__ void Affine(float w, float b, float mean, float invstd, float& scale, float& shift) {
+  scale = __fmul_rn(w, invstd);
+  shift = __fsub_rn(b, __fmul_rn(mean, scale));
+}
+
+template <bool kRelu>
+__device__ __forceinline__ float Act(float v) {
+  return kRelu ? ((v > 0.f || isnan(v)) ? v : 0.f) : v;
+}
+
+// Whether ReLU let y through: y > 0 as the forward stored it.
+template <typename T>
+__device__ __forceinline__ bool Passes(float x, float scale, float shift) {
+  return Round<T>(__fmaf_rn(x, scale, shift)) > 0.f;
+}
+
+// The gradient that reaches bn(x) [+ r]: dy masked by ReLU. With a residual
+// the mask comes from y, else from x.
+template <typename T, bool kRelu, bool kResidual>
+__device__ __forceinline__ float MaskedGrad(float dy, float x, float y, float scale, float shift) {
+  if constexpr (!kRelu) return dy;
+  if constexpr (kResidual) return y > 0.f ? dy : 0.f;
+  return Passes<T>(x, scale, shift) ? dy : 0.f;
+}
+
+// Per-channel results of a finished reduction (sums over all elements of
+// channel c, in fp64), written by the last block.
+template <typename T, bool kBackward>
+__device__ void FinishChannel(const Params& p, int c, double s0, double s1, float ref) {
+  const double n = static_cast<double>(p.rows);
+  if constexpr (!kBackward) {
+    // s0, s1: sums of d and d^2, d = x - ref (ref: the channel's first value).
+    const double mean_d = s0 / n;
+    const double var = fmax(s1 / n - mean_d * mean_d, 0.0);
+    const float mean = static_cast<float>(ref + mean_d);
+    const float invstd = static_cast<float>(1.0 / sqrt(var + static_cast<double>(p.eps)));
+    p.mean[c] = mean;
+    p.invstd[c] = invstd;
+    if (p.running_mean != nullptr) {
+      const float m = p.momentum;
+      p.running_mean[c] = (1.f - m) * p.running_mean[c] + m * mean;
+      p.running_var[c] = (1.f - m) * p.running_var[c] + m * static_cast<float>(var * n / (n - 1.0));
+    }
+    float scale, shift;
+    Affine(p.weight[c], p.bias[c], mean, invstd, scale, shift);
+    p.coef[c * kForwardCoefficients] = scale;
+    p.coef[c * kForwardCoefficients + 1] = shift;
+  } else {
+    // s0, s1: sums of dz and dz (x - mean).
+    const float invstd = p.invstd[c], w = p.weight[c], mean = p.mean[c];
+    p.grad_bias[c] = static_cast<float>(s0);
+    p.grad_weight[c] = static_cast<float>(s1 * invstd);
+    const double k1 = static_cast<double>(w) * invstd;
+    float* k = p.coef + c * kBackwardCoefficients;
+    k[0] = static_cast<float>(k1);
+    k[1] = static_cast<float>(-k1 * invstd * invstd * s1 / n);
+    k[2] = static_cast<float>(-k1 * s0 / n);
+    k[3] = mean;
+    Affine(w, p.bias[c], mean, invstd, k[4], k[5]);
+  }
+}
+
+// The last block of a channel tile: adds every block's partial sums of the
+// tile's `count` channels (from `first`) and finishes them. `ref_stride`:
+// where a channel's first element is (c * ref_stride).
+template <typename T, bool kBackward>
+__device__ void FinishTile(const Params& p, int first, int count, int splits, int64_t ref_stride) {
+  __shared__ double red[2][kThreads];
+  const int parts = blockDim.x / count;  // count <= blockDim.x
+  const int slot = threadIdx.x % count, part = threadIdx.x / count;
+  double s0 = 0.0, s1 = 0.0;
+  if (part < parts) {
+#pragma unroll 4
+    for (int sp = part; sp < splits; sp += parts) {
+      const float* q = p.partials + (static_cast<int64_t>(sp) * p.c + first + slot) * 2;
+      s0 += __ldcg(q);
+      s1 += __ldcg(q + 1);
+    }
+  }
+  red[0][threadIdx.x] = s0;
+  red[1][threadIdx.x] = s1;
+  __syncthreads();
+  if (threadIdx.x < count) {
+    for (int q = 1; q < parts; ++q) {
+      s0 += red[0][q * count + threadIdx.x];
+      s1 += red[1][q * count + threadIdx.x];
+    }
+    const int c = first + threadIdx.x;
+    const float ref = kBackward ? 0.f : ToFloat(static_cast<const T*>(p.x)[c * ref_stride]);
+    FinishChannel<T, kBackward>(p, c, s0, s1, ref);
+  }
+}
+
+// Counts this block done for channel tile `tile`; true in the tile's last
+// block, which then sees every other block's partial sums.
+__device__ bool LastBlockOfTile(const Params& p, int tile) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&p.counters[tile], 1) == static_cast<int>(gridDim.y) - 1;
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
+// NHWC reduction. Forward: sums of d and d^2 (d = x - the channel's first
+// value); backward: of dz and dz (x - mean), writing dr = dz with a residual.
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
+__global__ void __launch_bounds__(kThreads) ReduceNhwc(Params p, int tx) {
+  const int ty = kThreads / tx;
+  const int lane_c = threadIdx.x % tx, lane_r = threadIdx.x / tx;
+  const int pack = blockIdx.x * tx + lane_c;
+  const int c0 = pack * kVec;
+  const bool active = c0 < p.c && lane_r < ty;
+  float a0[kVec] = {}, a1[kVec] = {};
+  if (active) {
+    const T* x = static_cast<const T*>(p.x);
+    float ref[kVec], scale[kVec] = {}, shift[kVec] = {};
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if constexpr (kBackward) {
+        ref[j] = p.mean[c0 + j];
+        if constexpr (kRelu && !kResidual)
+          Affine(p.weight[c0 + j], p.bias[c0 + j], ref[j], p.invstd[c0 + j], scale[j], shift[j]);
+      } else {
+        ref[j] = ToFloat(x[c0 + j]);
+      }
+    }
+    const int64_t step = static_cast<int64_t>(gridDim.y) * ty;
+#pragma unroll 2
+    for (int64_t r = static_cast<int64_t>(blockIdx.y) * ty + lane_r; r < p.rows; r += step) {
+      const int64_t at = r * p.c + c0;
+      const Pack<T, kVec> xv = LoadPack<T, kVec>(x, at);
+      if constexpr (!kBackward) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          const float d = ToFloat(xv.v[j]) - ref[j];
+          a0[j] += d;
+          a1[j] = fmaf(d, d, a1[j]);
+        }
+      } else {
+        const Pack<T, kVec> gv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
+        Pack<T, kVec> yv{};
+        if constexpr (kResidual) yv = LoadPack<T, kVec>(static_cast<const T*>(p.y), at);
+        Pack<T, kVec> dzv;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          const float xf = ToFloat(xv.v[j]);
+          const float dz = MaskedGrad<T, kRelu, kResidual>(ToFloat(gv.v[j]), xf, ToFloat(yv.v[j]), scale[j], shift[j]);
+          dzv.v[j] = FromFloat<T>(dz);
+          a0[j] += dz;
+          a1[j] = fmaf(dz, xf - ref[j], a1[j]);
+        }
+        if constexpr (kResidual) StorePack<T, kVec>(static_cast<T*>(p.grad_residual), at, dzv);
+      }
+    }
+  }
+  // The block's sums per channel: row 0's threads add the ty rows.
+  __shared__ float sums[2][kThreads * kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    sums[0][threadIdx.x * kVec + j] = a0[j];
+    sums[1][threadIdx.x * kVec + j] = a1[j];
+  }
+  __syncthreads();
+  const int tile_c = tx * kVec;
+  const int first = blockIdx.x * tile_c;
+  const int count = min(tile_c, p.c - first);
+  if (static_cast<int>(threadIdx.x) < count) {
+    float s0 = 0.f, s1 = 0.f;
+    for (int r = 0; r < ty; ++r) {
+      s0 += sums[0][r * tile_c + threadIdx.x];
+      s1 += sums[1][r * tile_c + threadIdx.x];
+    }
+    float* q = p.partials + (static_cast<int64_t>(blockIdx.y) * p.c + first + threadIdx.x) * 2;
+    q[0] = s0;
+    q[1] = s1;
+  }
+  if (!LastBlockOfTile(p, blockIdx.x)) return;
+  FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1);
+  if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;
+}
+
+// NCHW reduction: blockIdx.x is the channel; packs of kVec elements of one
+// H * W run.
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
+__global__ void __launch_bounds__(kThreads) ReduceNchw(Params p) {
+  const int c = blockIdx.x;
+  const T* x = static_cast<const T*>(p.x);
+  float ref, scale = 0.f, shift = 0.f;
+  if constexpr (kBackward) {
+    ref = p.mean[c];
+    if constexpr (kRelu && !kResidual) Affine(p.weight[c], p.bias[c], ref, p.invstd[c], scale, shift);
+  } else {
+    ref = ToFloat(x[c * p.s]);
+  }
+  const int64_t run_packs = p.s / kVec, packs = p.rows / kVec;
+  float a0 = 0.f, a1 = 0.f;
+  for (int64_t q = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x; q < packs;
+       q += static_cast<int64_t>(gridDim.y) * kThreads) {
+    const int64_t n = q / run_packs;
+    const int64_t at = (n * p.c + c) * p.s + (q - n * run_packs) * kVec;
+    const Pack<T, kVec> xv = LoadPack<T, kVec>(x, at);
+    if constexpr (!kBackward) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const float d = ToFloat(xv.v[j]) - ref;
+        a0 += d;
+        a1 = fmaf(d, d, a1);
+      }
+    } else {
+      const Pack<T, kVec> gv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
+      Pack<T, kVec> yv{};
+      if constexpr (kResidual) yv = LoadPack<T, kVec>(static_cast<const T*>(p.y), at);
+      Pack<T, kVec> dzv;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const float xf = ToFloat(xv.v[j]);
+        const float dz = MaskedGrad<T, kRelu, kResidual>(ToFloat(gv.v[j]), xf, ToFloat(yv.v[j]), scale, shift);
+        dzv.v[j] = FromFloat<T>(dz);
+        a0 += dz;
+        a1 = fmaf(dz, xf - ref, a1);
+      }
+      if constexpr (kResidual) StorePack<T, kVec>(static_cast<T*>(p.grad_residual), at, dzv);
+    }
+  }
+  // Warp, then block.
+  for (int offset = 16; offset > 0; offset /= 2) {
+    a0 += __shfl_down_sync(0xffffffffu, a0, offset);
+    a1 += __shfl_down_sync(0xffffffffu, a1, offset);
+  }
+  __shared__ float warp_sums[2][kThreads / 32];
+  if (threadIdx.x % 32 == 0) {
+    warp_sums[0][threadIdx.x / 32] = a0;
+    warp_sums[1][threadIdx.x / 32] = a1;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s0 = 0.f, s1 = 0.f;
+    for (int w = 0; w < kThreads / 32; ++w) s0 += warp_sums[0][w], s1 += warp_sums[1][w];
+    float* q = p.partials + (static_cast<int64_t>(blockIdx.y) * p.c + c) * 2;
+    q[0] = s0;
+    q[1] = s1;
+  }
+  if (!LastBlockOfTile(p, c)) return;
+  FinishTile<T, kBackward>(p, c, 1, gridDim.y, /*ref_stride=*/p.s);
+  if (threadIdx.x == 0) p.counters[c] = 0;
+}
+
+// One element of the element-wise passes. Forward: y = act(x * scale +
+// shift [+ r]); backward: dx = k1 dz + k2 (x - mean) + k3.
+template <typename T, bool kBackward, bool kRelu, bool kResidual>
+struct Elementwise {
+  __device__ __forceinline__ static float Apply(const float* k, float x, float r, float dy, float y_or_dz) {
+    if constexpr (!kBackward) {
+      float v = __fmaf_rn(x, k[0], k[1]);
+      if constexpr (kResidual) v += r;
+      return Act<kRelu>(v);
+    } else {
+      // With a residual the reduction stored dz (masked); else dz from dy.
+      const float dz = kResidual ? y_or_dz : MaskedGrad<T, kRelu, false>(dy, x, 0.f, k[4], k[5]);
+      return k[0] * dz + k[1] * (x - k[3]) + k[2];
+    }
+  }
+};
+
+__host__ __device__ constexpr int Coefficients(bool backward) {
+  return backward ? kBackwardCoefficients : kForwardCoefficients;
+}
+
+// The element-wise pass, NHWC: the reductions' geometry, a thread's channels fixed.
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
+__global__ void __launch_bounds__(kThreads) ElementwiseNhwc(Params p, int tx) {
+  constexpr int kK = Coefficients(kBackward);
+  const int ty = kThreads / tx;
+  const int lane_c = threadIdx.x % tx, lane_r = threadIdx.x / tx;
+  const int c0 = (blockIdx.x * tx + lane_c) * kVec;
+  if (c0 >= p.c || lane_r >= ty) return;
+  float k[kVec][kK];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+#pragma unroll
+    for (int i = 0; i < kK; ++i) k[j][i] = p.coef[(c0 + j) * kK + i];
+  }
+  const T* x = static_cast<const T*>(p.x);
+  const int64_t step = static_cast<int64_t>(gridDim.y) * ty;
+#pragma unroll 2
+  for (int64_t r = static_cast<int64_t>(blockIdx.y) * ty + lane_r; r < p.rows; r += step) {
+    const int64_t at = r * p.c + c0;
+    const Pack<T, kVec> xv = LoadPack<T, kVec>(x, at);
+    Pack<T, kVec> rv{}, gv{}, dzv{};
+    if constexpr (!kBackward && kResidual) rv = LoadPack<T, kVec>(static_cast<const T*>(p.residual), at);
+    if constexpr (kBackward && kResidual) dzv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_residual), at);
+    if constexpr (kBackward && !kResidual) gv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
+    Pack<T, kVec> out;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      out.v[j] = FromFloat<T>(Elementwise<T, kBackward, kRelu, kResidual>::Apply(
+          k[j], ToFloat(xv.v[j]), ToFloat(rv.v[j]), ToFloat(gv.v[j]), ToFloat(dzv.v[j])));
+    }
+    StorePack<T, kVec>(static_cast<T*>(p.out), at, out);
+  }
+}
+
+// The element-wise pass, NCHW: flat over packs of one H * W run.
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, typename Index>
+__global__ void __launch_bounds__(kThreads) ElementwiseNchw(Params p, Index packs) {
+  constexpr int kK = Coefficients(kBackward);
+  const T* x = static_cast<const T*>(p.x);
+  const Index s = static_cast<Index>(p.s), channels = static_cast<Index>(p.c);
+  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < packs;
+       i += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const Index at = i * kVec;
+    const Index c = (at / s) % channels;
+    float k[kK];
+#pragma unroll
+    for (int q = 0; q < kK; ++q) k[q] = p.coef[c * kK + q];
+    const Pack<T, kVec> xv = LoadPack<T, kVec>(x, at);
+    Pack<T, kVec> rv{}, gv{}, dzv{};
+    if constexpr (!kBackward && kResidual) rv = LoadPack<T, kVec>(static_cast<const T*>(p.residual), at);
+    if constexpr (kBackward && kResidual) dzv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_residual), at);
+    if constexpr (kBackward && !kResidual) gv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
+    Pack<T, kVec> out;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      out.v[j] = FromFloat<T>(Elementwise<T, kBackward, kRelu, kResidual>::Apply(k, ToFloat(xv.v[j]), ToFloat(rv.v[j]),
+                                                                                 ToFloat(gv.v[j]), ToFloat(dzv.v[j])));
+    }
+    StorePack<T, kVec>(static_cast<T*>(p.out), at, out);
+  }
+}
+
+// Evaluation's constants from the running statistics.
+__global__ void InferenceCoefficients(Params p) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= p.c) return;
+  const float invstd = static_cast<float>(1.0 / sqrt(static_cast<double>(p.running_var[c]) + p.eps));
+  Affine(p.weight[c], p.bias[c], p.running_mean[c], invstd, p.coef[2 * c], p.coef[2 * c + 1]);
+}
+
+// ---- Host side ----------------------------------------------------------
+
+int ElementBytes(DType dtype) { return dtype == DType::kFloat ? 4 : 2; }
+
+int SmCount() {
+  static std::array<int, kMaxDevices> counts{};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 1;
+  if (counts[device] == 0) {
+    int n = 0;
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+    counts[device] = std::max(n, 1);
+  }
+  return counts[device];
+}
+
+std::mutex counters_mutex;
+std::array<int*, kMaxDevices> counters{};
+
+int* DeviceCounters() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return nullptr;
+  const std::lock_guard<std::mutex> lock(counters_mutex);
+  return counters[device];
+}
+
+// How a problem is cut into blocks.
+struct Geometry {
+  int vec = 1;          // elements per pack
+  int tx = 1;           // NHWC: threads along a row's packs (ty = kThreads / tx rows)
+  int tiles = 1;        // channel tiles of a reduction (NCHW: the channels)
+  int splits = 1;       // reduction blocks per tile
+  int rows_blocks = 1;  // NHWC element-wise blocks per tile
+};
+
+int WidestPack(int64_t extent, int bytes) {
+  for (int width = 16 / bytes; width > 1; width /= 2)
+    if (extent % width == 0) return width;
+  return 1;
+}
+
+Geometry Plan(const BnProblem& pr) {
+  Geometry g;
+  const int sms = SmCount();
+  const int64_t rows = pr.n * pr.s;
+  if (pr.layout == Layout::kNhwc) {
+    g.vec = WidestPack(pr.c, ElementBytes(pr.dtype));
+    const int64_t packs = pr.c / g.vec;
+    g.tx = static_cast<int>(std::min<int64_t>(packs, 32));
+    g.tiles = static_cast<int>((packs + g.tx - 1) / g.tx);
+    const int64_t ty = kThreads / g.tx;
+    // About two blocks per SM in all, at least 8 rows per thread.
+    g.splits = static_cast<int>(
+        std::clamp<int64_t>((rows + 8 * ty - 1) / (8 * ty), 1, std::max<int64_t>(1, std::min(256, 2 * sms / g.tiles))));
+    g.rows_blocks = static_cast<int>(
+        std::clamp<int64_t>((rows + 4 * ty - 1) / (4 * ty), 1, std::max<int64_t>(1, 8 * sms / g.tiles)));
+  } else {
+    g.vec = WidestPack(pr.s, ElementBytes(pr.dtype));
+    g.tiles = static_cast<int>(pr.c);
+    const int64_t packs = rows / g.vec;
+    g.splits = static_cast<int>(std::clamp<int64_t>((packs + 8 * kThreads - 1) / (8 * kThreads), 1,
+                                                    std::max<int64_t>(1, std::min<int64_t>(256, 2 * sms / pr.c))));
+  }
+  return g;
+}
+
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
+void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
+  if (pr.layout == Layout::kNhwc) {
+    ReduceNhwc<T, kVec, kBackward, kRelu, kResidual><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p, g.tx);
+    ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual>
+        <<<dim3(g.tiles, g.rows_blocks), kThreads, 0, stream>>>(p, g.tx);
+    return;
+  }
+  ReduceNchw<T, kVec, kBackward, kRelu, kResidual><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p);
+  const int64_t packs = pr.n * pr.c * pr.s / kVec;
+  const int blocks = static_cast<int>(std::min<int64_t>((packs + kThreads - 1) / kThreads, int64_t{1} << 20));
+  if (pr.n * pr.c * pr.s < (int64_t{1} << 31)) {
+    ElementwiseNchw<T, kVec, kBackward, kRelu, kResidual, int32_t>
+        <<<blocks, kThreads, 0, stream>>>(p, static_cast<int32_t>(packs));
+  } else {
+    ElementwiseNchw<T, kVec, kBackward, kRelu, kResidual, int64_t><<<blocks, kThreads, 0, stream>>>(p, packs);
+  }
+}
+
+// Only the element-wise pass (evaluation).
+template <typename T, int kVec, bool kRelu, bool kResidual>
+void LaunchInference(const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
+  if (pr.layout == Layout::kNhwc) {
+    ElementwiseNhwc<T, kVec, false, kRelu, kResidual><<<dim3(g.tiles, g.rows_blocks), kThreads, 0, stream>>>(p, g.tx);
+    return;
+  }
+  const int64_t packs = pr.n * pr.c * pr.s / kVec;
+  const int blocks = static_cast<int>(std::min<int64_t>((packs + kThreads - 1) / kThreads, int64_t{1} << 20));
+  if (pr.n * pr.c * pr.s < (int64_t{1} << 31)) {
+    ElementwiseNchw<T, kVec, false, kRelu, kResidual, int32_t>
+        <<<blocks, kThreads, 0, stream>>>(p, static_cast<int32_t>(packs));
+  } else {
+    ElementwiseNchw<T, kVec, false, kRelu, kResidual, int64_t><<<blocks, kThreads, 0, stream>>>(p, packs);
+  }
+}
+
+enum class Pass { kForward, kBackward, kInference };
+
+template <typename T, int kVec, bool kRelu, bool kResidual>
+void LaunchPass(Pass pass, const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
+  switch (pass) {
+    case Pass::kForward:
+      LaunchTyped<T, kVec, false, kRelu, kResidual>(pr, g, p, stream);
+      break;
+    case Pass::kBackward:
+      LaunchTyped<T, kVec, true, kRelu, kResidual>(pr, g, p, stream);
+      break;
+    case Pass::kInference:
+      LaunchInference<T, kVec, kRelu, kResidual>(pr, g, p, stream);
+      break;
+  }
+}
+
+template <typename T, int kVec>
+void LaunchAct(Pass pass, const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
+  if (pr.residual)
+    LaunchPass<T, kVec, true, true>(pass, pr, g, p, stream);
+  else if (pr.relu)
+    LaunchPass<T, kVec, true, false>(pass, pr, g, p, stream);
+  else
+    LaunchPass<T, kVec, false, false>(pass, pr, g, p, stream);
+}
+
+template <typename T>
+void LaunchWidth(Pass pass, const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
+  switch (g.vec) {
+    case 8:
+      if constexpr (sizeof(T) == 2) LaunchAct<T, 8>(pass, pr, g, p, stream);
+      break;
+    case 4:
+      LaunchAct<T, 4>(pass, pr, g, p, stream);
+      break;
+    case 2:
+      LaunchAct<T, 2>(pass, pr, g, p, stream);
+      break;
+    default:
+      LaunchAct<T, 1>(pass, pr, g, p, stream);
+      break;
+  }
+}
+
+cudaError_t Launch(Pass pass, const BnProblem& pr, Params p, cudaStream_t stream) {
+  if (!Supported(pr)) return cudaErrorInvalidValue;
+  const Geometry g = Plan(pr);
+  p.rows = pr.n * pr.s;
+  p.s = pr.s;
+  p.c = static_cast<int>(pr.c);
+  if (pass != Pass::kInference) {
+    p.counters = DeviceCounters();
+    if (p.counters == nullptr) return cudaErrorNotReady;  // PrepareDevice first
+    p.partials = p.coef + static_cast<int64_t>(pr.c) * kBackwardCoefficients;
+  }
+  switch (pr.dtype) {
+    case DType::kFloat:
+      LaunchWidth<float>(pass, pr, g, p, stream);
+      break;
+    case DType::kBFloat16:
+      LaunchWidth<__nv_bfloat16>(pass, pr, g, p, stream);
+      break;
+    case DType::kHalf:
+      LaunchWidth<__half>(pass, pr, g, p, stream);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool Supported(const BnProblem& pr) noexcept {
+  if (pr.n < 1 || pr.c < 1 || pr.s < 1 || pr.c > kMaxTiles) return false;
+  if (pr.residual && !pr.relu) return false;
+  if (pr.n * pr.s < 2) return false;  // one value per channel: no variance
+  return pr.n <= (int64_t{1} << 40) / (pr.c * pr.s);
+}
+
+int64_t WorkspaceFloats(const BnProblem& pr) noexcept {
+  const Geometry g = Plan(pr);
+  return pr.c * kBackwardCoefficients + static_cast<int64_t>(g.splits) * pr.c * 2;
+}
+
+bool PrepareDevice(cudaStream_t stream) noexcept {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return false;
+  const std::lock_guard<std::mutex> lock(counters_mutex);
+  if (counters[device] != nullptr) return true;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess || status != cudaStreamCaptureStatusNone) return false;
+  int* p = nullptr;
+  if (cudaMalloc(&p, kMaxTiles * sizeof(int)) != cudaSuccess) return false;
+  if (cudaMemsetAsync(p, 0, kMaxTiles * sizeof(int), stream) != cudaSuccess) {
+    cudaFree(p);
+    return false;
+  }
+  counters[device] = p;  // kept for the process's life (16 KiB)
+  return true;
+}
+
+cudaError_t BnForwardTraining(const BnProblem& pr, const BnForwardArgs& a, cudaStream_t stream) noexcept {
+  Params p{};
+  p.x = a.x;
+  p.residual = a.residual;
+  p.out = a.y;
+  p.weight = a.weight;
+  p.bias = a.bias;
+  p.running_mean = a.running_mean;
+  p.running_var = a.running_var;
+  p.mean = a.save_mean;
+  p.invstd = a.save_invstd;
+  p.coef = a.workspace;
+  p.eps = a.eps;
+  p.momentum = a.momentum;
+  if ((a.residual != nullptr) != pr.residual) return cudaErrorInvalidValue;
+  return Launch(Pass::kForward, pr, p, stream);
+}
+
+cudaError_t BnForwardInference(const BnProblem& pr, const void* x, const void* residual, const float* weight,
+                               const float* bias, const float* running_mean, const float* running_var, float eps,
+                               void* y, float* workspace, cudaStream_t stream) noexcept {
+  if ((residual != nullptr) != pr.residual || !Supported(pr)) return cudaErrorInvalidValue;
+  Params p{};
+  p.x = x;
+  p.residual = residual;
+  p.out = y;
+  p.weight = weight;
+  p.bias = bias;
+  p.running_mean = const_cast<float*>(running_mean);
+  p.running_var = const_cast<float*>(running_var);
+  p.coef = workspace;
+  p.eps = eps;
+  p.c = static_cast<int>(pr.c);
+  InferenceCoefficients<<<static_cast<int>((pr.c + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
+  return Launch(Pass::kInference, pr, p, stream);
+}
+
+cudaError_t BnBackwardTraining(const BnProblem& pr, const BnBackwardArgs& a, cudaStream_t stream) noexcept {
+  if ((a.grad_residual != nullptr) != pr.residual || (a.y != nullptr) != pr.residual) return cudaErrorInvalidValue;
+  Params p{};
+  p.grad_y = a.grad_y;
+  p.x = a.x;
+  p.y = a.y;
+  p.out = a.grad_x;
+  p.grad_residual = a.grad_residual;
+  p.weight = a.weight;
+  p.bias = a.bias;
+  p.mean = const_cast<float*>(a.save_mean);
+  p.invstd = const_cast<float*>(a.save_invstd);
+  p.grad_weight = a.grad_weight;
+  p.grad_bias = a.grad_bias;
+  p.coef = a.workspace;
+  return Launch(Pass::kBackward, pr, p, stream);
+}
+
+}  // namespace resnet::kernels

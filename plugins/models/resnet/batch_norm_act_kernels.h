@@ -1,0 +1,99 @@
+#pragma once
+// CUDA kernels of the ResNets' fused batch normalisation: `act(bn(x) [+ r])`
+// with act ReLU or none, and its backward, on raw device pointers (no
+// LibTorch here, so this part builds with nvcc alone; batch_norm_act.cc wraps
+// it as an autograd function).
+//
+// x: (N, C, H, W) of float, bfloat16 or half, fully contiguous NCHW or NHWC;
+// r (the residual) and y likewise; per-channel tensors fp32. The arithmetic
+// in fp32 (the statistics' sums, per block, are added in fp64):
+//   training forward (two kernels: statistics, then the element-wise pass)
+//     mean, var   over N, H, W (var biased; the running variance gets the
+//                 unbiased one, as torch.nn.BatchNorm2d)
+//     scale = w * invstd, shift = b - mean * scale, invstd = 1 / sqrt(var + eps)
+//     y = round(act(fma(x, scale, shift) [+ r]))
+//   backward (two kernels: the reduction, then the element-wise pass)
+//     dz  = dy where y > 0 (ReLU), else 0; with no residual the mask is
+//           recomputed from x exactly as the forward computed y, so y is not read
+//     dr  = dz (written by the reduction, with a residual)
+//     db  = sum dz, dw = sum dz (x - mean) * invstd
+//     dx  = w invstd (dz - db / M - (x - mean) invstd^2 sum dz (x - mean) / M)
+// Against the eager composite (batch_norm, add, relu) this moves each element
+// 3 times forward instead of 5 (8 with the residual) and 5 times backward
+// instead of 7 (7 instead of 8 with the residual), in 4 kernels instead of 6
+// to 8. The statistics kernels finish in their last block (a counter per
+// channel tile, reset by that block), so no kernel of this file allocates or
+// clears memory: all of them can be captured in a CUDA graph.
+//
+// The counters are per device (PrepareDevice): the kernels of this file run
+// one at a time on a device (one stream), as a training step does.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace resnet::kernels {
+
+enum class DType { kFloat, kBFloat16, kHalf };
+enum class Layout { kNchw, kNhwc };
+
+struct BnProblem {
+  DType dtype;
+  Layout layout;
+  int64_t n, c, s;  ///< batch, channels, H * W
+  bool relu;        ///< act is ReLU (else the identity)
+  bool residual;    ///< r is added before act (with relu only)
+};
+
+/// Whether these kernels take the problem (channels and sizes in range,
+/// a residual only with ReLU, more than one value per channel).
+bool Supported(const BnProblem& problem) noexcept;
+
+/// fp32 elements of the workspace a training forward or backward needs.
+int64_t WorkspaceFloats(const BnProblem& problem) noexcept;
+
+/// Allocates and clears this device's counters on `stream`, once; false when
+/// that cannot be done now (first called inside a stream capture).
+bool PrepareDevice(cudaStream_t stream) noexcept;
+
+struct BnForwardArgs {
+  const void* x;
+  const void* residual;  ///< null without one
+  const float* weight;
+  const float* bias;
+  float* running_mean;  ///< null: running statistics not tracked
+  float* running_var;
+  float eps, momentum;
+  void* y;
+  float* save_mean;  ///< (C): the batch mean and 1 / sqrt(var + eps)
+  float* save_invstd;
+  float* workspace;  ///< WorkspaceFloats(problem)
+};
+
+/// Batch statistics, running statistics updated, y written.
+cudaError_t BnForwardTraining(const BnProblem& problem, const BnForwardArgs& args, cudaStream_t stream) noexcept;
+
+/// Evaluation: y = act(x * scale + shift [+ r]) from the running statistics.
+/// `workspace`: 2 * C floats.
+cudaError_t BnForwardInference(const BnProblem& problem, const void* x, const void* residual, const float* weight,
+                               const float* bias, const float* running_mean, const float* running_var, float eps,
+                               void* y, float* workspace, cudaStream_t stream) noexcept;
+
+struct BnBackwardArgs {
+  const void* grad_y;
+  const void* x;
+  const void* y;  ///< the forward's output: read with a residual, else null
+  const float* weight;
+  const float* bias;
+  const float* save_mean;
+  const float* save_invstd;
+  void* grad_x;
+  void* grad_residual;  ///< with a residual, else null
+  float* grad_weight;
+  float* grad_bias;
+  float* workspace;  ///< WorkspaceFloats(problem)
+};
+
+cudaError_t BnBackwardTraining(const BnProblem& problem, const BnBackwardArgs& args, cudaStream_t stream) noexcept;
+
+}  // namespace resnet::kernels

@@ -1,0 +1,197 @@
+// The ResNets' fused batch norm + ReLU (+ residual add) on CUDA
+// (plugins/models/resnet/batch_norm_act.h) against LibTorch's composite
+// (the module's batch_norm, add, relu): every dtype and layout it takes,
+// channel counts of every pack width, 1x1 maps, training (outputs, running
+// statistics, every gradient) and evaluation, replays in a CUDA graph.
+// Built only where the kernels are (a LibTorch with CUDA); skipped without a GPU.
+#include "batch_norm_act.h"
+
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+using trainbench::sdk::BatchNorm2d;
+
+enum class Act { kNone, kRelu, kAddRelu };
+
+struct Case {
+  torch::Dtype dtype;
+  bool channels_last;
+  std::vector<int64_t> shape;
+  Act act;
+};
+
+// ||a - b|| / ||b||, in fp64.
+double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor a64 = a.to(torch::kDouble), b64 = b.to(torch::kDouble);
+  return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item<double>();
+}
+
+class BatchNormAct : public ::testing::TestWithParam<Case> {};
+
+TEST_P(BatchNormAct, EqualsTheCompositeInTrainingAndEvaluation) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(resnet::FusedKernelsBuilt());
+  const Case& c = GetParam();
+  const auto format = c.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  const auto cuda = torch::TensorOptions(torch::kCUDA);
+  torch::manual_seed(11);
+  const int64_t channels = c.shape[1];
+  // A mean far from zero (the statistics' shift) and a spread per channel.
+  const torch::Tensor base =
+      (torch::randn(c.shape, cuda) * torch::linspace(0.5, 3.0, channels, cuda).view({1, -1, 1, 1}) + 4.0)
+          .to(c.dtype)
+          .contiguous(format);
+  const torch::Tensor skip = torch::randn(c.shape, cuda).to(c.dtype).contiguous(format);
+  BatchNorm2d fused_bn(channels), ref_bn(channels);
+  for (auto* bn : {&fused_bn, &ref_bn}) {
+    (*bn)->to(torch::kCUDA);
+    torch::NoGradGuard no_grad;
+    (*bn)->weight.copy_(torch::linspace(0.5, 1.5, channels));
+    (*bn)->bias.copy_(torch::linspace(-0.3, 0.3, channels));
+  }
+  const bool relu = c.act != Act::kNone, add = c.act == Act::kAddRelu;
+  const double tol = c.dtype == torch::kFloat ? 1e-5 : 1e-2;
+
+  for (int step = 0; step < 2; ++step) {  // twice: the running statistics move on from their first update
+    torch::Tensor x1 = base.clone().requires_grad_(), x2 = base.clone().requires_grad_();
+    torch::Tensor r1 = skip.clone().requires_grad_(), r2 = skip.clone().requires_grad_();
+    const torch::Tensor fused = resnet::BatchNormAct(*fused_bn, x1, add ? r1 : torch::Tensor(), relu, true);
+    const torch::Tensor ref = resnet::BatchNormAct(*ref_bn, x2, add ? r2 : torch::Tensor(), relu, false);
+    ASSERT_TRUE(fused.grad_fn());
+    EXPECT_NE(fused.grad_fn()->name().find("FusedBatchNormAct"), std::string::npos) << fused.grad_fn()->name();
+    EXPECT_EQ(fused.scalar_type(), c.dtype);
+    EXPECT_EQ(fused.sizes(), ref.sizes());
+    EXPECT_TRUE(fused.is_contiguous(format));
+    EXPECT_LE(RelativeError(fused, ref), tol);
+    EXPECT_LE(RelativeError(fused_bn->running_mean, ref_bn->running_mean), 1e-5);
+    EXPECT_LE(RelativeError(fused_bn->running_var, ref_bn->running_var), 1e-4);
+    EXPECT_EQ(fused_bn->num_batches_tracked.item<int64_t>(), ref_bn->num_batches_tracked.item<int64_t>());
+
+    const torch::Tensor upstream = torch::randn(ref.sizes(), cuda).to(c.dtype).contiguous(format);
+    fused.backward(upstream);
+    ref.backward(upstream);
+    EXPECT_LE(RelativeError(x1.grad(), x2.grad()), 2 * tol) << "dx";
+    if (add) EXPECT_LE(RelativeError(r1.grad(), r2.grad()), tol) << "dresidual";
+    EXPECT_EQ(fused_bn->weight.grad().scalar_type(), torch::kFloat);
+    EXPECT_LE(RelativeError(fused_bn->weight.grad(), ref_bn->weight.grad()), 2 * tol) << "dweight";
+    EXPECT_LE(RelativeError(fused_bn->bias.grad(), ref_bn->bias.grad()), tol) << "dbias";
+    fused_bn->weight.mutable_grad() = torch::Tensor();
+    fused_bn->bias.mutable_grad() = torch::Tensor();
+    ref_bn->weight.mutable_grad() = torch::Tensor();
+    ref_bn->bias.mutable_grad() = torch::Tensor();
+  }
+
+  // Evaluation: the running statistics, one element-wise kernel, no autograd.
+  fused_bn->eval();
+  ref_bn->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor fused = resnet::BatchNormAct(*fused_bn, base, add ? skip : torch::Tensor(), relu, true);
+  const torch::Tensor ref = resnet::BatchNormAct(*ref_bn, base, add ? skip : torch::Tensor(), relu, false);
+  EXPECT_TRUE(fused.is_contiguous(format));
+  EXPECT_LE(RelativeError(fused, ref), tol);
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+    for (bool cl : {false, true}) {
+      for (Act act : {Act::kNone, Act::kRelu, Act::kAddRelu}) {
+        cases.push_back({dtype, cl, {8, 64, 8, 8}, act});    // layer1 at 32 px input, batch 8
+        cases.push_back({dtype, cl, {16, 256, 1, 1}, act});  // a 1x1 map: both layouts at once
+      }
+      cases.push_back({dtype, cl, {4, 24, 5, 7}, Act::kRelu});       // odd H * W: narrow NCHW packs
+      cases.push_back({dtype, cl, {3, 6, 3, 3}, Act::kAddRelu});     // 6 channels: pairs
+      cases.push_back({dtype, cl, {5, 5, 4, 4}, Act::kRelu});        // 5 channels: single elements
+      cases.push_back({dtype, cl, {2, 2048, 2, 2}, Act::kAddRelu});  // layer4's width: many channel tiles
+      cases.push_back({dtype, cl, {64, 64, 32, 32}, Act::kRelu});    // 4M elements: many blocks per channel
+    }
+  }
+  return cases;
+}
+
+std::string Name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string name = c.dtype == torch::kFloat ? "Float" : c.dtype == torch::kBFloat16 ? "BFloat16" : "Half";
+  name += c.channels_last ? "ChannelsLast" : "Nchw";
+  name += c.act == Act::kNone ? "Plain" : c.act == Act::kRelu ? "Relu" : "AddRelu";
+  for (int64_t s : c.shape) name += "_" + std::to_string(s);
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, BatchNormAct, ::testing::ValuesIn(Cases()), Name);
+
+TEST(BatchNormActPaths, CompositeWhereTheKernelsDoNotApply) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  BatchNorm2d bn(8);
+  bn->to(torch::kCUDA);
+  const torch::Tensor x = torch::randn({4, 8, 3, 3}, torch::kCUDA).requires_grad_();
+  // fused = false, a double input, a CPU tensor, a residual without ReLU.
+  EXPECT_EQ(resnet::BatchNormAct(*bn, x, {}, true, false).grad_fn()->name().find("Fused"), std::string::npos);
+  BatchNorm2d bn64(8);
+  bn64->to(torch::kCUDA, torch::kDouble);
+  EXPECT_EQ(resnet::BatchNormAct(*bn64, x.to(torch::kDouble), {}, true, true).grad_fn()->name().find("Fused"),
+            std::string::npos);
+  EXPECT_EQ(resnet::BatchNormAct(*bn, x, x.detach(), false, true).grad_fn()->name().find("Fused"), std::string::npos);
+  BatchNorm2d on_cpu(8);
+  EXPECT_EQ(resnet::BatchNormAct(*on_cpu, x.cpu(), {}, true, true).grad_fn()->name().find("Fused"), std::string::npos);
+}
+
+TEST(BatchNormActGraph, ReplaysInACudaGraph) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto cuda = torch::TensorOptions(torch::kCUDA);
+  torch::manual_seed(5);
+  BatchNorm2d bn1(32), bn2(32);
+  bn1->to(torch::kCUDA);
+  bn2->to(torch::kCUDA);
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  torch::Tensor x = torch::randn({16, 32, 8, 8}, cuda).contiguous(cl).requires_grad_();
+  torch::Tensor skip = torch::randn({16, 32, 8, 8}, cuda).contiguous(cl).requires_grad_();
+  auto step = [&] {
+    for (auto* t : {&x, &skip}) t->mutable_grad() = torch::Tensor();
+    for (auto* bn : {&bn1, &bn2}) {
+      (*bn)->weight.mutable_grad() = torch::Tensor();
+      (*bn)->bias.mutable_grad() = torch::Tensor();
+    }
+    const torch::Tensor h = resnet::BatchNormAct(*bn1, x, {}, true, true);
+    resnet::BatchNormAct(*bn2, h * 2.0, skip, true, true).square().sum().backward();
+  };
+  at::cuda::CUDAGraph graph;
+  std::vector<torch::Tensor> expected;
+  torch::Tensor running_after_one;
+  auto stream = c10::cuda::getStreamFromPool();
+  {
+    c10::cuda::CUDAStreamGuard guard(stream);
+    step();
+    expected = {x.grad().clone(), skip.grad().clone(), bn1->weight.grad().clone(), bn2->bias.grad().clone()};
+    stream.synchronize();
+    graph.capture_begin();
+    step();
+    graph.capture_end();
+  }
+  torch::cuda::synchronize();
+  // Capturing ran nothing: the running mean moved once (the eager step).
+  const torch::Tensor mean_before = bn1->running_mean.clone();
+  for (int replay = 0; replay < 3; ++replay) {
+    graph.replay();
+    torch::cuda::synchronize();
+    EXPECT_TRUE(torch::allclose(x.grad(), expected[0], 1e-6, 1e-6)) << "replay " << replay;
+    EXPECT_TRUE(torch::allclose(skip.grad(), expected[1], 1e-6, 1e-6));
+    EXPECT_TRUE(torch::allclose(bn1->weight.grad(), expected[2], 1e-5, 1e-5));
+    EXPECT_TRUE(torch::allclose(bn2->bias.grad(), expected[3], 1e-5, 1e-5));
+  }
+  // Each replay updated the running statistics once more.
+  const torch::Tensor batch_mean = x.detach().mean({0, 2, 3});
+  torch::Tensor expect_mean = mean_before;
+  for (int i = 0; i < 3; ++i) expect_mean = 0.9 * expect_mean + 0.1 * batch_mean;
+  EXPECT_TRUE(torch::allclose(bn1->running_mean, expect_mean, 1e-5, 1e-5));
+}
+
+}  // namespace
