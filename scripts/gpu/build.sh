@@ -35,6 +35,9 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 \
   -DCMAKE_BUILD_RPATH="$LIB" -DTRAINBENCH_NCCL_INCLUDE_DIR="$NCCL_INCLUDE" \
   -DTRAINBENCH_TEST_DATA="${TRAINBENCH_TEST_DATA:-$PWD/.data}" "${@:2}"
+# Test discovery runs the test programs while building: libtrainbench.so
+# finds the private prefix's libraries (civetweb) through this.
+export LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 cat > "$BUILD_DIR/env.sh" <<ENV
 export LD_LIBRARY_PATH=$LIB\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
