@@ -68,15 +68,23 @@ bool FusedApplies(const BatchNorm2dImpl& bn, const torch::Tensor& x, const torch
   return kernels::Supported(Problem(x, IsNhwc(x), relu, residual.defined()));
 }
 
+// LibTorch's autograd functions take defined tensors only: an absent one
+// (no residual, running statistics not tracked) travels as an empty tensor.
+torch::Tensor OrAbsent(const torch::Tensor& t, const torch::Tensor& like) {
+  return t.defined() ? t : torch::empty({0}, like.options());
+}
+bool Present(const torch::Tensor& t) { return t.defined() && t.numel() > 0; }
+
 struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
-  // running_mean, running_var: updated in place, or undefined (not tracked).
+  // residual: OrAbsent; running_mean, running_var: updated in place, or
+  // OrAbsent (not tracked).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& bias, const torch::Tensor& residual,
                                const torch::Tensor& running_mean, const torch::Tensor& running_var, double eps,
                                double momentum, bool relu) {
     const c10::cuda::CUDAGuard guard(x.device());
     const bool nhwc = IsNhwc(x);
-    const torch::Tensor r = residual.defined() ? residual.contiguous(Format(nhwc)) : torch::Tensor();
+    const torch::Tensor r = Present(residual) ? residual.contiguous(Format(nhwc)) : torch::Tensor();
     const kernels::BnProblem problem = Problem(x, nhwc, relu, r.defined());
     const auto f32 = x.options().dtype(torch::kFloat).memory_format(c10::MemoryFormat::Contiguous);
     torch::Tensor y = torch::empty(x.sizes(), x.options().memory_format(Format(nhwc)));
@@ -87,8 +95,8 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     args.residual = r.defined() ? r.data_ptr() : nullptr;
     args.weight = weight.data_ptr<float>();
     args.bias = bias.data_ptr<float>();
-    args.running_mean = running_mean.defined() ? running_mean.data_ptr<float>() : nullptr;
-    args.running_var = running_var.defined() ? running_var.data_ptr<float>() : nullptr;
+    args.running_mean = Present(running_mean) ? running_mean.data_ptr<float>() : nullptr;
+    args.running_var = Present(running_var) ? running_var.data_ptr<float>() : nullptr;
     args.eps = static_cast<float>(eps);
     args.momentum = static_cast<float>(momentum);
     args.y = y.data_ptr();
@@ -177,8 +185,9 @@ torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const to
     } else if (kernels::PrepareDevice(c10::cuda::getCurrentCUDAStream(x.device().index()))) {
       const bool track = bn.is_training() && bn.options.track_running_stats();
       if (track) bn.num_batches_tracked.add_(1);
-      return FusedBatchNormAct::apply(x, bn.weight, bn.bias, residual, track ? bn.running_mean : torch::Tensor(),
-                                      track ? bn.running_var : torch::Tensor(), bn.options.eps(),
+      return FusedBatchNormAct::apply(x, bn.weight, bn.bias, OrAbsent(residual, x),
+                                      OrAbsent(track ? bn.running_mean : torch::Tensor(), bn.weight),
+                                      OrAbsent(track ? bn.running_var : torch::Tensor(), bn.weight), bn.options.eps(),
                                       *bn.options.momentum(), relu);
     }
   }
