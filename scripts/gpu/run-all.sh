@@ -77,7 +77,9 @@ for stage in $STAGES; do
     # The fused CUDA kernels (SimpleCNN's epilogue, the ResNets' batch norm):
     # their tests alone (a subset of `test`).
     kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "BiasReluMaxPool|BatchNormAct|Models\." > "$OUT/kernels.log" 2>&1
-      echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60 ;;
+      echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60
+      # The ResNets' batch norm alone, fused vs composite, per shape.
+      build-gpu/bin/batch_norm_act_bench 1024 | tee "$OUT/batch-norm-bench.md" ;;
     # Plain PyTorch's SimpleCNN step kernel by kernel, eager and torch.compile.
     profile)
       for mode in eager compile; do

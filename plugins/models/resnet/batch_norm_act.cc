@@ -87,7 +87,9 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     const torch::Tensor r = Present(residual) ? residual.contiguous(Format(nhwc)) : torch::Tensor();
     const kernels::BnProblem problem = Problem(x, nhwc, relu, r.defined());
     const auto f32 = x.options().dtype(torch::kFloat).memory_format(c10::MemoryFormat::Contiguous);
-    torch::Tensor y = torch::empty(x.sizes(), x.options().memory_format(Format(nhwc)));
+    // x's own strides (a 1x1 map's NCHW and NHWC are the same memory): the
+    // convolutions after it see what they would see after the composite.
+    torch::Tensor y = torch::empty_like(x);
     torch::Tensor mean = torch::empty({x.size(1)}, f32), invstd = torch::empty({x.size(1)}, f32);
     torch::Tensor workspace = torch::empty({kernels::WorkspaceFloats(problem)}, f32);
     kernels::BnForwardArgs args{};
@@ -121,10 +123,9 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     const c10::cuda::CUDAGuard guard(x.device());
     const bool nhwc = IsNhwc(x);
     const kernels::BnProblem problem = Problem(x, nhwc, ctx->saved_data["relu"].toBool(), residual);
-    const auto format = x.options().memory_format(Format(nhwc));
     const torch::Tensor dy = grads[0].to(x.scalar_type()).contiguous(Format(nhwc));
-    torch::Tensor dx = torch::empty(x.sizes(), format);
-    torch::Tensor dr = residual ? torch::empty(x.sizes(), format) : torch::Tensor();
+    torch::Tensor dx = torch::empty_like(x);
+    torch::Tensor dr = residual ? torch::empty_like(x) : torch::Tensor();
     const auto f32 = x.options().dtype(torch::kFloat).memory_format(c10::MemoryFormat::Contiguous);
     torch::Tensor dw = torch::empty({x.size(1)}, f32), db = torch::empty({x.size(1)}, f32);
     torch::Tensor workspace = torch::empty({kernels::WorkspaceFloats(problem)}, f32);
@@ -151,7 +152,7 @@ torch::Tensor Inference(const BatchNorm2dImpl& bn, const torch::Tensor& x, const
   const c10::cuda::CUDAGuard guard(x.device());
   const bool nhwc = IsNhwc(x);
   const torch::Tensor r = residual.defined() ? residual.contiguous(Format(nhwc)) : torch::Tensor();
-  torch::Tensor y = torch::empty(x.sizes(), x.options().memory_format(Format(nhwc)));
+  torch::Tensor y = torch::empty_like(x);
   torch::Tensor workspace = torch::empty({2 * x.size(1)}, x.options().dtype(torch::kFloat));
   C10_CUDA_CHECK(kernels::BnForwardInference(
       Problem(x, nhwc, relu, r.defined()), x.data_ptr(), r.defined() ? r.data_ptr() : nullptr,

@@ -430,10 +430,12 @@ int* DeviceCounters() {
 // How a problem is cut into blocks.
 struct Geometry {
   int vec = 1;          // elements per pack
-  int tx = 1;           // NHWC: threads along a row's packs (ty = kThreads / tx rows)
+  int tx = 1;           // NHWC reduction: threads along a row's packs (ty = kThreads / tx rows)
   int tiles = 1;        // channel tiles of a reduction (NCHW: the channels)
   int splits = 1;       // reduction blocks per tile
-  int rows_blocks = 1;  // NHWC element-wise blocks per tile
+  int elem_tx = 1;      // NHWC element-wise pass: threads along a row's packs
+  int elem_tiles = 1;   // its channel tiles
+  int rows_blocks = 1;  // its blocks per tile
 };
 
 int WidestPack(int64_t extent, int bytes) {
@@ -442,6 +444,13 @@ int WidestPack(int64_t extent, int bytes) {
   return 1;
 }
 
+// The last block of a reduction adds splits x (channels of its tile) partial
+// sums alone: tiles of at most 64 channels and at most 128 splits keep that
+// tail to a few loads per thread, while about two blocks per SM in all (each
+// thread at least 8 rows) keep the memory system busy.
+constexpr int kReduceTileChannels = 64;
+constexpr int kMaxSplits = 128;
+
 Geometry Plan(const BnProblem& pr) {
   Geometry g;
   const int sms = SmCount();
@@ -449,20 +458,23 @@ Geometry Plan(const BnProblem& pr) {
   if (pr.layout == Layout::kNhwc) {
     g.vec = WidestPack(pr.c, ElementBytes(pr.dtype));
     const int64_t packs = pr.c / g.vec;
-    g.tx = static_cast<int>(std::min<int64_t>(packs, 32));
+    g.tx = static_cast<int>(std::clamp<int64_t>(kReduceTileChannels / g.vec, 1, packs));
     g.tiles = static_cast<int>((packs + g.tx - 1) / g.tx);
     const int64_t ty = kThreads / g.tx;
-    // About two blocks per SM in all, at least 8 rows per thread.
-    g.splits = static_cast<int>(
-        std::clamp<int64_t>((rows + 8 * ty - 1) / (8 * ty), 1, std::max<int64_t>(1, std::min(256, 2 * sms / g.tiles))));
+    g.splits = static_cast<int>(std::clamp<int64_t>((rows + 8 * ty - 1) / (8 * ty), 1,
+                                                    std::max<int64_t>(1, std::min(kMaxSplits, 2 * sms / g.tiles))));
+    g.elem_tx = static_cast<int>(std::min<int64_t>(packs, 32));
+    g.elem_tiles = static_cast<int>((packs + g.elem_tx - 1) / g.elem_tx);
+    const int64_t elem_ty = kThreads / g.elem_tx;
     g.rows_blocks = static_cast<int>(
-        std::clamp<int64_t>((rows + 4 * ty - 1) / (4 * ty), 1, std::max<int64_t>(1, 8 * sms / g.tiles)));
+        std::clamp<int64_t>((rows + 4 * elem_ty - 1) / (4 * elem_ty), 1, std::max<int64_t>(1, 8 * sms / g.elem_tiles)));
   } else {
     g.vec = WidestPack(pr.s, ElementBytes(pr.dtype));
     g.tiles = static_cast<int>(pr.c);
     const int64_t packs = rows / g.vec;
-    g.splits = static_cast<int>(std::clamp<int64_t>((packs + 8 * kThreads - 1) / (8 * kThreads), 1,
-                                                    std::max<int64_t>(1, std::min<int64_t>(256, 2 * sms / pr.c))));
+    g.splits =
+        static_cast<int>(std::clamp<int64_t>((packs + 8 * kThreads - 1) / (8 * kThreads), 1,
+                                             std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, 2 * sms / pr.c))));
   }
   return g;
 }
@@ -472,7 +484,7 @@ void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaSt
   if (pr.layout == Layout::kNhwc) {
     ReduceNhwc<T, kVec, kBackward, kRelu, kResidual><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p, g.tx);
     ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual>
-        <<<dim3(g.tiles, g.rows_blocks), kThreads, 0, stream>>>(p, g.tx);
+        <<<dim3(g.elem_tiles, g.rows_blocks), kThreads, 0, stream>>>(p, g.elem_tx);
     return;
   }
   ReduceNchw<T, kVec, kBackward, kRelu, kResidual><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p);
@@ -490,7 +502,8 @@ void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaSt
 template <typename T, int kVec, bool kRelu, bool kResidual>
 void LaunchInference(const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
   if (pr.layout == Layout::kNhwc) {
-    ElementwiseNhwc<T, kVec, false, kRelu, kResidual><<<dim3(g.tiles, g.rows_blocks), kThreads, 0, stream>>>(p, g.tx);
+    ElementwiseNhwc<T, kVec, false, kRelu, kResidual>
+        <<<dim3(g.elem_tiles, g.rows_blocks), kThreads, 0, stream>>>(p, g.elem_tx);
     return;
   }
   const int64_t packs = pr.n * pr.c * pr.s / kVec;
