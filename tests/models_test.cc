@@ -122,8 +122,9 @@ TEST(Models, UnknownStemIsACreationError) {
 // grows through the layers and any change of strides or kernels moves the
 // result by more than a fixed bound), both are measured against the composite
 // in fp64 instead, and the fused model must be as close to it as the
-// composite is (1.5x, or within `tolerance`), in its logits, every gradient
-// and every running statistic.
+// composite is (1.5x in fp32; 2x in bf16, where both errors are rounding
+// noise of 10-45% in some bias gradients; or within `tolerance`), in its
+// logits, every gradient and every running statistic.
 void ExpectFusedMatchesComposite(const std::string& name, const std::string& option, sdk::Amp amp, bool channels_last,
                                  double tolerance, bool truth = false) {
   auto fused = Make(name, 10);
@@ -171,10 +172,11 @@ void ExpectFusedMatchesComposite(const std::string& name, const std::string& opt
     const torch::Tensor b64 = b.to(torch::kDouble);
     return ((a.to(torch::kDouble) - b64).norm() / b64.norm().clamp_min(1e-30)).item<double>();
   };
+  const double factor = amp == sdk::Amp::kNone ? 1.5 : 2.0;
   auto expect_as_close = [&](const torch::Tensor& f, const torch::Tensor& c, const torch::Tensor& t,
                              const std::string& what) {
     const double fe = error(f, t), ce = error(c, t);
-    EXPECT_LE(fe, std::max(1.5 * ce, tolerance)) << name << " " << what << ": composite's error " << ce;
+    EXPECT_LE(fe, std::max(factor * ce, tolerance)) << name << " " << what << ": composite's error " << ce;
   };
   if (exact) {
     expect_as_close(fused_logits, ref_logits, true_logits, "logits");
