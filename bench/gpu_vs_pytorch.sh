@@ -3,6 +3,8 @@
 # per model, batch size and precision, their ratio, and achieved TFLOP/s
 # against the H200's ~790 TFLOP/s bf16 peak.
 #   bench/gpu_vs_pytorch.sh BUILD_DIR OUT_DIR [batch sizes...]
+# BENCH_CONFIG_ONLY=1 writes the experiment files into OUT_DIR and stops (a
+# test validates them on machines without a GPU).
 # Both sides: synthetic CIFAR-shaped data resident on the GPU, SGD momentum
 # 0.9, the whole training step (forward, backward, optimizer), warm-up left
 # out; trainbench additionally draws each batch through its on-GPU
@@ -41,7 +43,9 @@ devices:
 training: {epochs: 1, batch_size: $bs, augment: true, optimizer: {name: sgd, lr: 0.01, momentum: 0.9, weight_decay: 0}}
 measurement: {warmup_steps: 20, max_steps: $steps, baseline: fp32, eval_batch_size: 1000}
 YAML
+  [ -n "${BENCH_CONFIG_ONLY:-}" ] && continue
   "$BUILD/bin/trainbench" run "$OUT/bench-b$bs.yaml" --out "$OUT/trainbench-b$bs" || true
 done
+[ -n "${BENCH_CONFIG_ONLY:-}" ] && exit 0
 python3 "$HERE/pytorch_reference.py" --batches $BATCHES --models $MODELS --compile $COMPILE_MODELS --out "$OUT/pytorch.json"
 python3 "$HERE/compare.py" "$OUT" $BATCHES | tee "$OUT/comparison.md"

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The bench scripts' own arithmetic, without a GPU or PyTorch: compare.py puts
 every trainbench row against the best Python figure of its model, precision
-and batch (torch.compile included), and accuracy_parity.py --compare says
-whether the two programs' mean accuracies agree within a point.
+and batch (torch.compile included), accuracy_parity.py --compare says
+whether the two programs' mean accuracies agree within a point, and
+gpu_vs_pytorch.sh's experiments validate (with TRAINBENCH_BIN set).
 Usage: bench_scripts_test.py SOURCE_DIR"""
 import json, os, subprocess, sys, tempfile, unittest
 
@@ -43,6 +44,34 @@ class CompareAgainstTheBestPythonFigure(unittest.TestCase):
         self.assertIn("27000 (fp32-graph) | 1.00 |", fp32)
         self.assertIn("torch.compile", r.stdout)
         self.assertIn("| resnet50 | bf16-cl | 128 | failed", r.stdout)
+
+
+class GpuBenchExperiments(unittest.TestCase):
+    """bench/gpu_vs_pytorch.sh's experiments are valid for this trainbench:
+    every model also without its fused kernels (the "stock" rows), options
+    the plugins declare (`trainbench validate` refuses an unknown one)."""
+
+    def test_every_model_has_a_stock_row_and_every_file_validates(self):
+        trainbench = os.environ.get("TRAINBENCH_BIN")
+        if not trainbench:
+            self.skipTest("TRAINBENCH_BIN not set")
+        with tempfile.TemporaryDirectory() as out:
+            env = dict(os.environ, BENCH_CONFIG_ONLY="1", BENCH_MODELS="simple_cnn resnet18 resnet50")
+            r = subprocess.run(["bash", os.path.join(BENCH, "gpu_vs_pytorch.sh"), "unused-build", out, "128", "1024"],
+                               capture_output=True, text=True, env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            files = sorted(os.listdir(out))
+            self.assertEqual(files, ["bench-b1024.yaml", "bench-b128.yaml"])
+            for name in files:
+                with open(os.path.join(out, name)) as f:
+                    text = f.read()
+                self.assertIn("{plugin: simple_cnn, label: simple_cnn-composite, options: {fused_epilogue: false}}", text)
+                for model in ("resnet18", "resnet50"):
+                    self.assertIn(f"{{plugin: {model}, label: {model}-composite, options: {{fused_batchnorm: false}}}}",
+                                  text)
+                v = subprocess.run([trainbench, "validate", os.path.join(out, name)], capture_output=True, text=True)
+                self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+                self.assertIn("6 model(s) x 4 device(s)", v.stdout + v.stderr)
 
 
 class AccuracyParity(unittest.TestCase):
