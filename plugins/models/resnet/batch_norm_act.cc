@@ -185,11 +185,12 @@ torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const to
       if (!needs_grad) return Inference(bn, x, residual, relu);
     } else if (kernels::PrepareDevice(c10::cuda::getCurrentCUDAStream(x.device().index()))) {
       const bool track = bn.is_training() && bn.options.track_running_stats();
-      if (track) bn.num_batches_tracked.add_(1);
-      return FusedBatchNormAct::apply(x, bn.weight, bn.bias, OrAbsent(residual, x),
-                                      OrAbsent(track ? bn.running_mean : torch::Tensor(), bn.weight),
-                                      OrAbsent(track ? bn.running_var : torch::Tensor(), bn.weight), bn.options.eps(),
-                                      *bn.options.momentum(), relu);
+      // The module counts the batch as its own forward would; without
+      // running statistics the factor is not used.
+      const double momentum = track ? bn.CountBatch() : 0.0;
+      return FusedBatchNormAct::apply(
+          x, bn.weight, bn.bias, OrAbsent(residual, x), OrAbsent(track ? bn.running_mean : torch::Tensor(), bn.weight),
+          OrAbsent(track ? bn.running_var : torch::Tensor(), bn.weight), bn.options.eps(), momentum, relu);
     }
   }
 #else

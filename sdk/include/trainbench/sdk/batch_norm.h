@@ -132,16 +132,17 @@ class BatchNorm2dImpl : public torch::nn::NormImplBase<2, BatchNorm2dImpl, torch
   /// Whether training normalises over all ranks (SetCrossRankSum).
   bool HasCrossRankSum() const noexcept { return cross_rank_ != nullptr; }
 
- private:
-  void _check_input_dim(const torch::Tensor& input) override {
-    TORCH_CHECK(input.dim() == 4, "BatchNorm2d: expected a 4-D input, got ", input.dim(), "-D");
-  }
-
-  // Counts one training batch; returns the running statistics' update
-  // factor: the momentum, or a cumulative average without one.
+  /// Counts one training batch; returns the running statistics' update
+  /// factor: the momentum, or a cumulative average without one. For a
+  /// model's own batch-norm kernels that update the running statistics.
   double CountBatch() {
     num_batches_tracked.add_(1);
     return options.momentum().has_value() ? *options.momentum() : 1.0 / num_batches_tracked.item<double>();
+  }
+
+ private:
+  void _check_input_dim(const torch::Tensor& input) override {
+    TORCH_CHECK(input.dim() == 4, "BatchNorm2d: expected a 4-D input, got ", input.dim(), "-D");
   }
 
   torch::Tensor CrossRankForward(const torch::Tensor& input) {
