@@ -212,20 +212,16 @@ void ExpectFusedMatchesComposite(const std::string& name, const std::string& opt
   }
 }
 
-void ExpectFusedEpilogueMatchesComposite(sdk::Amp amp, bool channels_last, double tolerance) {
-  ExpectFusedMatchesComposite("simple_cnn", "fused_epilogue", amp, channels_last, tolerance);
-}
-
 TEST(Models, SimpleCnnFusedEpilogueOnCudaMatchesTheCompositeFp32) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  ExpectFusedEpilogueMatchesComposite(sdk::Amp::kNone, false, 1e-4);
+  ExpectFusedMatchesComposite("simple_cnn", "fused_epilogue", sdk::Amp::kNone, false, 1e-4);
 }
 
 TEST(Models, SimpleCnnFusedEpilogueOnCudaMatchesTheCompositeBf16ChannelsLast) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   // bf16 rounding: one ReLU input within rounding of zero or one changed
   // maximum moves a gradient element, so the bound is loose.
-  ExpectFusedEpilogueMatchesComposite(sdk::Amp::kBf16, true, 3e-2);
+  ExpectFusedMatchesComposite("simple_cnn", "fused_epilogue", sdk::Amp::kBf16, true, 3e-2);
 }
 
 // ImageNet-size inputs (issue 16): the same network on 224x224 images does
