@@ -155,8 +155,11 @@ TEST(SyncBatchNorm, WithoutRanksItIsLibTorchsBatchNorm2d) {
 TEST(SyncBatchNorm, ResNet18GradientsOnTwoRanksEqualOneModelsOnTheWholeBatch) {
   const auto plugin = worker::LoadPlugin(testing::PluginFile("resnet18"));
   auto make = [&] {
-    return worker::CreateModel(plugin,
-                               {{"num_classes", 10}, {"stem", "cifar"}, {"image_size", 32}, {"fused_batchnorm", true}});
+    return worker::CreateModel(plugin, {{"num_classes", 10},
+                                        {"stem", "cifar"},
+                                        {"image_size", 32},
+                                        {"fused_batchnorm", true},
+                                        {"cudnn_engine_cache", true}});
   };
   torch::manual_seed(11);
   auto reference = make();

@@ -16,7 +16,7 @@ std::shared_ptr<sdk::Model> Make(const std::string& name, int64_t classes) {
   if (name == "simple_cnn")
     options.update({{"hidden", 192}, {"fused_epilogue", true}});
   else
-    options.update({{"stem", "imagenet"}, {"image_size", 32}, {"fused_batchnorm", true}});
+    options.update({{"stem", "imagenet"}, {"image_size", 32}, {"fused_batchnorm", true}, {"cudnn_engine_cache", true}});
   return CreateModel(LoadPlugin(trainbench::testing::PluginFile(name)), options);
 }
 
@@ -65,8 +65,11 @@ TEST(Models, TrainingFlopsMatchPyTorchsFlopCounter) {
 }
 
 TEST(Models, CifarStemKeepsResolution) {
-  auto model = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
-                           {{"num_classes", 10}, {"stem", "cifar"}, {"image_size", 32}, {"fused_batchnorm", true}});
+  auto model = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
+                                                                                     {"stem", "cifar"},
+                                                                                     {"image_size", 32},
+                                                                                     {"fused_batchnorm", true},
+                                                                                     {"cudnn_engine_cache", true}});
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& item : model->module().named_parameters()) shapes[item.key()] = item.value().sizes().vec();
   EXPECT_EQ(shapes["conv1.weight"], (std::vector<int64_t>{64, 3, 3, 3}));
@@ -110,8 +113,11 @@ TEST(Models, ChannelsLastStridesSurviveOneByOneMapsOnCuda) {
 }
 
 TEST(Models, UnknownStemIsACreationError) {
-  EXPECT_THROW(CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
-                           {{"num_classes", 10}, {"stem", "tiny"}, {"image_size", 32}, {"fused_batchnorm", true}}),
+  EXPECT_THROW(CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
+                                                                                     {"stem", "tiny"},
+                                                                                     {"image_size", 32},
+                                                                                     {"fused_batchnorm", true},
+                                                                                     {"cudnn_engine_cache", true}}),
                PluginError);
 }
 
@@ -128,9 +134,12 @@ TEST(Models, UnknownStemIsACreationError) {
 void ExpectFusedMatchesComposite(const std::string& name, const std::string& option, sdk::Amp amp, bool channels_last,
                                  double tolerance, bool truth = false) {
   auto fused = Make(name, 10);
-  nlohmann::json options = name == "simple_cnn"
-                               ? nlohmann::json{{"num_classes", 10}, {"hidden", 192}}
-                               : nlohmann::json{{"num_classes", 10}, {"stem", "imagenet"}, {"image_size", 32}};
+  nlohmann::json options = name == "simple_cnn" ? nlohmann::json{{"num_classes", 10}, {"hidden", 192}}
+                                                : nlohmann::json{{"num_classes", 10},
+                                                                 {"stem", "imagenet"},
+                                                                 {"image_size", 32},
+                                                                 {"fused_batchnorm", true},
+                                                                 {"cudnn_engine_cache", true}};
   options[option] = false;
   auto composite = CreateModel(LoadPlugin(trainbench::testing::PluginFile(name)), options);
   auto exact = truth ? CreateModel(LoadPlugin(trainbench::testing::PluginFile(name)), options) : nullptr;
@@ -230,10 +239,16 @@ TEST(Models, SimpleCnnFusedEpilogueOnCudaMatchesTheCompositeBf16ChannelsLast) {
 TEST(Models, ResNetWorkGrowsWithTheImageSize) {
   const auto plugin = LoadPlugin(trainbench::testing::PluginFile("resnet50"));
   int64_t small = 0, large = 0;
-  const auto at32 =
-      CreateModel(plugin, {{"num_classes", 1000}, {"stem", "imagenet"}, {"image_size", 32}, {"fused_batchnorm", true}});
-  const auto at224 = CreateModel(
-      plugin, {{"num_classes", 1000}, {"stem", "imagenet"}, {"image_size", 224}, {"fused_batchnorm", true}});
+  const auto at32 = CreateModel(plugin, {{"num_classes", 1000},
+                                         {"stem", "imagenet"},
+                                         {"image_size", 32},
+                                         {"fused_batchnorm", true},
+                                         {"cudnn_engine_cache", true}});
+  const auto at224 = CreateModel(plugin, {{"num_classes", 1000},
+                                          {"stem", "imagenet"},
+                                          {"image_size", 224},
+                                          {"fused_batchnorm", true},
+                                          {"cudnn_engine_cache", true}});
   ASSERT_TRUE(at32->TrainingFlopsPerSample(&small).ok());
   ASSERT_TRUE(at224->TrainingFlopsPerSample(&large).ok());
   EXPECT_EQ(at224->InputShape(), (std::array<int64_t, 3>{3, 224, 224}));
@@ -260,13 +275,29 @@ TEST(Models, ResNetFusedBatchNormOnCudaMatchesTheCompositeBf16ChannelsLast) {
     ExpectFusedMatchesComposite(name, "fused_batchnorm", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true);
 }
 
+// The convolutions through cuDNN's backend API (the engine cache) against
+// LibTorch's, in a whole training step, both against fp64.
+TEST(Models, ResNetEngineCacheConvolutionsOnCudaMatchLibTorchs) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string name : {"resnet18", "resnet50"}) {
+    ExpectFusedMatchesComposite(name, "cudnn_engine_cache", sdk::Amp::kNone, false, 1e-3, /*truth=*/true);
+    ExpectFusedMatchesComposite(name, "cudnn_engine_cache", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true);
+  }
+}
+
 // On the CPU the option changes nothing: the same function either way.
 TEST(Models, ResNetFusedBatchNormOptionLeavesTheCpuPathAlone) {
   torch::manual_seed(1);
-  auto a = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
-                       {{"num_classes", 10}, {"stem", "imagenet"}, {"image_size", 32}, {"fused_batchnorm", true}});
-  auto b = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
-                       {{"num_classes", 10}, {"stem", "imagenet"}, {"image_size", 32}, {"fused_batchnorm", false}});
+  auto a = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
+                                                                                 {"stem", "imagenet"},
+                                                                                 {"image_size", 32},
+                                                                                 {"fused_batchnorm", true},
+                                                                                 {"cudnn_engine_cache", true}});
+  auto b = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
+                                                                                 {"stem", "imagenet"},
+                                                                                 {"image_size", 32},
+                                                                                 {"fused_batchnorm", false},
+                                                                                 {"cudnn_engine_cache", true}});
   {
     torch::NoGradGuard no_grad;
     auto from = a->module().named_parameters();

@@ -26,7 +26,8 @@ CellSpec SmallCell(const std::string& model, int64_t image_size) {
   if (model == "simple_cnn") {
     spec.model.options.update({{"hidden", 16}, {"fused_epilogue", false}});
   } else {
-    spec.model.options.update({{"stem", "cifar"}, {"image_size", image_size}, {"fused_batchnorm", true}});
+    spec.model.options.update(
+        {{"stem", "cifar"}, {"image_size", image_size}, {"fused_batchnorm", true}, {"cudnn_engine_cache", true}});
   }
   spec.device = {"cpu", PluginFile("cpu").string(), {{"threads", 1}, {"channels_last", false}}};
   spec.dataset.kind = "synthetic";

@@ -67,7 +67,7 @@ class GpuBenchExperiments(unittest.TestCase):
                     text = f.read()
                 self.assertIn("{plugin: simple_cnn, label: simple_cnn-composite, options: {fused_epilogue: false}}", text)
                 for model in ("resnet18", "resnet50"):
-                    self.assertIn(f"{{plugin: {model}, label: {model}-composite, options: {{fused_batchnorm: false}}}}",
+                    self.assertIn(f"{{plugin: {model}, label: {model}-composite, options: {{fused_batchnorm: false, cudnn_engine_cache: false}}}}",
                                   text)
                 v = subprocess.run([trainbench, "validate", os.path.join(out, name)], capture_output=True, text=True)
                 self.assertEqual(v.returncode, 0, v.stdout + v.stderr)

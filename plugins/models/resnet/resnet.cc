@@ -9,44 +9,73 @@
 #include <stdexcept>
 
 #include "batch_norm_act.h"
+#include "cudnn_conv.h"
 #include "trainbench/sdk/module_model.h"
 
 namespace trainbench::plugins {
 namespace {
 
 using sdk::BatchNorm2d;  // torch::nn::BatchNorm2d that can normalise across ranks
-using sdk::CountedConv2d;
 using sdk::CountedLinear;
 using torch::nn::Conv2dOptions;
 
-CountedConv2d Conv3x3(int64_t in, int64_t out, int64_t stride) {
-  return CountedConv2d(Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+// A convolution without bias (torchvision's names and shapes): on CUDA with
+// `engine_cache`, through cuDNN's backend API with its engine choices kept per
+// machine (plugins/common/cudnn_conv.h); elsewhere LibTorch's.
+class ConvImpl : public sdk::CountedConv2dImpl {
+ public:
+  ConvImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool engine_cache)
+      : sdk::CountedConv2dImpl(Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false)),
+        stride_(stride),
+        padding_(padding),
+        engine_cache_(engine_cache) {}
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (engine_cache_ && cudnn_conv::Supports(x, weight))
+      return cudnn_conv::Conv2d(x, weight, {stride_, stride_}, {padding_, padding_});
+    return sdk::CountedConv2dImpl::forward(x);
+  }
+
+ private:
+  int64_t stride_, padding_;
+  bool engine_cache_;
+};
+TORCH_MODULE(Conv);
+
+// What the blocks share: the fused batch norm, the engine cache.
+struct Paths {
+  bool fused_batchnorm;
+  bool engine_cache;
+};
+
+Conv Conv3x3(int64_t in, int64_t out, int64_t stride, const Paths& paths) {
+  return Conv(in, out, 3, stride, 1, paths.engine_cache);
 }
-CountedConv2d Conv1x1(int64_t in, int64_t out, int64_t stride) {
-  return CountedConv2d(Conv2dOptions(in, out, 1).stride(stride).bias(false));
+Conv Conv1x1(int64_t in, int64_t out, int64_t stride, const Paths& paths) {
+  return Conv(in, out, 1, stride, 0, paths.engine_cache);
 }
 
 // One residual block, basic (two 3x3) or bottleneck (1x1, 3x3, 1x1 x4).
 class BlockImpl : public torch::nn::Module {
  public:
-  BlockImpl(int64_t in, int64_t width, int64_t stride, bool bottleneck, bool fused)
-      : bottleneck_(bottleneck), fused_(fused) {
+  BlockImpl(int64_t in, int64_t width, int64_t stride, bool bottleneck, const Paths& paths)
+      : bottleneck_(bottleneck), fused_(paths.fused_batchnorm) {
     const int64_t out = bottleneck ? width * 4 : width;
     if (bottleneck) {
-      conv1_ = register_module("conv1", Conv1x1(in, width, 1));
+      conv1_ = register_module("conv1", Conv1x1(in, width, 1, paths));
       bn1_ = register_module("bn1", BatchNorm2d(width));
-      conv2_ = register_module("conv2", Conv3x3(width, width, stride));
+      conv2_ = register_module("conv2", Conv3x3(width, width, stride, paths));
       bn2_ = register_module("bn2", BatchNorm2d(width));
-      conv3_ = register_module("conv3", Conv1x1(width, out, 1));
+      conv3_ = register_module("conv3", Conv1x1(width, out, 1, paths));
       bn3_ = register_module("bn3", BatchNorm2d(out));
     } else {
-      conv1_ = register_module("conv1", Conv3x3(in, width, stride));
+      conv1_ = register_module("conv1", Conv3x3(in, width, stride, paths));
       bn1_ = register_module("bn1", BatchNorm2d(width));
-      conv2_ = register_module("conv2", Conv3x3(width, width, 1));
+      conv2_ = register_module("conv2", Conv3x3(width, width, 1, paths));
       bn2_ = register_module("bn2", BatchNorm2d(width));
     }
     if (stride != 1 || in != out) {
-      downsample_conv_ = Conv1x1(in, out, stride);
+      downsample_conv_ = Conv1x1(in, out, stride, paths);
       downsample_bn_ = BatchNorm2d(out);
       downsample_ = register_module("downsample", torch::nn::Sequential(downsample_conv_, downsample_bn_));
     }
@@ -77,7 +106,7 @@ class BlockImpl : public torch::nn::Module {
 
  private:
   bool bottleneck_, fused_;
-  CountedConv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr}, downsample_conv_{nullptr};
+  Conv conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr}, downsample_conv_{nullptr};
   BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr}, downsample_bn_{nullptr};
   torch::nn::Sequential downsample_{nullptr};  // (downsample_conv_, downsample_bn_), torchvision's names
 };
@@ -85,11 +114,10 @@ TORCH_MODULE(Block);
 
 class ResNetImpl : public torch::nn::Module {
  public:
-  ResNetImpl(const ResNetSpec& spec, int64_t num_classes, bool imagenet_stem, bool fused)
-      : imagenet_stem_(imagenet_stem), fused_(fused) {
+  ResNetImpl(const ResNetSpec& spec, int64_t num_classes, bool imagenet_stem, const Paths& paths)
+      : imagenet_stem_(imagenet_stem), fused_(paths.fused_batchnorm) {
     conv1_ =
-        register_module("conv1", imagenet_stem ? CountedConv2d(Conv2dOptions(3, 64, 7).stride(2).padding(3).bias(false))
-                                               : Conv3x3(3, 64, 1));
+        register_module("conv1", imagenet_stem ? Conv(3, 64, 7, 2, 3, paths.engine_cache) : Conv3x3(3, 64, 1, paths));
     bn1_ = register_module("bn1", BatchNorm2d(64));
     int64_t in = 64;
     const int64_t widths[4] = {64, 128, 256, 512};
@@ -97,7 +125,7 @@ class ResNetImpl : public torch::nn::Module {
       torch::nn::Sequential layer;
       for (int64_t b = 0; b < spec.layers[stage]; ++b) {
         const int64_t stride = (b == 0 && stage > 0) ? 2 : 1;
-        layer->push_back(Block(in, widths[stage], stride, spec.bottleneck, fused));
+        layer->push_back(Block(in, widths[stage], stride, spec.bottleneck, paths));
         in = spec.bottleneck ? widths[stage] * 4 : widths[stage];
       }
       layers_[stage] = register_module("layer" + std::to_string(stage + 1), layer);
@@ -132,7 +160,7 @@ class ResNetImpl : public torch::nn::Module {
   }
 
   bool imagenet_stem_, fused_;
-  CountedConv2d conv1_{nullptr};
+  Conv conv1_{nullptr};
   BatchNorm2d bn1_{nullptr};
   torch::nn::Sequential layers_[4] = {nullptr, nullptr, nullptr, nullptr};
   CountedLinear fc_{nullptr};
@@ -147,8 +175,9 @@ std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Option
   const std::string stem = options.GetString("stem");
   if (stem != "imagenet" && stem != "cifar")
     throw std::invalid_argument("stem must be 'imagenet' or 'cifar', not '" + stem + "'");
-  const bool fused = options.GetBool("fused_batchnorm") && resnet::FusedKernelsBuilt();
-  return std::make_unique<sdk::ModuleModel<ResNet>>(ResNet(spec, classes, stem == "imagenet", fused),
+  const Paths paths{options.GetBool("fused_batchnorm") && resnet::FusedKernelsBuilt(),
+                    options.GetBool("cudnn_engine_cache") && cudnn_conv::Built()};
+  return std::make_unique<sdk::ModuleModel<ResNet>>(ResNet(spec, classes, stem == "imagenet", paths),
                                                     std::array<int64_t, 3>{3, size, size}, classes);
 }
 

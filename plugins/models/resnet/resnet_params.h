@@ -17,6 +17,10 @@ inline const TbParamSpec kResNetParams[] = {
      "on CUDA, each batch norm with its ReLU and residual add as two kernels forward and two backward (false: "
      "LibTorch's batch_norm, add and relu)",
      nullptr, 0, 0, 0},
+    {"cudnn_engine_cache", TB_PARAM_BOOL, "true",
+     "on CUDA, the convolutions through cuDNN's backend API, their autotuned engines kept per machine under "
+     "$XDG_CACHE_HOME/trainbench so that a repeat run times nothing (false: LibTorch's convolution)",
+     nullptr, 0, 0, 0},
 };
 
 }  // namespace trainbench::plugins

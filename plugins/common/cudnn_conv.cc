@@ -1,0 +1,714 @@
+#include "cudnn_conv.h"
+
+#ifdef TRAINBENCH_CUDNN_CONV
+#include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <torch/autograd.h>
+#include <torch/version.h>
+
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine_cache.h"
+#endif
+
+namespace trainbench::plugins::cudnn_conv {
+
+#ifndef TRAINBENCH_CUDNN_CONV
+
+bool Built() noexcept { return false; }
+bool Supports(const torch::Tensor&, const torch::Tensor&) noexcept { return false; }
+torch::Tensor Conv2d(const torch::Tensor&, const torch::Tensor&, std::array<int64_t, 2>, std::array<int64_t, 2>) {
+  TORCH_CHECK(false, "this build of trainbench has no cuDNN convolution path");
+}
+Counts GetCounts() { return {}; }
+std::string CacheFile() { return {}; }
+void ResetForTesting() {}
+
+#else
+
+namespace {
+
+void Check(cudnnStatus_t status, const char* what) {
+  TORCH_CHECK(status == CUDNN_STATUS_SUCCESS, "cuDNN ", what, ": ", cudnnGetErrorString(status));
+}
+
+// One cuDNN backend descriptor, destroyed with the object.
+class Descriptor {
+ public:
+  explicit Descriptor(cudnnBackendDescriptorType_t type) { Check(cudnnBackendCreateDescriptor(type, &d_), "create"); }
+  ~Descriptor() {
+    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+
+  cudnnBackendDescriptor_t get() const { return d_; }
+  Descriptor& Set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
+                  const void* values) {
+    Check(cudnnBackendSetAttribute(d_, name, type, count, values), "set attribute");
+    return *this;
+  }
+  Descriptor& SetDescriptor(cudnnBackendAttributeName_t name, const Descriptor& other) {
+    cudnnBackendDescriptor_t raw = other.get();
+    return Set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
+  }
+  cudnnStatus_t Finalize() { return cudnnBackendFinalize(d_); }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+using DescriptorPtr = std::shared_ptr<Descriptor>;
+
+DescriptorPtr Make(cudnnBackendDescriptorType_t type) { return std::make_shared<Descriptor>(type); }
+
+enum class Op { kForward, kBackwardData, kBackwardFilter };
+constexpr const char* kOpNames[] = {"fwd", "bwd-data", "bwd-filter"};
+
+struct TensorSpec {
+  std::array<int64_t, 4> dims{}, strides{};
+  int64_t alignment = 16;
+};
+
+// One convolution: its three tensors in the order of their unique ids 1, 2,
+// 3 (forward x, w, y; backward data dx, w, dy; backward filter x, dw, dy).
+struct Problem {
+  Op op = Op::kForward;
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  std::array<TensorSpec, 3> tensors;
+  std::array<int64_t, 2> stride{}, padding{};
+};
+
+// A finalized execution plan with everything it was built from.
+struct Plan {
+  std::vector<DescriptorPtr> keep;
+  DescriptorPtr plan;
+  int64_t workspace = 0;
+};
+using PlanPtr = std::shared_ptr<Plan>;
+
+cudnnDataType_t DataType(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return CUDNN_DATA_FLOAT;
+    case at::kBFloat16:
+      return CUDNN_DATA_BFLOAT16;
+    case at::kHalf:
+      return CUDNN_DATA_HALF;
+    default:
+      TORCH_CHECK(false, "cuDNN convolution: unsupported type ", type);
+  }
+}
+
+bool ChannelsLast(const at::Tensor& x, const at::Tensor& w) {
+  return x.suggest_memory_format() == at::MemoryFormat::ChannelsLast ||
+         w.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+}
+
+// The tensor as cuDNN sees it: dims N, C, H, W and the strides of its memory
+// format (a tensor made contiguous in that format; size-1 dimensions get the
+// format's own strides, as cuDNN expects), aligned as its pointer is.
+TensorSpec Spec(const at::Tensor& t, bool channels_last) {
+  TensorSpec spec;
+  const int64_t n = t.size(0), c = t.size(1), h = t.size(2), w = t.size(3);
+  spec.dims = {n, c, h, w};
+  spec.strides =
+      channels_last ? std::array<int64_t, 4>{h * w * c, 1, w * c, c} : std::array<int64_t, 4>{c * h * w, h * w, w, 1};
+  const auto address = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+  while (spec.alignment > 1 && address % spec.alignment != 0) spec.alignment /= 2;
+  return spec;
+}
+
+// What the choice of engine depends on besides the machine: the operation,
+// its tensors and the settings that filter cuDNN's candidates.
+std::string Key(const Problem& p, bool benchmark, int64_t limit, bool tf32, bool deterministic) {
+  std::ostringstream key;
+  key << kOpNames[static_cast<int>(p.op)] << " type " << static_cast<int>(p.type) << " stride " << p.stride[0] << ','
+      << p.stride[1] << " pad " << p.padding[0] << ',' << p.padding[1];
+  for (const TensorSpec& t : p.tensors) {
+    key << " [";
+    for (int i = 0; i < 4; ++i) key << (i ? "," : "") << t.dims[i];
+    key << "]/[";
+    for (int i = 0; i < 4; ++i) key << (i ? "," : "") << t.strides[i];
+    key << "]a" << t.alignment;
+  }
+  if (p.type == CUDNN_DATA_FLOAT) key << " tf32 " << tf32;
+  key << " deterministic " << deterministic;
+  if (benchmark)
+    key << " limit " << limit;
+  else
+    key << " heuristic";
+  return key.str();
+}
+
+cudnnHandle_t Handle(int device) {
+  // One handle per thread and device, as LibTorch keeps them; never
+  // destroyed (CUDA may be gone by the time threads end).
+  thread_local std::unordered_map<int, cudnnHandle_t> handles;
+  cudnnHandle_t& handle = handles[device];
+  if (handle == nullptr) Check(cudnnCreate(&handle), "create handle");
+  return handle;
+}
+
+// The operation graph of one convolution.
+std::vector<DescriptorPtr> Graph(const Problem& p, cudnnHandle_t handle) {
+  std::vector<DescriptorPtr> keep;
+  DescriptorPtr tensors[3];
+  for (int i = 0; i < 3; ++i) {
+    const TensorSpec& t = p.tensors[i];
+    const int64_t uid = i + 1;
+    tensors[i] = Make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    tensors[i]
+        ->Set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &p.type)
+        .Set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, t.dims.data())
+        .Set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, t.strides.data())
+        .Set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
+        .Set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &t.alignment);
+    Check(tensors[i]->Finalize(), "tensor descriptor");
+    keep.push_back(tensors[i]);
+  }
+  DescriptorPtr conv = Make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;  // LibTorch's choice for float, bfloat16 and half
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t spatial = 2, dilation[2] = {1, 1};
+  conv->Set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute)
+      .Set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)
+      .Set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial)
+      .Set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilation)
+      .Set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, p.stride.data())
+      .Set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, p.padding.data())
+      .Set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, p.padding.data());
+  Check(conv->Finalize(), "convolution descriptor");
+  keep.push_back(conv);
+
+  // Per operation: its descriptor type and the attributes of tensors 1, 2,
+  // 3, the convolution, alpha and beta.
+  struct OpAttributes {
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t tensor[3], conv, alpha, beta;
+  };
+  static const OpAttributes kAttributes[] = {
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+       {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+        CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y},
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+       {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+        CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY},
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+       {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+        CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY},
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
+  };
+  const OpAttributes& a = kAttributes[static_cast<int>(p.op)];
+  DescriptorPtr op = Make(a.type);
+  const float alpha = 1.0f, beta = 0.0f;
+  for (int i = 0; i < 3; ++i) op->SetDescriptor(a.tensor[i], *tensors[i]);
+  op->SetDescriptor(a.conv, *conv).Set(a.alpha, CUDNN_TYPE_FLOAT, 1, &alpha).Set(a.beta, CUDNN_TYPE_FLOAT, 1, &beta);
+  Check(op->Finalize(), "convolution operation");
+  keep.push_back(op);
+
+  DescriptorPtr graph = Make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  cudnnBackendDescriptor_t raw_op = op->get();
+  graph->Set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw_op)
+      .Set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  Check(graph->Finalize(), "operation graph");
+  keep.push_back(graph);  // last: Graph(...).back() is the graph
+  return keep;
+}
+
+// A plan for an engine configuration, or none when cuDNN cannot build it.
+PlanPtr Finalize(std::vector<DescriptorPtr> keep, const DescriptorPtr& config, cudnnHandle_t handle) {
+  auto plan = std::make_shared<Plan>();
+  plan->keep = std::move(keep);
+  plan->keep.push_back(config);
+  plan->plan = Make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  plan->plan->Set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
+      .SetDescriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *config);
+  if (plan->plan->Finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(plan->plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count,
+                               &plan->workspace) != CUDNN_STATUS_SUCCESS)
+    return nullptr;
+  return plan;
+}
+
+// An engine configuration rebuilt from a stored choice, or none when this
+// cuDNN no longer accepts it.
+DescriptorPtr ConfigOf(const EngineChoice& choice, const Descriptor& graph, std::vector<DescriptorPtr>* keep) {
+  DescriptorPtr engine = Make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  engine->SetDescriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph)
+      .Set(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &choice.engine);
+  if (engine->Finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+  keep->push_back(engine);
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (const auto& [type, value] : choice.knobs) {
+    if (type < 0 || type >= CUDNN_KNOB_TYPE_COUNTS) return nullptr;
+    DescriptorPtr knob = Make(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    const auto knob_type = static_cast<cudnnBackendKnobType_t>(type);
+    knob->Set(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &knob_type)
+        .Set(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &value);
+    if (knob->Finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+    keep->push_back(knob);
+    raw.push_back(knob->get());
+  }
+  DescriptorPtr config = Make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  config->SetDescriptor(CUDNN_ATTR_ENGINECFG_ENGINE, *engine);
+  if (!raw.empty())
+    config->Set(CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(raw.size()),
+                raw.data());
+  if (config->Finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+  return config;
+}
+
+struct Candidate {
+  EngineChoice choice;
+  DescriptorPtr config;
+};
+
+// What an engine configuration from cuDNN's heuristics is (its engine and
+// knobs), and whether LibTorch would let it run: never engines that convert
+// their inputs down, no tensor cores for float without TF32, nothing
+// nondeterministic when determinism is asked.
+bool Describe(const Descriptor& config, bool is_float, bool tf32, bool deterministic, EngineChoice* choice) {
+  Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t raw_engine = engine.get();
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count,
+                               &raw_engine) != CUDNN_STATUS_SUCCESS)
+    return false;
+  if (cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &count,
+                               &choice->engine) != CUDNN_STATUS_SUCCESS)
+    return false;
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t note_count = 0;
+  if (cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &note_count, notes) != CUDNN_STATUS_SUCCESS)
+    note_count = 0;
+  for (int64_t i = 0; i < note_count; ++i) {
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) return false;
+    if (is_float && !tf32 && notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) return false;
+    if (deterministic && notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return false;
+  }
+  std::vector<std::unique_ptr<Descriptor> > knobs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
+    knobs.push_back(std::make_unique<Descriptor>(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR));
+    raw.push_back(knobs.back()->get());
+  }
+  int64_t knob_count = 0;
+  if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               static_cast<int64_t>(raw.size()), &knob_count, raw.data()) != CUDNN_STATUS_SUCCESS)
+    return false;
+  choice->knobs.clear();
+  for (int64_t i = 0; i < knob_count && i < static_cast<int64_t>(raw.size()); ++i) {
+    cudnnBackendKnobType_t type;
+    int64_t value = 0;
+    if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &count, &type) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &count, &value) !=
+            CUDNN_STATUS_SUCCESS)
+      return false;
+    choice->knobs.emplace_back(static_cast<int64_t>(type), value);
+  }
+  return true;
+}
+
+// cuDNN's candidates in its order of preference, as LibTorch gathers them:
+// the instant heuristics, then the fallback list, each engine once.
+std::vector<Candidate> Candidates(const Descriptor& graph, bool is_float, bool tf32, bool deterministic) {
+  std::vector<Candidate> candidates;
+  for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_INSTANT, CUDNN_HEUR_MODE_FALLBACK}) {
+    Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    heuristics.SetDescriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
+        .Set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    if (heuristics.Finalize() != CUDNN_STATUS_SUCCESS) continue;
+    int64_t available = 0;
+    if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                 &available, nullptr) != CUDNN_STATUS_SUCCESS ||
+        available <= 0)
+      continue;
+    std::vector<DescriptorPtr> configs;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (int64_t i = 0; i < available; ++i) {
+      configs.push_back(Make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+      raw.push_back(configs.back()->get());
+    }
+    int64_t got = 0;
+    if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                 available, &got, raw.data()) != CUDNN_STATUS_SUCCESS)
+      continue;
+    for (int64_t i = 0; i < got && i < available; ++i) {
+      Candidate candidate{EngineChoice{}, configs[i]};
+      if (!Describe(*configs[i], is_float, tf32, deterministic, &candidate.choice)) continue;
+      bool seen = false;
+      for (const Candidate& c : candidates) seen = seen || c.choice == candidate.choice;
+      if (!seen) candidates.push_back(std::move(candidate));
+    }
+  }
+  return candidates;
+}
+
+void Execute(cudnnHandle_t handle, const Plan& plan, const std::array<void*, 3>& pointers, const at::Device& device) {
+  at::Tensor workspace;
+  void* workspace_ptr = nullptr;
+  if (plan.workspace > 0) {
+    workspace = at::empty({plan.workspace}, at::TensorOptions().dtype(at::kByte).device(device));
+    workspace_ptr = workspace.data_ptr();
+  }
+  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  const int64_t uids[3] = {1, 2, 3};
+  pack.Set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids)
+      .Set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers.data())
+      .Set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace_ptr);
+  Check(pack.Finalize(), "variant pack");
+  Check(cudnnBackendExecute(handle, plan.plan->get(), pack.get()), "execute");
+}
+
+void Warn(const std::string& message) { std::fprintf(stderr, "trainbench: warning: %s\n", message.c_str()); }
+
+// The NVIDIA driver's version, from the kernel module ("" where unreadable).
+std::string DriverVersion() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159  Tue ...": the
+  // first word with a dot and digits only.
+  std::istringstream words(line);
+  std::string word;
+  while (words >> word) {
+    if (word.find('.') != std::string::npos && word.find_first_not_of("0123456789.") == std::string::npos) return word;
+  }
+  return "";
+}
+
+std::unique_ptr<EngineCache> OpenCache(int device) {
+  cudaDeviceProp props{};
+  C10_CUDA_CHECK(cudaGetDeviceProperties(&props, device));
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  const std::map<std::string, std::string> machine = {
+      {"gpu", props.name},
+      {"compute_capability", std::to_string(props.major) + "." + std::to_string(props.minor)},
+      {"multiprocessors", std::to_string(props.multiProcessorCount)},
+      {"driver", DriverVersion()},
+      {"cuda_driver_api", std::to_string(driver)},
+      {"cuda_runtime", std::to_string(runtime)},
+      {"cudnn", std::to_string(cudnnGetVersion())},
+  };
+  const std::filesystem::path directory = DefaultCacheDirectory();
+  std::filesystem::path file;
+  if (!directory.empty())
+    file = directory / ("cudnn-engines-" + FileNameSafe(props.name) + "-sm" + std::to_string(props.major) +
+                        std::to_string(props.minor) + ".json");
+  else
+    Warn("neither XDG_CACHE_HOME nor HOME is set: cuDNN's engine choices stay in this process");
+  return std::make_unique<EngineCache>(file, machine, Warn);
+}
+
+// The process's choices and plans.
+struct State {
+  std::mutex mutex;
+  std::map<int, std::unique_ptr<EngineCache> > caches;             // per device
+  std::map<std::string, EngineChoice> choices;                     // device + key: chosen in this process or read
+  std::map<std::pair<cudnnHandle_t, std::string>, PlanPtr> plans;  // per handle (thread and device)
+  Counts counts;
+};
+State& GetState() {
+  static State* state = new State;  // used until exit, never destroyed
+  return *state;
+}
+
+bool Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// Times each candidate on the real tensors (best of 3 after one warm-up run)
+// and returns the fastest's plan; `choice` is set to it.
+PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, const std::array<void*, 3>& pointers,
+             const at::Device& device, cudaStream_t stream, int64_t limit, bool is_float, bool tf32, bool deterministic,
+             EngineChoice* choice, int64_t* timed) {
+  PlanPtr best;
+  float best_ms = std::numeric_limits<float>::infinity();
+  cudaEvent_t start = nullptr, stop = nullptr;
+  C10_CUDA_CHECK(cudaEventCreate(&start));
+  C10_CUDA_CHECK(cudaEventCreate(&stop));
+  int64_t finalized = 0;
+  for (Candidate& candidate : Candidates(*graph.back(), is_float, tf32, deterministic)) {
+    if (limit > 0 && finalized >= limit) break;
+    PlanPtr plan = Finalize(graph, candidate.config, handle);
+    if (plan == nullptr) continue;
+    ++finalized;
+    float ms = std::numeric_limits<float>::infinity();
+    try {
+      Execute(handle, *plan, pointers, device);  // warm-up
+      for (int i = 0; i < 3; ++i) {
+        C10_CUDA_CHECK(cudaEventRecord(start, stream));
+        Execute(handle, *plan, pointers, device);
+        C10_CUDA_CHECK(cudaEventRecord(stop, stream));
+        C10_CUDA_CHECK(cudaEventSynchronize(stop));
+        float elapsed = 0;
+        C10_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+        ms = std::min(ms, elapsed);
+      }
+      ++*timed;
+    } catch (const c10::Error&) {
+      continue;  // no memory for its workspace, or it does not run here: not a candidate
+    }
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = plan;
+      *choice = candidate.choice;
+      choice->milliseconds = ms;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
+// cuDNN's first heuristic candidate that it can build.
+PlanPtr Heuristic(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, bool is_float, bool tf32,
+                  bool deterministic, EngineChoice* choice) {
+  for (Candidate& candidate : Candidates(*graph.back(), is_float, tf32, deterministic)) {
+    if (PlanPtr plan = Finalize(graph, candidate.config, handle)) {
+      *choice = candidate.choice;
+      return plan;
+    }
+  }
+  return nullptr;
+}
+
+std::string Name(const Problem& p) {
+  std::ostringstream out;
+  out << kOpNames[static_cast<int>(p.op)] << " of x [" << p.tensors[0].dims[0] << ',' << p.tensors[0].dims[1] << ','
+      << p.tensors[0].dims[2] << ',' << p.tensors[0].dims[3] << "], w [" << p.tensors[1].dims[0] << ','
+      << p.tensors[1].dims[1] << ',' << p.tensors[1].dims[2] << ',' << p.tensors[1].dims[3] << ']';
+  return out.str();
+}
+
+// Runs one convolution on tensors already laid out in one memory format
+// (ids 1, 2, 3 as in Problem), choosing its engine first if needed.
+void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector<int64_t>& geometry,
+              bool channels_last) {
+  const at::Device device = tensors[0].device();
+  const int index = device.index();
+  c10::cuda::CUDAGuard guard(device);
+  Problem p;
+  p.op = op;
+  p.type = DataType(tensors[0].scalar_type());
+  for (int i = 0; i < 3; ++i) p.tensors[i] = Spec(tensors[i], channels_last);
+  p.stride = {geometry[0], geometry[1]};
+  p.padding = {geometry[2], geometry[3]};
+  const std::array<void*, 3> pointers = {tensors[0].data_ptr(), tensors[1].data_ptr(), tensors[2].data_ptr()};
+
+  auto& context = at::globalContext();
+  const bool benchmark = context.benchmarkCuDNN() && !context.deterministicCuDNN();
+  const int64_t limit = context.benchmarkLimitCuDNN();
+  const bool tf32 = context.allowTF32CuDNN(), deterministic = context.deterministicCuDNN();
+  const bool is_float = p.type == CUDNN_DATA_FLOAT;
+  const std::string key = Key(p, benchmark, limit, tf32, deterministic);
+  const std::string process_key = std::to_string(index) + " " + key;
+
+  cudnnHandle_t handle = Handle(index);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(index).stream();
+  Check(cudnnSetStream(handle, stream), "set stream");
+
+  State& state = GetState();
+  std::unique_lock lock(state.mutex);
+  const auto found = state.plans.find({handle, process_key});
+  PlanPtr plan = found == state.plans.end() ? nullptr : found->second;
+  if (plan == nullptr) {
+    auto& cache = state.caches[index];
+    if (cache == nullptr) cache = OpenCache(index);
+    const std::vector<DescriptorPtr> graph = Graph(p, handle);
+    // A choice made in this process (another thread's handle), or the file's.
+    std::optional<EngineChoice> choice;
+    bool from_file = false;
+    if (auto it = state.choices.find(process_key); it != state.choices.end()) {
+      choice = it->second;
+    } else if (benchmark) {
+      choice = cache->Find(key);
+      from_file = choice.has_value();
+    }
+    if (choice) {
+      std::vector<DescriptorPtr> keep = graph;
+      if (DescriptorPtr config = ConfigOf(*choice, *graph.back(), &keep)) plan = Finalize(keep, config, handle);
+      if (plan == nullptr && from_file) {
+        Warn("cuDNN engine cache " + cache->file().string() + ": engine " + std::to_string(choice->engine) +
+             " no longer builds for " + Name(p) + "; timing the candidates again");
+        cache->Forget(key);
+      }
+      if (plan != nullptr && from_file) ++state.counts.cached;
+    }
+    if (plan == nullptr) {
+      EngineChoice chosen;
+      if (benchmark && !Capturing(stream)) {
+        plan = Tune(graph, handle, pointers, device, stream, limit, is_float, tf32, deterministic, &chosen,
+                    &state.counts.timed);
+        if (plan != nullptr) {
+          ++state.counts.tuned;
+          cache->Store(key, chosen);
+        }
+      } else {
+        plan = Heuristic(graph, handle, is_float, tf32, deterministic, &chosen);
+        if (plan != nullptr) ++state.counts.heuristic;
+      }
+      TORCH_CHECK(plan != nullptr, "cuDNN has no engine for the convolution ", Name(p),
+                  " (set the model option cudnn_engine_cache: false to use LibTorch's convolution)");
+      choice = chosen;
+    }
+    state.choices[process_key] = *choice;
+    state.plans[{handle, process_key}] = plan;
+  }
+  lock.unlock();
+  Execute(handle, *plan, pointers, device);
+}
+
+std::vector<int64_t> OutputSize(const at::Tensor& x, const at::Tensor& w, const std::vector<int64_t>& geometry) {
+  std::vector<int64_t> size = {x.size(0), w.size(0), 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t extent = x.size(2 + i) + 2 * geometry[2 + i] - w.size(2 + i);
+    TORCH_CHECK(extent >= 0 && geometry[i] > 0, "cuDNN convolution: the kernel does not fit the padded input");
+    size[2 + i] = extent / geometry[i] + 1;
+  }
+  return size;
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+at::MemoryFormat Format(bool channels_last) {
+  return channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+}
+
+class ConvFunction : public torch::autograd::Function<ConvFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            std::vector<int64_t> geometry) {
+    const bool channels_last = ChannelsLast(x, w);
+    const at::MemoryFormat format = Format(channels_last);
+    const at::Tensor xc = x.contiguous(format), wc = w.contiguous(format);
+    at::Tensor y = at::empty(OutputSize(x, w, geometry), x.options().memory_format(format));
+    if (y.numel() > 0) Convolve(Op::kForward, {xc, wc, y}, geometry, channels_last);
+    ctx->save_for_backward({xc, wc});
+    ctx->saved_data["geometry"] = geometry;
+    ctx->saved_data["channels_last"] = channels_last;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& w = saved[1];
+    const std::vector<int64_t> geometry = ctx->saved_data["geometry"].toIntVector();
+    const bool channels_last = ctx->saved_data["channels_last"].toBool();
+    const at::MemoryFormat format = Format(channels_last);
+    const at::Tensor dy = grads[0].contiguous(format);
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) {
+      dx = at::empty(x.sizes(), x.options().memory_format(format));
+      if (dx.numel() > 0) Convolve(Op::kBackwardData, {dx, w, dy}, geometry, channels_last);
+    }
+    if (ctx->needs_input_grad(1)) {
+      dw = at::empty(w.sizes(), w.options().memory_format(format));
+      Convolve(Op::kBackwardFilter, {x, dw, dy}, geometry, channels_last);
+    }
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+bool AutocastOn() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  return at::autocast::is_autocast_enabled(at::kCUDA);
+#else
+  return at::autocast::is_enabled();
+#endif
+}
+
+at::ScalarType AutocastType() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  return at::autocast::get_autocast_dtype(at::kCUDA);
+#else
+  return at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
+bool FloatingType(at::ScalarType type) { return type == at::kFloat || type == at::kBFloat16 || type == at::kHalf; }
+
+}  // namespace
+
+bool Built() noexcept { return true; }
+
+bool Supports(const torch::Tensor& x, const torch::Tensor& w) noexcept {
+  if (!x.defined() || !w.defined() || !x.is_cuda() || !w.is_cuda() || x.device() != w.device()) return false;
+  if (x.dim() != 4 || w.dim() != 4 || x.size(1) != w.size(1) || x.size(0) == 0) return false;
+  if (!FloatingType(x.scalar_type()) || !FloatingType(w.scalar_type())) return false;
+  return x.scalar_type() == w.scalar_type() || AutocastOn();
+}
+
+torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<int64_t, 2> stride,
+                     std::array<int64_t, 2> padding) {
+  torch::Tensor input = x, weight = w;
+  if (AutocastOn()) {
+    // What autocast does for a convolution: both operands in its type.
+    const at::ScalarType type = AutocastType();
+    input = input.to(type);
+    weight = weight.to(type);
+  }
+  TORCH_CHECK(input.scalar_type() == weight.scalar_type(), "cuDNN convolution: input ", input.scalar_type(),
+              " and weight ", weight.scalar_type(), " differ");
+  return ConvFunction::apply(input, weight, std::vector<int64_t>{stride[0], stride[1], padding[0], padding[1]});
+}
+
+Counts GetCounts() {
+  State& state = GetState();
+  std::lock_guard lock(state.mutex);
+  return state.counts;
+}
+
+std::string CacheFile() {
+  State& state = GetState();
+  std::lock_guard lock(state.mutex);
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  auto& cache = state.caches[device];
+  if (cache == nullptr) cache = OpenCache(device);
+  return cache->file().string();
+}
+
+void ResetForTesting() {
+  State& state = GetState();
+  std::lock_guard lock(state.mutex);
+  state.caches.clear();
+  state.choices.clear();
+  state.plans.clear();
+  state.counts = {};
+}
+
+#endif  // TRAINBENCH_CUDNN_CONV
+
+}  // namespace trainbench::plugins::cudnn_conv

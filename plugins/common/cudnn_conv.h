@@ -1,0 +1,49 @@
+#pragma once
+// 2-D convolution (no bias, one group) through cuDNN's backend API, with a
+// warm start: the engine for each shape is chosen as LibTorch chooses it
+// (cuDNN's candidates timed when at::globalContext().benchmarkCuDNN(), at most
+// benchmarkLimitCuDNN() of them; else cuDNN's first heuristic choice), and an
+// autotuned choice is kept per machine in an EngineCache file under
+// DefaultCacheDirectory(), so a repeat run on the same machine times nothing.
+// Built where this build has CUDA and cuDNN's headers (TRAINBENCH_CUDNN_CONV);
+// Built() says whether it was.
+
+#include <torch/types.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace trainbench::plugins::cudnn_conv {
+
+/// Whether this build has the cuDNN path.
+bool Built() noexcept;
+
+/// Whether Conv2d takes these: this build has the path, and x (N, C, H, W)
+/// and w (K, C, R, S) are CUDA tensors of one floating type (float,
+/// bfloat16, half; under CUDA autocast, any: both are cast to its type).
+bool Supports(const torch::Tensor& x, const torch::Tensor& w) noexcept;
+
+/// conv2d(x, w, stride, padding) with autograd (gradients of x and w), in x's
+/// memory format (channels_last or contiguous). Throws c10::Error when cuDNN
+/// has no engine for it.
+torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<int64_t, 2> stride,
+                     std::array<int64_t, 2> padding);
+
+/// How this process's plans got their engines.
+struct Counts {
+  int64_t tuned = 0;      ///< candidates timed (cuDNN autotuning), then stored in the file
+  int64_t cached = 0;     ///< read from the file: nothing timed
+  int64_t heuristic = 0;  ///< cuDNN's first heuristic choice (no autotuning asked, or inside a graph capture)
+  int64_t timed = 0;      ///< candidate engines timed in all
+};
+Counts GetCounts();
+
+/// The cache file this process uses (empty when it has none).
+std::string CacheFile();
+
+/// Forgets this process's plans and reopens the cache file: the next call
+/// behaves as in a fresh process (tests of the warm start).
+void ResetForTesting();
+
+}  // namespace trainbench::plugins::cudnn_conv

@@ -1,0 +1,304 @@
+// The convolutions through cuDNN's backend API with a warm start
+// (plugins/common/cudnn_conv.h) against LibTorch's: outputs and both
+// gradients for every dtype and layout the ResNets use, the shapes of their
+// layers (7x7/2 stem, 3x3, 1x1, strided, 1x1 maps); a repeat run reads its
+// engines from the file and times nothing; a corrupt or tampered file is
+// rebuilt; heuristics alone store nothing; the path replays in a CUDA graph
+// and follows autocast. Built where the path is (CUDA and cuDNN headers);
+// skipped without a GPU.
+#include "cudnn_conv.h"
+
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "autocast_scope.h"
+
+namespace {
+
+namespace cudnn_conv = trainbench::plugins::cudnn_conv;
+namespace fs = std::filesystem;
+
+struct Case {
+  torch::Dtype dtype;
+  bool channels_last;
+  int64_t n, c, hw, k, kernel, stride, padding;
+};
+
+std::string Name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  const std::string type = c.dtype == torch::kFloat ? "Fp32" : c.dtype == torch::kBFloat16 ? "Bf16" : "Half";
+  return type + (c.channels_last ? "Nhwc" : "Nchw") + "_C" + std::to_string(c.c) + "_Hw" + std::to_string(c.hw) + "_K" +
+         std::to_string(c.k) + "_R" + std::to_string(c.kernel) + "_S" + std::to_string(c.stride);
+}
+
+// ||a - b|| / ||b||, in fp64.
+double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor a64 = a.to(torch::kDouble), b64 = b.to(torch::kDouble);
+  return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item<double>();
+}
+
+struct Result {
+  torch::Tensor y, dx, dw;
+};
+
+// One forward and backward, through our path or LibTorch's (or LibTorch's in
+// fp64: the truth).
+Result RunConv(const torch::Tensor& x0, const torch::Tensor& w0, const torch::Tensor& dy, const Case& c, int path) {
+  const auto type = path == 2 ? torch::kDouble : x0.scalar_type();
+  torch::Tensor x = x0.to(type).detach().requires_grad_(), w = w0.to(type).detach().requires_grad_();
+  torch::Tensor y = path == 0 ? cudnn_conv::Conv2d(x, w, {c.stride, c.stride}, {c.padding, c.padding})
+                              : torch::conv2d(x, w, {}, c.stride, c.padding);
+  y.backward(dy.to(type));
+  return {y.detach(), x.grad(), w.grad()};
+}
+
+class ScopedCacheHome {
+ public:
+  ScopedCacheHome() {
+    dir_ = fs::temp_directory_path() / ("trainbench-cudnn-conv-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    const char* old = std::getenv("XDG_CACHE_HOME");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv("XDG_CACHE_HOME", dir_.c_str(), 1);
+    cudnn_conv::ResetForTesting();
+  }
+  ~ScopedCacheHome() {
+    if (had_)
+      ::setenv("XDG_CACHE_HOME", old_.c_str(), 1);
+    else
+      ::unsetenv("XDG_CACHE_HOME");
+    fs::remove_all(dir_);
+    cudnn_conv::ResetForTesting();
+  }
+
+ private:
+  fs::path dir_;
+  bool had_ = false;
+  std::string old_;
+};
+
+class CudnnConv : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudnnConv, MatchesLibTorchsConvolution) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = GetParam();
+  ScopedCacheHome home;
+  auto& context = at::globalContext();
+  const bool tf32 = context.allowTF32CuDNN(), benchmark = context.benchmarkCuDNN();
+  context.setAllowTF32CuDNN(false);  // fp32 against fp32
+  context.setBenchmarkCuDNN(true);
+  torch::manual_seed(7);
+  const auto format = c.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  const auto options = torch::TensorOptions(torch::kCUDA).dtype(c.dtype);
+  const torch::Tensor x = torch::randn({c.n, c.c, c.hw, c.hw}, options).contiguous(format);
+  const torch::Tensor w =
+      (torch::randn({c.k, c.c, c.kernel, c.kernel}, options) / std::sqrt(c.c * c.kernel * c.kernel)).contiguous(format);
+  const int64_t out = (c.hw + 2 * c.padding - c.kernel) / c.stride + 1;
+  const torch::Tensor dy = torch::randn({c.n, c.k, out, out}, options).contiguous(format);
+  ASSERT_TRUE(cudnn_conv::Supports(x, w));
+  const Result ours = RunConv(x, w, dy, c, 0), theirs = RunConv(x, w, dy, c, 1), truth = RunConv(x, w, dy, c, 2);
+  context.setAllowTF32CuDNN(tf32);
+  context.setBenchmarkCuDNN(benchmark);
+  EXPECT_EQ(ours.y.sizes(), theirs.y.sizes());
+  EXPECT_EQ(ours.y.scalar_type(), c.dtype);
+  EXPECT_EQ(ours.y.is_contiguous(format), true);
+  const double floor = c.dtype == torch::kFloat ? 1e-5 : 5e-3;
+  const std::pair<const char*, std::array<torch::Tensor, 3>> checks[] = {{"y", {ours.y, theirs.y, truth.y}},
+                                                                         {"dx", {ours.dx, theirs.dx, truth.dx}},
+                                                                         {"dw", {ours.dw, theirs.dw, truth.dw}}};
+  for (const auto& [what, t] : checks) {
+    const double mine = RelativeError(t[0], t[2]), libtorch = RelativeError(t[1], t[2]);
+    EXPECT_LE(mine, std::max(2 * libtorch, floor)) << what << ": LibTorch's error " << libtorch;
+  }
+  const auto counts = cudnn_conv::GetCounts();
+  EXPECT_EQ(counts.tuned, 3);  // forward, backward data, backward filter
+  EXPECT_GT(counts.timed, 0);
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+    for (const bool cl : {false, true}) {
+      cases.push_back({dtype, cl, 8, 3, 32, 64, 7, 2, 3});      // the ImageNet stem
+      cases.push_back({dtype, cl, 8, 64, 16, 64, 3, 1, 1});     // a basic block's 3x3
+      cases.push_back({dtype, cl, 8, 64, 16, 128, 3, 2, 1});    // strided 3x3
+      cases.push_back({dtype, cl, 8, 256, 8, 512, 1, 2, 0});    // a downsample
+      cases.push_back({dtype, cl, 16, 2048, 1, 512, 1, 1, 0});  // a 1x1 map
+      cases.push_back({dtype, cl, 4, 5, 9, 6, 3, 1, 1});        // odd channels
+    }
+  }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Cuda, CudnnConv, ::testing::ValuesIn(Cases()), Name);
+
+// One step of a small stack of convolutions: what the warm start is for.
+struct Stack {
+  torch::Tensor w1, w2;
+  torch::Tensor Step(const torch::Tensor& x) const {
+    torch::Tensor a = torch::Tensor(w1).detach().requires_grad_(), b = torch::Tensor(w2).detach().requires_grad_();
+    torch::Tensor h = cudnn_conv::Conv2d(x, a, {1, 1}, {1, 1}).relu();
+    cudnn_conv::Conv2d(h, b, {2, 2}, {0, 0}).square().sum().backward();
+    return torch::cat({a.grad().flatten(), b.grad().flatten()});
+  }
+};
+
+TEST(CudnnConvWarmStart, ARepeatRunReadsItsEnginesAndTimesNothing) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScopedCacheHome home;
+  auto& context = at::globalContext();
+  const bool benchmark = context.benchmarkCuDNN();
+  context.setBenchmarkCuDNN(true);
+  torch::manual_seed(3);
+  const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  const Stack stack{(torch::randn({64, 32, 3, 3}, options) * 0.1).contiguous(cl),
+                    (torch::randn({128, 64, 1, 1}, options) * 0.1).contiguous(cl)};
+  const torch::Tensor x = torch::randn({32, 32, 16, 16}, options).contiguous(cl);
+
+  // First run: every operation timed (x needs no gradient: 5 operations).
+  const torch::Tensor first = stack.Step(x);
+  auto counts = cudnn_conv::GetCounts();
+  EXPECT_EQ(counts.tuned, 5);
+  EXPECT_EQ(counts.cached, 0);
+  EXPECT_GE(counts.timed, 5);
+  const std::string file = cudnn_conv::CacheFile();
+  ASSERT_TRUE(fs::exists(file)) << file;
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(file));
+  EXPECT_EQ(j["entries"].size(), 5u);
+  EXPECT_FALSE(j["machine"]["gpu"].get<std::string>().empty());
+
+  // A repeat run (a fresh process's state): nothing timed, the same engines.
+  cudnn_conv::ResetForTesting();
+  const torch::Tensor again = stack.Step(x);
+  counts = cudnn_conv::GetCounts();
+  EXPECT_EQ(counts.tuned, 0);
+  EXPECT_EQ(counts.cached, 5);
+  EXPECT_EQ(counts.timed, 0);
+  EXPECT_LE(RelativeError(again, first), 1e-2);
+
+  // A corrupt file: rebuilt, with a warning naming it.
+  std::ofstream(file, std::ios::trunc) << "{ not json";
+  cudnn_conv::ResetForTesting();
+  ::testing::internal::CaptureStderr();
+  const torch::Tensor rebuilt = stack.Step(x);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find(file), std::string::npos) << err;
+  EXPECT_NE(err.find("rebuilding"), std::string::npos) << err;
+  EXPECT_EQ(cudnn_conv::GetCounts().tuned, 5);
+  EXPECT_LE(RelativeError(rebuilt, first), 1e-2);
+
+  // A tampered file (an engine this cuDNN does not have): that entry is
+  // timed again, with a warning; the results stay right.
+  j = nlohmann::json::parse(std::ifstream(file));
+  ASSERT_EQ(j["entries"].size(), 5u);
+  for (auto& [key, entry] : j["entries"].items()) entry["engine"] = 987654;
+  std::ofstream(file, std::ios::trunc) << j.dump();
+  cudnn_conv::ResetForTesting();
+  ::testing::internal::CaptureStderr();
+  const torch::Tensor retuned = stack.Step(x);
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("no longer builds"), std::string::npos) << err;
+  EXPECT_EQ(cudnn_conv::GetCounts().tuned, 5);
+  EXPECT_LE(RelativeError(retuned, first), 1e-2);
+  j = nlohmann::json::parse(std::ifstream(file));
+  for (auto& [key, entry] : j["entries"].items()) EXPECT_NE(entry["engine"], 987654) << key;
+
+  // Without autotuning: cuDNN's heuristics, nothing timed, nothing stored.
+  context.setBenchmarkCuDNN(false);
+  cudnn_conv::ResetForTesting();
+  fs::remove(file);
+  const torch::Tensor heuristic = stack.Step(x);
+  counts = cudnn_conv::GetCounts();
+  EXPECT_EQ(counts.heuristic, 5);
+  EXPECT_EQ(counts.timed, 0);
+  EXPECT_FALSE(fs::exists(file));
+  EXPECT_LE(RelativeError(heuristic, first), 1e-2);
+  context.setBenchmarkCuDNN(benchmark);
+}
+
+TEST(CudnnConvGraph, ReplaysInACudaGraph) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScopedCacheHome home;
+  torch::manual_seed(5);
+  const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  torch::Tensor w = (torch::randn({64, 32, 3, 3}, options) * 0.1).contiguous(cl).requires_grad_();
+  torch::Tensor x = torch::randn({16, 32, 8, 8}, options).contiguous(cl).requires_grad_();
+  auto step = [&] {
+    x.mutable_grad() = torch::Tensor();
+    w.mutable_grad() = torch::Tensor();
+    cudnn_conv::Conv2d(x, w, {1, 1}, {1, 1}).square().sum().backward();
+  };
+  at::cuda::CUDAGraph graph;
+  auto stream = c10::cuda::getStreamFromPool();
+  std::vector<torch::Tensor> expected;
+  {
+    c10::cuda::CUDAStreamGuard guard(stream);
+    step();  // warm-up: engines chosen outside the capture
+    expected = {x.grad().clone(), w.grad().clone()};
+    stream.synchronize();
+    graph.capture_begin();
+    step();
+    graph.capture_end();
+  }
+  const torch::Tensor x_grad = x.grad(), w_grad = w.grad();
+  for (int replay = 0; replay < 3; ++replay) {
+    x_grad.zero_();
+    w_grad.zero_();
+    graph.replay();
+    torch::cuda::synchronize();
+    EXPECT_LE(RelativeError(x_grad, expected[0]), 1e-2) << replay;
+    EXPECT_LE(RelativeError(w_grad, expected[1]), 1e-2) << replay;
+  }
+}
+
+// Under CUDA autocast both operands take its type, as at::conv2d's; the
+// weight's gradient comes back in the weight's own type.
+TEST(CudnnConvAutocast, FollowsAutocastsType) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScopedCacheHome home;
+  torch::manual_seed(9);
+  const auto options = torch::TensorOptions(torch::kCUDA);
+  torch::Tensor w = (torch::randn({16, 8, 3, 3}, options) * 0.1).requires_grad_();
+  const torch::Tensor x = torch::randn({4, 8, 8, 8}, options);
+  torch::Tensor ours, theirs;
+  {
+    trainbench::worker::AutocastScope autocast(c10::kCUDA, trainbench::sdk::Amp::kBf16, /*cache=*/false);
+    ASSERT_TRUE(cudnn_conv::Supports(x, w));
+    ours = cudnn_conv::Conv2d(x, w, {1, 1}, {1, 1});
+    theirs = torch::conv2d(x, w, {}, 1, 1);
+  }
+  EXPECT_EQ(ours.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(theirs.scalar_type(), torch::kBFloat16);
+  EXPECT_LE(RelativeError(ours, theirs), 1e-2);
+  ours.to(torch::kFloat).sum().backward();
+  EXPECT_EQ(w.grad().scalar_type(), torch::kFloat);
+}
+
+TEST(CudnnConvSupport, TakesOnlyWhatItCanRun) {
+  EXPECT_TRUE(cudnn_conv::Built());
+  const torch::Tensor cpu = torch::randn({2, 3, 8, 8});
+  EXPECT_FALSE(cudnn_conv::Supports(cpu, torch::randn({4, 3, 3, 3})));
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto cuda = torch::TensorOptions(torch::kCUDA);
+  EXPECT_FALSE(cudnn_conv::Supports(torch::randn({2, 3, 8, 8}, cuda.dtype(torch::kDouble)),
+                                    torch::randn({4, 3, 3, 3}, cuda.dtype(torch::kDouble))));
+  EXPECT_FALSE(cudnn_conv::Supports(torch::randn({2, 3, 8, 8}, cuda), torch::randn({4, 5, 3, 3}, cuda)));
+  EXPECT_FALSE(
+      cudnn_conv::Supports(torch::randn({2, 3, 8, 8}, cuda), torch::randn({4, 3, 3, 3}, cuda.dtype(torch::kBFloat16))));
+  EXPECT_TRUE(cudnn_conv::Supports(torch::randn({2, 3, 8, 8}, cuda), torch::randn({4, 3, 3, 3}, cuda)));
+}
+
+}  // namespace
