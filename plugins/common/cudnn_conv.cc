@@ -11,6 +11,7 @@
 #include <torch/autograd.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -334,10 +335,12 @@ bool Describe(const Descriptor& config, bool is_float, bool tf32, bool determini
   return true;
 }
 
-// cuDNN's candidates in its order of preference, as LibTorch gathers them:
-// the instant heuristics, then the fallback list, each engine once.
-std::vector<Candidate> Candidates(const Descriptor& graph, bool is_float, bool tf32, bool deterministic) {
-  std::vector<Candidate> candidates;
+// Calls `visit` with cuDNN's candidates in its order of preference, as
+// LibTorch gathers them: the instant heuristics, then the fallback list, each
+// engine once; stops when `visit` returns false.
+template <class Visit>
+void ForEachCandidate(const Descriptor& graph, bool is_float, bool tf32, bool deterministic, Visit&& visit) {
+  std::vector<EngineChoice> seen;
   for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_INSTANT, CUDNN_HEUR_MODE_FALLBACK}) {
     Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     heuristics.SetDescriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
@@ -361,12 +364,11 @@ std::vector<Candidate> Candidates(const Descriptor& graph, bool is_float, bool t
     for (int64_t i = 0; i < got && i < available; ++i) {
       Candidate candidate{EngineChoice{}, configs[i]};
       if (!Describe(*configs[i], is_float, tf32, deterministic, &candidate.choice)) continue;
-      bool seen = false;
-      for (const Candidate& c : candidates) seen = seen || c.choice == candidate.choice;
-      if (!seen) candidates.push_back(std::move(candidate));
+      if (std::find(seen.begin(), seen.end(), candidate.choice) != seen.end()) continue;
+      seen.push_back(candidate.choice);
+      if (!visit(candidate)) return;
     }
   }
-  return candidates;
 }
 
 void Execute(cudnnHandle_t handle, const Plan& plan, const std::array<void*, 3>& pointers, const at::Device& device) {
@@ -457,26 +459,34 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
   C10_CUDA_CHECK(cudaEventCreate(&start));
   C10_CUDA_CHECK(cudaEventCreate(&stop));
   int64_t finalized = 0;
-  for (Candidate& candidate : Candidates(*graph.back(), is_float, tf32, deterministic)) {
-    if (limit > 0 && finalized >= limit) break;
+  ForEachCandidate(*graph.back(), is_float, tf32, deterministic, [&](Candidate& candidate) {
+    if (limit > 0 && finalized >= limit) return false;
     PlanPtr plan = Finalize(graph, candidate.config, handle);
-    if (plan == nullptr) continue;
+    if (plan == nullptr) return true;
     ++finalized;
+    // Like LibTorch's autotuning, a candidate runs about once: one run that
+    // also warms it up, a second timed run only if the first was within 4x
+    // of the best so far, a third only if it may be the new best.
     float ms = std::numeric_limits<float>::infinity();
+    ++*timed;
     try {
-      Execute(handle, *plan, pointers, device);  // warm-up
-      for (int i = 0; i < 3; ++i) {
+      for (int run = 0; run < 3; ++run) {
         C10_CUDA_CHECK(cudaEventRecord(start, stream));
         Execute(handle, *plan, pointers, device);
         C10_CUDA_CHECK(cudaEventRecord(stop, stream));
         C10_CUDA_CHECK(cudaEventSynchronize(stop));
         float elapsed = 0;
         C10_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-        ms = std::min(ms, elapsed);
+        if (run == 0) {
+          if (elapsed > 4 * best_ms) break;  // far off: its first run will do
+          ms = elapsed;
+          continue;
+        }
+        ms = run == 1 ? elapsed : std::min(ms, elapsed);
+        if (ms >= best_ms) break;
       }
-      ++*timed;
     } catch (const c10::Error&) {
-      continue;  // no memory for its workspace, or it does not run here: not a candidate
+      return true;  // no memory for its workspace, or it does not run here: not a candidate
     }
     if (ms < best_ms) {
       best_ms = ms;
@@ -484,22 +494,25 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
       *choice = candidate.choice;
       choice->milliseconds = ms;
     }
-  }
+    return true;
+  });
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return best;
 }
 
-// cuDNN's first heuristic candidate that it can build.
+// cuDNN's first heuristic candidate that it can build (the instant
+// heuristics first, the fallback list after), described and built one at a
+// time: no autotuning asked, so nothing more is needed.
 PlanPtr Heuristic(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, bool is_float, bool tf32,
                   bool deterministic, EngineChoice* choice) {
-  for (Candidate& candidate : Candidates(*graph.back(), is_float, tf32, deterministic)) {
-    if (PlanPtr plan = Finalize(graph, candidate.config, handle)) {
-      *choice = candidate.choice;
-      return plan;
-    }
-  }
-  return nullptr;
+  PlanPtr plan;
+  ForEachCandidate(*graph.back(), is_float, tf32, deterministic, [&](Candidate& candidate) {
+    plan = Finalize(graph, candidate.config, handle);
+    if (plan != nullptr) *choice = candidate.choice;
+    return plan == nullptr;  // go on until one builds
+  });
+  return plan;
 }
 
 std::string Name(const Problem& p) {
