@@ -12,7 +12,9 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -448,6 +450,16 @@ bool Capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+// TRAINBENCH_CUDNN_TUNE_LOG=1: one line on stderr per tuned operation (where
+// the first run's warm-up goes).
+bool TuneLog() {
+  static const bool on = [] {
+    const char* value = std::getenv("TRAINBENCH_CUDNN_TUNE_LOG");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return on;
+}
+
 // Times each candidate on the real tensors (best of 3 after one warm-up run)
 // and returns the fastest's plan; `choice` is set to it.
 PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, const std::array<void*, 3>& pointers,
@@ -458,12 +470,24 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
   cudaEvent_t start = nullptr, stop = nullptr;
   C10_CUDA_CHECK(cudaEventCreate(&start));
   C10_CUDA_CHECK(cudaEventCreate(&stop));
-  int64_t finalized = 0;
+  int64_t finalized = 0, tried = 0;
+  using Clock = std::chrono::steady_clock;
+  Clock::duration building{}, running{};
+  const Clock::time_point began = Clock::now();
   ForEachCandidate(*graph.back(), is_float, tf32, deterministic, [&](Candidate& candidate) {
     if (limit > 0 && finalized >= limit) return false;
+    ++tried;
+    const Clock::time_point build_start = Clock::now();
     PlanPtr plan = Finalize(graph, candidate.config, handle);
+    building += Clock::now() - build_start;
     if (plan == nullptr) return true;
     ++finalized;
+    const Clock::time_point run_start = Clock::now();
+    struct AddTime {
+      Clock::duration& total;
+      Clock::time_point start;
+      ~AddTime() { total += Clock::now() - start; }
+    } add_time{running, run_start};
     // Like LibTorch's autotuning, a candidate runs about once: one run that
     // also warms it up, a second timed run only if the first was within 4x
     // of the best so far, a third only if it may be the new best.
@@ -498,6 +522,14 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
   });
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  if (TuneLog()) {
+    auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    std::fprintf(stderr,
+                 "trainbench: cuDNN tuning: %lld candidates, %lld built (%.1f ms), timed in %.1f ms, %.1f ms in all; "
+                 "engine %lld at %.4f ms\n",
+                 static_cast<long long>(tried), static_cast<long long>(finalized), ms(building), ms(running),
+                 ms(Clock::now() - began), static_cast<long long>(choice->engine), best_ms);
+  }
   return best;
 }
 
