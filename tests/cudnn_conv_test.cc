@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,11 @@ class ScopedCacheHome {
     if (had_) old_ = old;
     ::setenv("XDG_CACHE_HOME", dir_.c_str(), 1);
     cudnn_conv::ResetForTesting();
+    // CUDNN_CONV_TEST_SIDE_STREAM=1: everything on a side stream, as a
+    // training step runs (to tell stream-related faults from others).
+    const char* side = std::getenv("CUDNN_CONV_TEST_SIDE_STREAM");
+    if (side != nullptr && std::string(side) == "1" && torch::cuda::is_available())
+      guard_.emplace(c10::cuda::getStreamFromPool());
   }
   ~ScopedCacheHome() {
     if (had_)
@@ -87,6 +93,7 @@ class ScopedCacheHome {
   fs::path dir_;
   bool had_ = false;
   std::string old_;
+  std::optional<c10::cuda::CUDAStreamGuard> guard_;
 };
 
 class CudnnConv : public ::testing::TestWithParam<Case> {};
