@@ -290,9 +290,9 @@ struct Candidate {
 };
 
 // What an engine configuration from cuDNN's heuristics is (its engine and
-// knobs), and whether LibTorch would let it run: never engines that convert
-// their inputs down, no tensor cores for float without TF32, nothing
-// nondeterministic when determinism is asked.
+// knobs), and whether it is a candidate: what LibTorch would let run (never
+// engines that convert their inputs down, no tensor cores for float without
+// TF32, nothing nondeterministic when determinism is asked), precompiled.
 bool Describe(const Descriptor& config, bool is_float, bool tf32, bool deterministic, EngineChoice* choice) {
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t raw_engine = engine.get();
@@ -308,6 +308,17 @@ bool Describe(const Descriptor& config, bool is_float, bool tf32, bool determini
   if (cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &note_count, notes) != CUDNN_STATUS_SUCCESS)
     note_count = 0;
+  // Precompiled engines only: a runtime-compiled one needs NVRTC (which a
+  // LibTorch process outside Python may not find), and compiles again in
+  // every process, which a warm start must not pay.
+  cudnnBackendBehaviorNote_t behaviours[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+  int64_t behaviour_count = 0;
+  if (cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                               CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &behaviour_count, behaviours) != CUDNN_STATUS_SUCCESS)
+    behaviour_count = 0;
+  for (int64_t i = 0; i < behaviour_count; ++i) {
+    if (behaviours[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return false;
+  }
   for (int64_t i = 0; i < note_count; ++i) {
     if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) return false;
     if (is_float && !tf32 && notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) return false;
