@@ -49,6 +49,26 @@ void Check(cudnnStatus_t status, const char* what) {
   TORCH_CHECK(status == CUDNN_STATUS_SUCCESS, "cuDNN ", what, ": ", cudnnGetErrorString(status));
 }
 
+// TRAINBENCH_CUDNN_RUNTIME_COMPILED=1: runtime-compiled engines are
+// candidates too (they need NVRTC, and compile again in every process).
+bool RuntimeCompiled() {
+  static const bool on = [] {
+    const char* value = std::getenv("TRAINBENCH_CUDNN_RUNTIME_COMPILED");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return on;
+}
+
+// TRAINBENCH_CUDNN_TUNE_LOG=1: one line on stderr per tuned operation (where
+// the first run's warm-up goes).
+bool TuneLog() {
+  static const bool on = [] {
+    const char* value = std::getenv("TRAINBENCH_CUDNN_TUNE_LOG");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return on;
+}
+
 // One cuDNN backend descriptor, destroyed with the object.
 class Descriptor {
  public:
@@ -149,6 +169,7 @@ std::string Key(const Problem& p, bool benchmark, int64_t limit, bool tf32, bool
     key << "]a" << t.alignment;
   }
   if (p.type == CUDNN_DATA_FLOAT) key << " tf32 " << tf32;
+  if (RuntimeCompiled()) key << " runtime-compiled";
   key << " deterministic " << deterministic;
   if (benchmark)
     key << " limit " << limit;
@@ -317,7 +338,7 @@ bool Describe(const Descriptor& config, bool is_float, bool tf32, bool determini
                                CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &behaviour_count, behaviours) != CUDNN_STATUS_SUCCESS)
     behaviour_count = 0;
   for (int64_t i = 0; i < behaviour_count; ++i) {
-    if (behaviours[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return false;
+    if (behaviours[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION && !RuntimeCompiled()) return false;
   }
   for (int64_t i = 0; i < note_count; ++i) {
     if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) return false;
@@ -459,16 +480,6 @@ bool Capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
   return status != cudaStreamCaptureStatusNone;
-}
-
-// TRAINBENCH_CUDNN_TUNE_LOG=1: one line on stderr per tuned operation (where
-// the first run's warm-up goes).
-bool TuneLog() {
-  static const bool on = [] {
-    const char* value = std::getenv("TRAINBENCH_CUDNN_TUNE_LOG");
-    return value != nullptr && std::string(value) == "1";
-  }();
-  return on;
 }
 
 // Times each candidate on the real tensors (best of 3 after one warm-up run)
