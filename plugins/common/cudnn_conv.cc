@@ -49,12 +49,13 @@ void Check(cudnnStatus_t status, const char* what) {
   TORCH_CHECK(status == CUDNN_STATUS_SUCCESS, "cuDNN ", what, ": ", cudnnGetErrorString(status));
 }
 
-// TRAINBENCH_CUDNN_RUNTIME_COMPILED=1: runtime-compiled engines are
-// candidates too (they need NVRTC, and compile again in every process).
+// TRAINBENCH_CUDNN_RUNTIME_COMPILED=0: runtime-compiled engines are not
+// candidates (they need NVRTC and compile again in every process; by
+// default they are, as in LibTorch's autotuning).
 bool RuntimeCompiled() {
   static const bool on = [] {
     const char* value = std::getenv("TRAINBENCH_CUDNN_RUNTIME_COMPILED");
-    return value != nullptr && std::string(value) == "1";
+    return value == nullptr || std::string(value) != "0";
   }();
   return on;
 }
@@ -169,7 +170,7 @@ std::string Key(const Problem& p, bool benchmark, int64_t limit, bool tf32, bool
     key << "]a" << t.alignment;
   }
   if (p.type == CUDNN_DATA_FLOAT) key << " tf32 " << tf32;
-  if (RuntimeCompiled()) key << " runtime-compiled";
+  if (!RuntimeCompiled()) key << " precompiled";
   key << " deterministic " << deterministic;
   if (benchmark)
     key << " limit " << limit;
@@ -313,7 +314,7 @@ struct Candidate {
 // What an engine configuration from cuDNN's heuristics is (its engine and
 // knobs), and whether it is a candidate: what LibTorch would let run (never
 // engines that convert their inputs down, no tensor cores for float without
-// TF32, nothing nondeterministic when determinism is asked), precompiled.
+// TF32, nothing nondeterministic when determinism is asked).
 bool Describe(const Descriptor& config, bool is_float, bool tf32, bool deterministic, EngineChoice* choice) {
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t raw_engine = engine.get();
@@ -329,9 +330,7 @@ bool Describe(const Descriptor& config, bool is_float, bool tf32, bool determini
   if (cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &note_count, notes) != CUDNN_STATUS_SUCCESS)
     note_count = 0;
-  // Precompiled engines only: a runtime-compiled one needs NVRTC (which a
-  // LibTorch process outside Python may not find), and compiles again in
-  // every process, which a warm start must not pay.
+  // Runtime-compiled engines, unless excluded (see RuntimeCompiled()).
   cudnnBackendBehaviorNote_t behaviours[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
   int64_t behaviour_count = 0;
   if (cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
