@@ -330,14 +330,15 @@ bool Describe(const Descriptor& config, bool is_float, bool tf32, bool determini
   if (cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &note_count, notes) != CUDNN_STATUS_SUCCESS)
     note_count = 0;
-  // Runtime-compiled engines, unless excluded (see RuntimeCompiled()).
-  cudnnBackendBehaviorNote_t behaviours[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
-  int64_t behaviour_count = 0;
-  if (cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
-                               CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &behaviour_count, behaviours) != CUDNN_STATUS_SUCCESS)
-    behaviour_count = 0;
-  for (int64_t i = 0; i < behaviour_count; ++i) {
-    if (behaviours[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION && !RuntimeCompiled()) return false;
+  if (!RuntimeCompiled()) {  // asked only then: the default reads what LibTorch's filter reads
+    cudnnBackendBehaviorNote_t behaviours[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+    int64_t behaviour_count = 0;
+    if (cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                 CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &behaviour_count, behaviours) != CUDNN_STATUS_SUCCESS)
+      return false;
+    for (int64_t i = 0; i < behaviour_count; ++i) {
+      if (behaviours[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return false;
+    }
   }
   for (int64_t i = 0; i < note_count; ++i) {
     if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) return false;
