@@ -30,6 +30,10 @@ graph_dump() {
   python3 bench/graph_kernels.py "$OUT"/graphs/trainbench-0.dot "$OUT"/graphs/pytorch-resnet18-bf16-b128.dot > "$OUT/graph-kernels$1.txt"
   cat "$OUT/graph-kernels$1.txt"
 }
+# The PyTorch wheel's NVIDIA library folders (CUDA runtime, NVRTC, cuBLAS, cuDNN).
+nvidia_libs() {
+  python3 -c 'import glob, os, torch; print(":".join(sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "*", "lib")))))'
+}
 export NCCL_NVLS_ENABLE=0
 export TRAINBENCH_DATA=$PWD/.data/cifar-10-10k
 STAGES=${*:-test bench}
@@ -212,7 +216,12 @@ PY
       ;;
     # The convolutions through cuDNN's backend API (the warm start): their
     # tests and the models' (a subset of `test`).
-    conv) ctest --test-dir build-gpu --output-on-failure -j 4 -R "CudnnConv|EngineCache|Models\." > "$OUT/conv.log" 2>&1
+    # First on the library path: the CUDA runtime LibTorch came with (the
+    # wheel's nvidia/*/lib). Without it a test program loads the CUDA
+    # toolkit's libcudart first, a worker the wheel's; the cuDNN path's tuning
+    # tests crashed in test programs only (2026-12-02), and this is the first
+    # thing to check (not yet run).
+    conv) LD_LIBRARY_PATH=$(nvidia_libs):$LD_LIBRARY_PATH ctest --test-dir build-gpu --output-on-failure -j 4 -R "CudnnConv|EngineCache|Models\." > "$OUT/conv.log" 2>&1
       echo "conv tests rc=$?"; tail -4 "$OUT/conv.log"; grep -E "FAILED|Failure|error" -A8 "$OUT/conv.log" | head -80 ;;
     # Issue 16: trainbench and plain PyTorch train to the same accuracy.
     parity)
