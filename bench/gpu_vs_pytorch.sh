@@ -18,7 +18,8 @@ MODELS=${BENCH_MODELS:-simple_cnn resnet18 resnet50}  # a subset for a quicker r
 COMPILE_MODELS=${BENCH_COMPILE_MODELS-$MODELS}
 # Each model also without its fused kernels ("stock": LibTorch's composite
 # ops), to show what the kernels gain: SimpleCNN's epilogue, the ResNets'
-# batch norm.
+# batch norm (and their convolutions through LibTorch instead of
+# trainbench's cuDNN path).
 MODEL_LIST=${MODELS// /, }
 for model in $MODELS; do
   case $model in

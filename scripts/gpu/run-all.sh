@@ -115,7 +115,7 @@ for stage in $STAGES; do
       echo "--- pytorch"; cat "$OUT/libs-pytorch.txt"; echo "--- trainbench worker"; cat "$OUT/libs-trainbench.txt"
       echo "--- cuDNN warnings: pytorch $(wc -l < "$OUT/cudnn-pytorch.log"), trainbench $(wc -l < "$OUT/cudnn-trainbench.log")"
       grep -iE "warn|fail|nvrtc|unable|cannot" "$OUT/cudnn-trainbench.log" | sort | uniq -c | sort -rn | head -15
-      NVLIBS=$(python3 -c 'import glob, os, torch; print(":".join(sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "*", "lib")))))')
+      NVLIBS=$(nvidia_libs)
       echo "nvidia lib folders: $NVLIBS"
       sed -e '/label: limit-10/d' -e '/label: heuristics/d' -e 's/^name: .*/name: resnet18-engines-nvlibs/' \
         bench/configs/resnet18-engines.yaml > "$OUT/engines-nvlibs.yaml"
