@@ -3,7 +3,8 @@
 every trainbench row against the best Python figure of its model, precision
 and batch (torch.compile included), accuracy_parity.py --compare says
 whether the two programs' mean accuracies agree within a point, and
-gpu_vs_pytorch.sh's experiments validate (with TRAINBENCH_BIN set).
+gpu_vs_pytorch.sh's experiments and every shipped experiment validate (with
+TRAINBENCH_BIN set).
 Usage: bench_scripts_test.py SOURCE_DIR"""
 import json, os, subprocess, sys, tempfile, unittest
 
@@ -72,6 +73,44 @@ class GpuBenchExperiments(unittest.TestCase):
                 v = subprocess.run([trainbench, "validate", os.path.join(out, name)], capture_output=True, text=True)
                 self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
                 self.assertIn("6 model(s) x 4 device(s)", v.stdout + v.stderr)
+
+
+class ShippedExperiments(unittest.TestCase):
+    """Every experiment the project ships (configs/, bench/configs/) validates
+    against this trainbench and its plugins: a renamed option, label or plugin
+    fails here, on any machine, not in a call to the GPU machine."""
+
+    def validate(self, path):
+        trainbench = os.environ["TRAINBENCH_BIN"]
+        args = [trainbench, "validate", path]
+        if os.environ.get("TRAINBENCH_TEST_PLUGIN_DIR"):
+            args += ["--plugin-dir", os.environ["TRAINBENCH_TEST_PLUGIN_DIR"]]  # gpu-faults.yaml's faulty_model
+        return subprocess.run(args, capture_output=True, text=True)
+
+    def test_every_shipped_experiment_validates(self):
+        if not os.environ.get("TRAINBENCH_BIN") or not os.environ.get("TRAINBENCH_DATA"):
+            self.skipTest("TRAINBENCH_BIN or TRAINBENCH_DATA not set")
+        files = [os.path.join(folder, name) for folder in (os.path.join(SOURCE, "configs"), os.path.join(BENCH, "configs"))
+                 for name in sorted(os.listdir(folder)) if name.endswith(".yaml")]
+        self.assertGreaterEqual(len(files), 16)
+        for path in files:
+            with self.subTest(path=path):
+                r = self.validate(path)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_a_misspelt_option_fails(self):
+        if not os.environ.get("TRAINBENCH_BIN"):
+            self.skipTest("TRAINBENCH_BIN not set")
+        with open(os.path.join(BENCH, "configs", "warm-start.yaml")) as f:
+            text = f.read()
+        self.assertIn("cudnn_engine_cache: false", text)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "warm-start.yaml")
+            with open(path, "w") as f:
+                f.write(text.replace("cudnn_engine_cache: false", "cudnn_engine_cach: false"))
+            r = self.validate(path)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("cudnn_engine_cach", r.stderr)
 
 
 class AccuracyParity(unittest.TestCase):
