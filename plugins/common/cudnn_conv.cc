@@ -476,14 +476,21 @@ State& GetState() {
   return *state;
 }
 
+// The device's cache, opened on first use; `state.mutex` held.
+EngineCache& CacheOf(State& state, int device) {
+  auto& cache = state.caches[device];
+  if (cache == nullptr) cache = OpenCache(device);
+  return *cache;
+}
+
 bool Capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
   return status != cudaStreamCaptureStatusNone;
 }
 
-// Times each candidate on the real tensors (best of 3 after one warm-up run)
-// and returns the fastest's plan; `choice` is set to it.
+// Times the candidates on the real tensors (each about once, see below) and
+// returns the fastest's plan; `choice` is set to it.
 PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, const std::array<void*, 3>& pointers,
              const at::Device& device, cudaStream_t stream, int64_t limit, bool is_float, bool tf32, bool deterministic,
              EngineChoice* choice, int64_t* timed) {
@@ -609,8 +616,7 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
   const auto found = state.plans.find({handle, process_key});
   PlanPtr plan = found == state.plans.end() ? nullptr : found->second;
   if (plan == nullptr) {
-    auto& cache = state.caches[index];
-    if (cache == nullptr) cache = OpenCache(index);
+    EngineCache& cache = CacheOf(state, index);
     const std::vector<DescriptorPtr> graph = Graph(p, handle);
     // A choice made in this process (another thread's handle), or the file's.
     std::optional<EngineChoice> choice;
@@ -618,16 +624,16 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
     if (auto it = state.choices.find(process_key); it != state.choices.end()) {
       choice = it->second;
     } else if (benchmark) {
-      choice = cache->Find(key);
+      choice = cache.Find(key);
       from_file = choice.has_value();
     }
     if (choice) {
       std::vector<DescriptorPtr> keep = graph;
       if (DescriptorPtr config = ConfigOf(*choice, *graph.back(), &keep)) plan = Finalize(keep, config, handle);
       if (plan == nullptr && from_file) {
-        Warn("cuDNN engine cache " + cache->file().string() + ": engine " + std::to_string(choice->engine) +
+        Warn("cuDNN engine cache " + cache.file().string() + ": engine " + std::to_string(choice->engine) +
              " no longer builds for " + Name(p) + "; timing the candidates again");
-        cache->Forget(key);
+        cache.Forget(key);
       }
       if (plan != nullptr && from_file) ++state.counts.cached;
     }
@@ -638,7 +644,7 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
                     &state.counts.timed);
         if (plan != nullptr) {
           ++state.counts.tuned;
-          cache->Store(key, chosen);
+          cache.Store(key, chosen);
         }
       } else {
         plan = Heuristic(graph, handle, is_float, tf32, deterministic, &chosen);
@@ -762,9 +768,7 @@ std::string CacheFile() {
   std::lock_guard lock(state.mutex);
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
-  auto& cache = state.caches[device];
-  if (cache == nullptr) cache = OpenCache(device);
-  return cache->file().string();
+  return CacheOf(state, device).file().string();
 }
 
 void ResetForTesting() {
