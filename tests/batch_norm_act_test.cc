@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "relative_error.h"
+
 namespace {
 
 using trainbench::sdk::BatchNorm2d;
@@ -29,11 +31,7 @@ struct Case {
   Act act;
 };
 
-// ||a - b|| / ||b||, in fp64.
-double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
-  const torch::Tensor a64 = a.to(torch::kDouble), b64 = b.to(torch::kDouble);
-  return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item<double>();
-}
+using trainbench::testing::RelativeError;
 
 class BatchNormAct : public ::testing::TestWithParam<Case> {};
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "autocast_scope.h"
+#include "relative_error.h"
 
 namespace {
 
@@ -43,11 +44,7 @@ std::string Name(const ::testing::TestParamInfo<Case>& info) {
          std::to_string(c.k) + "_R" + std::to_string(c.kernel) + "_S" + std::to_string(c.stride);
 }
 
-// ||a - b|| / ||b||, in fp64.
-double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
-  const torch::Tensor a64 = a.to(torch::kDouble), b64 = b.to(torch::kDouble);
-  return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item<double>();
-}
+using trainbench::testing::RelativeError;
 
 struct Result {
   torch::Tensor y, dx, dw;

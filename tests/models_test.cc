@@ -6,6 +6,7 @@
 
 #include "autocast_scope.h"
 #include "plugin_loader.h"
+#include "relative_error.h"
 #include "test_env.h"
 
 namespace trainbench::worker {
@@ -176,11 +177,7 @@ void ExpectFusedMatchesComposite(const std::string& name, const std::string& opt
   const auto [ref_logits, ref_loss] = run(*composite, false);
   torch::Tensor true_logits;
   if (exact) true_logits = run(*exact, true).first;
-  // ||a - b|| / ||b||
-  auto error = [](const torch::Tensor& a, const torch::Tensor& b) {
-    const torch::Tensor b64 = b.to(torch::kDouble);
-    return ((a.to(torch::kDouble) - b64).norm() / b64.norm().clamp_min(1e-30)).item<double>();
-  };
+  const auto error = trainbench::testing::RelativeError;
   const double factor = amp == sdk::Amp::kNone ? 1.5 : 2.0;
   auto expect_as_close = [&](const torch::Tensor& f, const torch::Tensor& c, const torch::Tensor& t,
                              const std::string& what) {
