@@ -18,6 +18,15 @@ def write(path, doc):
         json.dump(doc, f)
 
 
+def validate(path):
+    """`trainbench validate PATH` with this build's test plugins searched too
+    (gpu-faults.yaml's faulty_model)."""
+    args = [os.environ["TRAINBENCH_BIN"], "validate", path]
+    if os.environ.get("TRAINBENCH_TEST_PLUGIN_DIR"):
+        args += ["--plugin-dir", os.environ["TRAINBENCH_TEST_PLUGIN_DIR"]]
+    return subprocess.run(args, capture_output=True, text=True)
+
+
 def cell(model, device, sps, tflops=1.0, status="ok"):
     return {"model": model, "device": device, "status": status, "samples_per_second": sps,
             "achieved_tflops": tflops}
@@ -53,8 +62,7 @@ class GpuBenchExperiments(unittest.TestCase):
     the plugins declare (`trainbench validate` refuses an unknown one)."""
 
     def test_every_model_has_a_stock_row_and_every_file_validates(self):
-        trainbench = os.environ.get("TRAINBENCH_BIN")
-        if not trainbench:
+        if not os.environ.get("TRAINBENCH_BIN"):
             self.skipTest("TRAINBENCH_BIN not set")
         with tempfile.TemporaryDirectory() as out:
             env = dict(os.environ, BENCH_CONFIG_ONLY="1", BENCH_MODELS="simple_cnn resnet18 resnet50")
@@ -70,7 +78,7 @@ class GpuBenchExperiments(unittest.TestCase):
                 for model in ("resnet18", "resnet50"):
                     self.assertIn(f"{{plugin: {model}, label: {model}-composite, options: {{fused_batchnorm: false, cudnn_engine_cache: false}}}}",
                                   text)
-                v = subprocess.run([trainbench, "validate", os.path.join(out, name)], capture_output=True, text=True)
+                v = validate(os.path.join(out, name))
                 self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
                 self.assertIn("6 model(s) x 4 device(s)", v.stdout + v.stderr)
 
@@ -80,13 +88,6 @@ class ShippedExperiments(unittest.TestCase):
     against this trainbench and its plugins: a renamed option, label or plugin
     fails here, on any machine, not in a call to the GPU machine."""
 
-    def validate(self, path):
-        trainbench = os.environ["TRAINBENCH_BIN"]
-        args = [trainbench, "validate", path]
-        if os.environ.get("TRAINBENCH_TEST_PLUGIN_DIR"):
-            args += ["--plugin-dir", os.environ["TRAINBENCH_TEST_PLUGIN_DIR"]]  # gpu-faults.yaml's faulty_model
-        return subprocess.run(args, capture_output=True, text=True)
-
     def test_every_shipped_experiment_validates(self):
         if not os.environ.get("TRAINBENCH_BIN") or not os.environ.get("TRAINBENCH_DATA"):
             self.skipTest("TRAINBENCH_BIN or TRAINBENCH_DATA not set")
@@ -95,7 +96,7 @@ class ShippedExperiments(unittest.TestCase):
         self.assertGreaterEqual(len(files), 16)
         for path in files:
             with self.subTest(path=path):
-                r = self.validate(path)
+                r = validate(path)
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
     def test_a_misspelt_option_fails(self):
@@ -108,7 +109,7 @@ class ShippedExperiments(unittest.TestCase):
             path = os.path.join(d, "warm-start.yaml")
             with open(path, "w") as f:
                 f.write(text.replace("cudnn_engine_cache: false", "cudnn_engine_cach: false"))
-            r = self.validate(path)
+            r = validate(path)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("cudnn_engine_cach", r.stderr)
 
