@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "plugin_loader.h"
+#include "plugin_options.h"
 #include "test_env.h"
 #include "trainbench/sdk/module_model.h"
 
@@ -155,11 +156,11 @@ TEST(SyncBatchNorm, WithoutRanksItIsLibTorchsBatchNorm2d) {
 TEST(SyncBatchNorm, ResNet18GradientsOnTwoRanksEqualOneModelsOnTheWholeBatch) {
   const auto plugin = worker::LoadPlugin(testing::PluginFile("resnet18"));
   auto make = [&] {
-    return worker::CreateModel(plugin, {{"num_classes", 10},
-                                        {"stem", "cifar"},
-                                        {"image_size", 32},
-                                        {"fused_batchnorm", true},
-                                        {"cudnn_engine_cache", true}});
+    return worker::CreateModel(plugin, testing::WithDefaults(plugin, {{"num_classes", 10},
+                                                                      {"stem", "cifar"},
+                                                                      {"image_size", 32},
+                                                                      {"fused_batchnorm", true},
+                                                                      {"cudnn_engine_cache", true}}));
   };
   torch::manual_seed(11);
   auto reference = make();

@@ -2,7 +2,8 @@
 // (plugins/common/cudnn_conv.h) against LibTorch's: outputs and both
 // gradients for every dtype and layout the ResNets use, the shapes of their
 // layers (7x7/2 stem, 3x3, 1x1, strided, 1x1 maps); a repeat run reads its
-// engines from the file and times nothing; a corrupt or tampered file is
+// engines from the file and times nothing; runtime-compiled engines only
+// when asked; a corrupt or tampered file is
 // rebuilt; heuristics alone store nothing; the path replays in a CUDA graph
 // and follows autocast. Built where the path is (CUDA and cuDNN headers);
 // skipped without a GPU.
@@ -12,8 +13,13 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <ftw.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <torch/torch.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -29,6 +35,40 @@
 namespace {
 
 namespace cudnn_conv = trainbench::plugins::cudnn_conv;
+
+// Where a crash happened, for a test program on a machine without a
+// debugger: the faulting address, then every word near the top of the stack
+// that points into a loaded library (a call through a null pointer leaves
+// no frame to unwind, but its return address is on the stack). Not
+// async-signal-safe; the program is going down anyway.
+void ReportCrash(int signal, siginfo_t* info, void* context) {
+  const auto* uc = static_cast<const ucontext_t*>(context);
+  const auto pc = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+  const auto* sp = reinterpret_cast<const uintptr_t*>(uc->uc_mcontext.gregs[REG_RSP]);
+  std::fprintf(stderr, "crash: signal %d at pc %#lx, address %p; code addresses on the stack:\n", signal,
+               static_cast<unsigned long>(pc), info->si_addr);
+  for (int i = 0; i < 256; ++i) {
+    Dl_info where{};
+    const uintptr_t word = sp[i];
+    if (word < 4096 || dladdr(reinterpret_cast<void*>(word), &where) == 0 || where.dli_fname == nullptr) continue;
+    std::fprintf(stderr, "  [sp+%d] %s+%#lx (%s)\n", i * 8, where.dli_fname,
+                 static_cast<unsigned long>(word - reinterpret_cast<uintptr_t>(where.dli_fbase)),
+                 where.dli_sname != nullptr ? where.dli_sname : "?");
+  }
+  void* frames[64];
+  backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
+const bool kCrashReport = [] {
+  struct sigaction action {};
+  action.sa_sigaction = ReportCrash;
+  action.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &action, nullptr);
+  sigaction(SIGBUS, &action, nullptr);
+  return true;
+}();
 namespace fs = std::filesystem;
 
 struct Case {
@@ -61,11 +101,22 @@ Result RunConv(const torch::Tensor& x0, const torch::Tensor& w0, const torch::Te
   return {y.detach(), x.grad(), w.grad()};
 }
 
+// Removes a folder and what it holds. Not std::filesystem::remove_all: in a
+// program linked to PyTorch's wheel, libtorch.so exports its own copy of
+// that function (libstdc++_nonshared, from the manylinux toolchain), which
+// calls through a null pointer when the folder has files in it: the crash
+// of every autotuning test here until 2026-12-02 (the cache file it leaves).
+void RemoveTree(const fs::path& dir) {
+  ::nftw(
+      dir.c_str(), [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 16,
+      FTW_DEPTH | FTW_PHYS);
+}
+
 class ScopedCacheHome {
  public:
   ScopedCacheHome() {
     dir_ = fs::temp_directory_path() / ("trainbench-cudnn-conv-" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
+    RemoveTree(dir_);
     const char* old = std::getenv("XDG_CACHE_HOME");
     had_ = old != nullptr;
     if (had_) old_ = old;
@@ -82,7 +133,7 @@ class ScopedCacheHome {
       ::setenv("XDG_CACHE_HOME", old_.c_str(), 1);
     else
       ::unsetenv("XDG_CACHE_HOME");
-    fs::remove_all(dir_);
+    RemoveTree(dir_);
     cudnn_conv::ResetForTesting();
   }
 
@@ -150,10 +201,11 @@ INSTANTIATE_TEST_SUITE_P(Cuda, CudnnConv, ::testing::ValuesIn(Cases()), Name);
 // One step of a small stack of convolutions: what the warm start is for.
 struct Stack {
   torch::Tensor w1, w2;
+  cudnn_conv::Settings settings{};
   torch::Tensor Step(const torch::Tensor& x) const {
     torch::Tensor a = torch::Tensor(w1).detach().requires_grad_(), b = torch::Tensor(w2).detach().requires_grad_();
-    torch::Tensor h = cudnn_conv::Conv2d(x, a, {1, 1}, {1, 1}).relu();
-    cudnn_conv::Conv2d(h, b, {2, 2}, {0, 0}).square().sum().backward();
+    torch::Tensor h = cudnn_conv::Conv2d(x, a, {1, 1}, {1, 1}, settings).relu();
+    cudnn_conv::Conv2d(h, b, {2, 2}, {0, 0}, settings).square().sum().backward();
     return torch::cat({a.grad().flatten(), b.grad().flatten()});
   }
 };
@@ -230,6 +282,38 @@ TEST(CudnnConvWarmStart, ARepeatRunReadsItsEnginesAndTimesNothing) {
   EXPECT_FALSE(fs::exists(file));
   EXPECT_LE(RelativeError(heuristic, first), 1e-2);
   context.setBenchmarkCuDNN(benchmark);
+}
+
+// cuDNN's runtime-compiled engines are candidates only when asked
+// (Settings::runtime_compiled), and choices made with and without them are
+// kept apart in the file: one never stands in for the other.
+TEST(CudnnConvRuntimeCompiled, AreCandidatesOnlyWhenAskedAndKeptApart) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScopedCacheHome home;
+  auto& context = at::globalContext();
+  const bool benchmark = context.benchmarkCuDNN();
+  context.setBenchmarkCuDNN(true);
+  torch::manual_seed(5);
+  const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  Stack stack{(torch::randn({64, 64, 3, 3}, options) * 0.1).contiguous(cl),
+              (torch::randn({256, 64, 1, 1}, options) * 0.1).contiguous(cl)};
+  const torch::Tensor x = torch::randn({128, 64, 16, 16}, options).contiguous(cl);
+  const torch::Tensor precompiled = stack.Step(x);
+  const auto without = cudnn_conv::GetCounts();
+  EXPECT_EQ(without.tuned, 5);
+
+  cudnn_conv::ResetForTesting();
+  stack.settings.runtime_compiled = true;
+  const torch::Tensor any = stack.Step(x);
+  const auto with = cudnn_conv::GetCounts();
+  context.setBenchmarkCuDNN(benchmark);
+  EXPECT_EQ(with.tuned, 5);  // nothing taken from the first run's choices
+  EXPECT_EQ(with.cached, 0);
+  EXPECT_GE(with.timed, without.timed);
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(cudnn_conv::CacheFile()));
+  EXPECT_EQ(j["entries"].size(), 10u);
+  EXPECT_LE(RelativeError(any, precompiled), 1e-2);
 }
 
 TEST(CudnnConvGraph, ReplaysInACudaGraph) {

@@ -6,11 +6,17 @@
 
 #include "autocast_scope.h"
 #include "plugin_loader.h"
+#include "plugin_options.h"
 #include "relative_error.h"
 #include "test_env.h"
 
 namespace trainbench::worker {
 namespace {
+
+// The model as the host creates it: the plugin's defaults under the test's options.
+std::shared_ptr<sdk::Model> Create(const LoadedPlugin& plugin, const nlohmann::json& options) {
+  return CreateModel(plugin, testing::WithDefaults(plugin, options));
+}
 
 std::shared_ptr<sdk::Model> Make(const std::string& name, int64_t classes) {
   nlohmann::json options{{"num_classes", classes}};
@@ -18,7 +24,7 @@ std::shared_ptr<sdk::Model> Make(const std::string& name, int64_t classes) {
     options.update({{"hidden", 192}, {"fused_epilogue", true}});
   else
     options.update({{"stem", "imagenet"}, {"image_size", 32}, {"fused_batchnorm", true}, {"cudnn_engine_cache", true}});
-  return CreateModel(LoadPlugin(trainbench::testing::PluginFile(name)), options);
+  return Create(LoadPlugin(trainbench::testing::PluginFile(name)), options);
 }
 
 // torchvision.models.resnet18/50(num_classes=1000): parameter counts from
@@ -66,11 +72,11 @@ TEST(Models, TrainingFlopsMatchPyTorchsFlopCounter) {
 }
 
 TEST(Models, CifarStemKeepsResolution) {
-  auto model = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
-                                                                                     {"stem", "cifar"},
-                                                                                     {"image_size", 32},
-                                                                                     {"fused_batchnorm", true},
-                                                                                     {"cudnn_engine_cache", true}});
+  auto model = Create(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
+                                                                                {"stem", "cifar"},
+                                                                                {"image_size", 32},
+                                                                                {"fused_batchnorm", true},
+                                                                                {"cudnn_engine_cache", true}});
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& item : model->module().named_parameters()) shapes[item.key()] = item.value().sizes().vec();
   EXPECT_EQ(shapes["conv1.weight"], (std::vector<int64_t>{64, 3, 3, 3}));
@@ -114,11 +120,11 @@ TEST(Models, ChannelsLastStridesSurviveOneByOneMapsOnCuda) {
 }
 
 TEST(Models, UnknownStemIsACreationError) {
-  EXPECT_THROW(CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
-                                                                                     {"stem", "tiny"},
-                                                                                     {"image_size", 32},
-                                                                                     {"fused_batchnorm", true},
-                                                                                     {"cudnn_engine_cache", true}}),
+  EXPECT_THROW(Create(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
+                                                                                {"stem", "tiny"},
+                                                                                {"image_size", 32},
+                                                                                {"fused_batchnorm", true},
+                                                                                {"cudnn_engine_cache", true}}),
                PluginError);
 }
 
@@ -142,8 +148,8 @@ void ExpectFusedMatchesComposite(const std::string& name, const std::string& opt
                                                                  {"fused_batchnorm", true},
                                                                  {"cudnn_engine_cache", true}};
   options[option] = false;
-  auto composite = CreateModel(LoadPlugin(trainbench::testing::PluginFile(name)), options);
-  auto exact = truth ? CreateModel(LoadPlugin(trainbench::testing::PluginFile(name)), options) : nullptr;
+  auto composite = Create(LoadPlugin(trainbench::testing::PluginFile(name)), options);
+  auto exact = truth ? Create(LoadPlugin(trainbench::testing::PluginFile(name)), options) : nullptr;
   const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
   for (auto* m : {&fused, &composite, &exact}) {
     if (!*m) continue;
@@ -236,16 +242,16 @@ TEST(Models, SimpleCnnFusedEpilogueOnCudaMatchesTheCompositeBf16ChannelsLast) {
 TEST(Models, ResNetWorkGrowsWithTheImageSize) {
   const auto plugin = LoadPlugin(trainbench::testing::PluginFile("resnet50"));
   int64_t small = 0, large = 0;
-  const auto at32 = CreateModel(plugin, {{"num_classes", 1000},
-                                         {"stem", "imagenet"},
-                                         {"image_size", 32},
-                                         {"fused_batchnorm", true},
-                                         {"cudnn_engine_cache", true}});
-  const auto at224 = CreateModel(plugin, {{"num_classes", 1000},
-                                          {"stem", "imagenet"},
-                                          {"image_size", 224},
-                                          {"fused_batchnorm", true},
-                                          {"cudnn_engine_cache", true}});
+  const auto at32 = Create(plugin, {{"num_classes", 1000},
+                                    {"stem", "imagenet"},
+                                    {"image_size", 32},
+                                    {"fused_batchnorm", true},
+                                    {"cudnn_engine_cache", true}});
+  const auto at224 = Create(plugin, {{"num_classes", 1000},
+                                     {"stem", "imagenet"},
+                                     {"image_size", 224},
+                                     {"fused_batchnorm", true},
+                                     {"cudnn_engine_cache", true}});
   ASSERT_TRUE(at32->TrainingFlopsPerSample(&small).ok());
   ASSERT_TRUE(at224->TrainingFlopsPerSample(&large).ok());
   EXPECT_EQ(at224->InputShape(), (std::array<int64_t, 3>{3, 224, 224}));
@@ -285,16 +291,16 @@ TEST(Models, ResNetEngineCacheConvolutionsOnCudaMatchLibTorchs) {
 // On the CPU the option changes nothing: the same function either way.
 TEST(Models, ResNetFusedBatchNormOptionLeavesTheCpuPathAlone) {
   torch::manual_seed(1);
-  auto a = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
-                                                                                 {"stem", "imagenet"},
-                                                                                 {"image_size", 32},
-                                                                                 {"fused_batchnorm", true},
-                                                                                 {"cudnn_engine_cache", true}});
-  auto b = CreateModel(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
-                                                                                 {"stem", "imagenet"},
-                                                                                 {"image_size", 32},
-                                                                                 {"fused_batchnorm", false},
-                                                                                 {"cudnn_engine_cache", true}});
+  auto a = Create(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
+                                                                            {"stem", "imagenet"},
+                                                                            {"image_size", 32},
+                                                                            {"fused_batchnorm", true},
+                                                                            {"cudnn_engine_cache", true}});
+  auto b = Create(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
+                                                                            {"stem", "imagenet"},
+                                                                            {"image_size", 32},
+                                                                            {"fused_batchnorm", false},
+                                                                            {"cudnn_engine_cache", true}});
   {
     torch::NoGradGuard no_grad;
     auto from = a->module().named_parameters();

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "plugin_options.h"
 #include "test_env.h"
 #include "trainbench/protocol/channel.h"
 #include "trainbench/protocol/version.h"
@@ -29,6 +30,7 @@ CellSpec SmallCell(const std::string& model, int64_t image_size) {
     spec.model.options.update(
         {{"stem", "cifar"}, {"image_size", image_size}, {"fused_batchnorm", true}, {"cudnn_engine_cache", true}});
   }
+  spec.model.options = testing::WithDefaults(LoadPlugin(PluginFile(model)), spec.model.options);  // as the host does
   spec.device = {"cpu", PluginFile("cpu").string(), {{"threads", 1}, {"channels_last", false}}};
   spec.dataset.kind = "synthetic";
   spec.dataset.train_size = 64;

@@ -12,6 +12,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -34,7 +36,8 @@ namespace trainbench::plugins::cudnn_conv {
 
 bool Built() noexcept { return false; }
 bool Supports(const torch::Tensor&, const torch::Tensor&) noexcept { return false; }
-torch::Tensor Conv2d(const torch::Tensor&, const torch::Tensor&, std::array<int64_t, 2>, std::array<int64_t, 2>) {
+torch::Tensor Conv2d(const torch::Tensor&, const torch::Tensor&, std::array<int64_t, 2>, std::array<int64_t, 2>,
+                     const Settings&) {
   TORCH_CHECK(false, "this build of trainbench has no cuDNN convolution path");
 }
 Counts GetCounts() { return {}; }
@@ -47,17 +50,6 @@ namespace {
 
 void Check(cudnnStatus_t status, const char* what) {
   TORCH_CHECK(status == CUDNN_STATUS_SUCCESS, "cuDNN ", what, ": ", cudnnGetErrorString(status));
-}
-
-// TRAINBENCH_CUDNN_RUNTIME_COMPILED=0: runtime-compiled engines are not
-// candidates (they need NVRTC and compile again in every process; by
-// default they are, as in LibTorch's autotuning).
-bool RuntimeCompiled() {
-  static const bool on = [] {
-    const char* value = std::getenv("TRAINBENCH_CUDNN_RUNTIME_COMPILED");
-    return value == nullptr || std::string(value) != "0";
-  }();
-  return on;
 }
 
 // TRAINBENCH_CUDNN_TUNE_LOG=1: one line on stderr per tuned operation (where
@@ -158,7 +150,8 @@ TensorSpec Spec(const at::Tensor& t, bool channels_last) {
 
 // What the choice of engine depends on besides the machine: the operation,
 // its tensors and the settings that filter cuDNN's candidates.
-std::string Key(const Problem& p, bool benchmark, int64_t limit, bool tf32, bool deterministic) {
+std::string Key(const Problem& p, const Settings& settings, bool benchmark, int64_t limit, bool tf32,
+                bool deterministic) {
   std::ostringstream key;
   key << kOpNames[static_cast<int>(p.op)] << " type " << static_cast<int>(p.type) << " stride " << p.stride[0] << ','
       << p.stride[1] << " pad " << p.padding[0] << ',' << p.padding[1];
@@ -170,7 +163,7 @@ std::string Key(const Problem& p, bool benchmark, int64_t limit, bool tf32, bool
     key << "]a" << t.alignment;
   }
   if (p.type == CUDNN_DATA_FLOAT) key << " tf32 " << tf32;
-  if (!RuntimeCompiled()) key << " precompiled";
+  if (!settings.runtime_compiled) key << " precompiled";
   key << " deterministic " << deterministic;
   if (benchmark)
     key << " limit " << limit;
@@ -309,13 +302,17 @@ DescriptorPtr ConfigOf(const EngineChoice& choice, const Descriptor& graph, std:
 struct Candidate {
   EngineChoice choice;
   DescriptorPtr config;
+  bool runtime_compiled = false;  // cuDNN compiles its kernel when the plan is built (NVRTC)
 };
 
 // What an engine configuration from cuDNN's heuristics is (its engine and
 // knobs), and whether it is a candidate: what LibTorch would let run (never
 // engines that convert their inputs down, no tensor cores for float without
-// TF32, nothing nondeterministic when determinism is asked).
-bool Describe(const Descriptor& config, bool is_float, bool tf32, bool deterministic, EngineChoice* choice) {
+// TF32, nothing nondeterministic when determinism is asked; runtime-compiled
+// engines only when `runtime_compiled`).
+bool Describe(const Descriptor& config, bool runtime_compiled, bool is_float, bool tf32, bool deterministic,
+              Candidate* candidate) {
+  EngineChoice* choice = &candidate->choice;
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t raw_engine = engine.get();
   int64_t count = 0;
@@ -330,16 +327,14 @@ bool Describe(const Descriptor& config, bool is_float, bool tf32, bool determini
   if (cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &note_count, notes) != CUDNN_STATUS_SUCCESS)
     note_count = 0;
-  if (!RuntimeCompiled()) {  // asked only then: the default reads what LibTorch's filter reads
-    cudnnBackendBehaviorNote_t behaviours[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
-    int64_t behaviour_count = 0;
-    if (cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
-                                 CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &behaviour_count, behaviours) != CUDNN_STATUS_SUCCESS)
-      return false;
-    for (int64_t i = 0; i < behaviour_count; ++i) {
-      if (behaviours[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return false;
-    }
-  }
+  cudnnBackendBehaviorNote_t behaviours[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+  int64_t behaviour_count = 0;
+  if (cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                               CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &behaviour_count, behaviours) != CUDNN_STATUS_SUCCESS)
+    behaviour_count = 0;
+  candidate->runtime_compiled = std::find(behaviours, behaviours + behaviour_count,
+                                          CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) != behaviours + behaviour_count;
+  if (candidate->runtime_compiled && !runtime_compiled) return false;
   for (int64_t i = 0; i < note_count; ++i) {
     if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) return false;
     if (is_float && !tf32 && notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) return false;
@@ -373,7 +368,8 @@ bool Describe(const Descriptor& config, bool is_float, bool tf32, bool determini
 // LibTorch gathers them: the instant heuristics, then the fallback list, each
 // engine once; stops when `visit` returns false.
 template <class Visit>
-void ForEachCandidate(const Descriptor& graph, bool is_float, bool tf32, bool deterministic, Visit&& visit) {
+void ForEachCandidate(const Descriptor& graph, bool runtime_compiled, bool is_float, bool tf32, bool deterministic,
+                      Visit&& visit) {
   std::vector<EngineChoice> seen;
   for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_INSTANT, CUDNN_HEUR_MODE_FALLBACK}) {
     Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
@@ -397,7 +393,7 @@ void ForEachCandidate(const Descriptor& graph, bool is_float, bool tf32, bool de
       continue;
     for (int64_t i = 0; i < got && i < available; ++i) {
       Candidate candidate{EngineChoice{}, configs[i]};
-      if (!Describe(*configs[i], is_float, tf32, deterministic, &candidate.choice)) continue;
+      if (!Describe(*configs[i], runtime_compiled, is_float, tf32, deterministic, &candidate)) continue;
       if (std::find(seen.begin(), seen.end(), candidate.choice) != seen.end()) continue;
       seen.push_back(candidate.choice);
       if (!visit(candidate)) return;
@@ -405,13 +401,9 @@ void ForEachCandidate(const Descriptor& graph, bool is_float, bool tf32, bool de
   }
 }
 
-void Execute(cudnnHandle_t handle, const Plan& plan, const std::array<void*, 3>& pointers, const at::Device& device) {
-  at::Tensor workspace;
-  void* workspace_ptr = nullptr;
-  if (plan.workspace > 0) {
-    workspace = at::empty({plan.workspace}, at::TensorOptions().dtype(at::kByte).device(device));
-    workspace_ptr = workspace.data_ptr();
-  }
+// Runs a plan on the handle's stream with `workspace_ptr` (at least
+// plan.workspace bytes).
+void Execute(cudnnHandle_t handle, const Plan& plan, const std::array<void*, 3>& pointers, void* workspace_ptr) {
   Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   const int64_t uids[3] = {1, 2, 3};
   pack.Set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids)
@@ -419,6 +411,15 @@ void Execute(cudnnHandle_t handle, const Plan& plan, const std::array<void*, 3>&
       .Set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace_ptr);
   Check(pack.Finalize(), "variant pack");
   Check(cudnnBackendExecute(handle, plan.plan->get(), pack.get()), "execute");
+}
+
+at::Tensor Workspace(int64_t bytes, const at::Device& device) {
+  return at::empty({std::max<int64_t>(bytes, 1)}, at::TensorOptions().dtype(at::kByte).device(device));
+}
+
+void Execute(cudnnHandle_t handle, const Plan& plan, const std::array<void*, 3>& pointers, const at::Device& device) {
+  const at::Tensor workspace = plan.workspace > 0 ? Workspace(plan.workspace, device) : at::Tensor();
+  Execute(handle, plan, pointers, workspace.defined() ? workspace.data_ptr() : nullptr);
 }
 
 void Warn(const std::string& message) { std::fprintf(stderr, "trainbench: warning: %s\n", message.c_str()); }
@@ -489,75 +490,130 @@ bool Capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// Times the candidates on the real tensors (each about once, see below) and
-// returns the fastest's plan; `choice` is set to it.
+// Times the candidates on the real tensors and returns the fastest's plan;
+// `choice` is set to it. The first `limit` candidates that build (all when
+// 0), in cuDNN's order, as LibTorch takes them. Like LibTorch's autotuning,
+// each runs about once, but without waiting for the GPU between candidates:
+// every candidate runs once, back to back, then those within 4x of the
+// fastest run twice more and the best of those two counts. (The first run
+// also loads the engine's kernels, which can inflate it; the 4x margin
+// absorbs that, and the second round is what decides.)
 PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, const std::array<void*, 3>& pointers,
-             const at::Device& device, cudaStream_t stream, int64_t limit, bool is_float, bool tf32, bool deterministic,
-             EngineChoice* choice, int64_t* timed) {
-  PlanPtr best;
-  float best_ms = std::numeric_limits<float>::infinity();
-  cudaEvent_t start = nullptr, stop = nullptr;
-  C10_CUDA_CHECK(cudaEventCreate(&start));
-  C10_CUDA_CHECK(cudaEventCreate(&stop));
-  int64_t finalized = 0, tried = 0;
+             const at::Device& device, cudaStream_t stream, int64_t limit, const Settings& settings, bool is_float,
+             bool tf32, bool deterministic, EngineChoice* choice, int64_t* timed) {
   using Clock = std::chrono::steady_clock;
-  Clock::duration building{}, running{};
   const Clock::time_point began = Clock::now();
-  ForEachCandidate(*graph.back(), is_float, tf32, deterministic, [&](Candidate& candidate) {
-    if (limit > 0 && finalized >= limit) return false;
-    ++tried;
-    const Clock::time_point build_start = Clock::now();
-    PlanPtr plan = Finalize(graph, candidate.config, handle);
-    building += Clock::now() - build_start;
-    if (plan == nullptr) return true;
-    ++finalized;
-    const Clock::time_point run_start = Clock::now();
-    struct AddTime {
-      Clock::duration& total;
-      Clock::time_point start;
-      ~AddTime() { total += Clock::now() - start; }
-    } add_time{running, run_start};
-    // Like LibTorch's autotuning, a candidate runs about once: one run that
-    // also warms it up, a second timed run only if the first was within 4x
-    // of the best so far, a third only if it may be the new best.
-    float ms = std::numeric_limits<float>::infinity();
-    ++*timed;
-    try {
-      for (int run = 0; run < 3; ++run) {
-        C10_CUDA_CHECK(cudaEventRecord(start, stream));
-        Execute(handle, *plan, pointers, device);
-        C10_CUDA_CHECK(cudaEventRecord(stop, stream));
-        C10_CUDA_CHECK(cudaEventSynchronize(stop));
-        float elapsed = 0;
-        C10_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-        if (run == 0) {
-          if (elapsed > 4 * best_ms) break;  // far off: its first run will do
-          ms = elapsed;
-          continue;
-        }
-        ms = run == 1 ? elapsed : std::min(ms, elapsed);
-        if (ms >= best_ms) break;
-      }
-    } catch (const c10::Error&) {
-      return true;  // no memory for its workspace, or it does not run here: not a candidate
-    }
-    if (ms < best_ms) {
-      best_ms = ms;
-      best = plan;
-      *choice = candidate.choice;
-      choice->milliseconds = ms;
-    }
+  std::vector<Candidate> candidates;
+  ForEachCandidate(*graph.back(), settings.runtime_compiled, is_float, tf32, deterministic, [&](Candidate& candidate) {
+    candidates.push_back(candidate);
     return true;
   });
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  const Clock::time_point build_start = Clock::now();
+  struct Built {
+    const Candidate* candidate;
+    PlanPtr plan;
+    float first = std::numeric_limits<float>::infinity(), best = std::numeric_limits<float>::infinity();
+  };
+  std::vector<Built> built;
+  size_t tried = 0, runtime_compiled = 0;
+  Clock::duration runtime_compiled_building{};
+  for (const Candidate& candidate : candidates) {
+    if (limit > 0 && static_cast<int64_t>(built.size()) >= limit) break;
+    ++tried;
+    const Clock::time_point one = Clock::now();
+    PlanPtr plan;
+    try {
+      plan = Finalize(graph, candidate.config, handle);
+    } catch (const c10::Error&) {
+      plan = nullptr;  // a descriptor cuDNN refused: not a candidate
+    }
+    if (candidate.runtime_compiled) {
+      ++runtime_compiled;
+      runtime_compiled_building += Clock::now() - one;
+    }
+    if (plan != nullptr) built.push_back({&candidate, std::move(plan)});
+  }
+  const Clock::time_point run_start = Clock::now();
+  const Clock::duration building = run_start - build_start;
+
+  // One workspace for every candidate (they run one after another on the
+  // stream): the largest they need; a candidate whose workspace cannot be
+  // had is left out, the largest first.
+  std::stable_sort(built.begin(), built.end(),
+                   [](const Built& a, const Built& b) { return a.plan->workspace > b.plan->workspace; });
+  at::Tensor workspace;
+  while (!built.empty()) {
+    try {
+      workspace = Workspace(built.front().plan->workspace, device);
+      break;
+    } catch (const c10::Error&) {
+      built.erase(built.begin());
+    }
+  }
+  std::stable_sort(built.begin(), built.end(),
+                   [](const Built& a, const Built& b) { return a.candidate < b.candidate; });  // cuDNN's order again
+
+  std::vector<cudaEvent_t> events(4 * built.size(), nullptr);
+  for (auto& event : events) C10_CUDA_CHECK(cudaEventCreate(&event));
+  // Runs candidate `i` timed between events[e] and events[e + 1]; false
+  // when it does not run here (it is then no candidate).
+  auto run = [&](size_t i, size_t e) {
+    try {
+      C10_CUDA_CHECK(cudaEventRecord(events[e], stream));
+      Execute(handle, *built[i].plan, pointers, workspace.defined() ? workspace.data_ptr() : nullptr);
+      C10_CUDA_CHECK(cudaEventRecord(events[e + 1], stream));
+      return true;
+    } catch (const c10::Error&) {
+      return false;
+    }
+  };
+  auto elapsed = [&](size_t e) {
+    float ms = 0;
+    C10_CUDA_CHECK(cudaEventElapsedTime(&ms, events[e], events[e + 1]));
+    return ms;
+  };
+  std::vector<char> runs(built.size(), 0);
+  for (size_t i = 0; i < built.size(); ++i) runs[i] = run(i, 4 * i);
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  float fastest_first = std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < built.size(); ++i) {
+    if (!runs[i]) continue;
+    built[i].first = elapsed(4 * i);
+    fastest_first = std::min(fastest_first, built[i].first);
+    ++*timed;
+  }
+  for (size_t i = 0; i < built.size(); ++i) {
+    if (runs[i] && built[i].first <= 4 * fastest_first) runs[i] = run(i, 4 * i) && run(i, 4 * i + 2) ? 2 : 0;
+  }
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  PlanPtr best;
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < built.size(); ++i) {
+    if (runs[i] != 2) continue;
+    built[i].best = std::min(elapsed(4 * i), elapsed(4 * i + 2));
+    if (built[i].best < best_ms) {
+      best_ms = built[i].best;
+      best = built[i].plan;
+      *choice = built[i].candidate->choice;
+      choice->milliseconds = best_ms;
+    }
+  }
+  for (auto& event : events) cudaEventDestroy(event);
   if (TuneLog()) {
     auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    bool chosen_runtime_compiled = false;
+    float best_precompiled = std::numeric_limits<float>::infinity();
+    for (const Built& b : built) {
+      if (b.plan == best) chosen_runtime_compiled = b.candidate->runtime_compiled;
+      if (!b.candidate->runtime_compiled) best_precompiled = std::min(best_precompiled, b.best);
+    }
+    // One line per tuned operation; bench/tuning_log.py sums them up.
     std::fprintf(stderr,
-                 "trainbench: cuDNN tuning: %lld candidates, %lld built (%.1f ms), timed in %.1f ms, %.1f ms in all; "
-                 "engine %lld at %.4f ms\n",
-                 static_cast<long long>(tried), static_cast<long long>(finalized), ms(building), ms(running),
-                 ms(Clock::now() - began), static_cast<long long>(choice->engine), best_ms);
+                 "trainbench: cuDNN tuning: %zu candidates, %zu built (%.1f ms), timed in %.1f ms, %.1f ms in all; "
+                 "engine %lld at %.4f ms%s; %zu runtime-compiled built in %.1f ms; best precompiled %.4f ms\n",
+                 tried, built.size(), ms(building), ms(Clock::now() - run_start), ms(Clock::now() - began),
+                 static_cast<long long>(choice->engine), best_ms, chosen_runtime_compiled ? " (runtime-compiled)" : "",
+                 runtime_compiled, ms(runtime_compiled_building), best_precompiled);
   }
   return best;
 }
@@ -565,10 +621,10 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
 // cuDNN's first heuristic candidate that it can build (the instant
 // heuristics first, the fallback list after), described and built one at a
 // time: no autotuning asked, so nothing more is needed.
-PlanPtr Heuristic(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, bool is_float, bool tf32,
-                  bool deterministic, EngineChoice* choice) {
+PlanPtr Heuristic(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, const Settings& settings,
+                  bool is_float, bool tf32, bool deterministic, EngineChoice* choice) {
   PlanPtr plan;
-  ForEachCandidate(*graph.back(), is_float, tf32, deterministic, [&](Candidate& candidate) {
+  ForEachCandidate(*graph.back(), settings.runtime_compiled, is_float, tf32, deterministic, [&](Candidate& candidate) {
     plan = Finalize(graph, candidate.config, handle);
     if (plan != nullptr) *choice = candidate.choice;
     return plan == nullptr;  // go on until one builds
@@ -586,8 +642,8 @@ std::string Name(const Problem& p) {
 
 // Runs one convolution on tensors already laid out in one memory format
 // (ids 1, 2, 3 as in Problem), choosing its engine first if needed.
-void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector<int64_t>& geometry,
-              bool channels_last) {
+void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector<int64_t>& geometry, bool channels_last,
+              const Settings& settings) {
   const at::Device device = tensors[0].device();
   const int index = device.index();
   c10::cuda::CUDAGuard guard(device);
@@ -604,7 +660,7 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
   const int64_t limit = context.benchmarkLimitCuDNN();
   const bool tf32 = context.allowTF32CuDNN(), deterministic = context.deterministicCuDNN();
   const bool is_float = p.type == CUDNN_DATA_FLOAT;
-  const std::string key = Key(p, benchmark, limit, tf32, deterministic);
+  const std::string key = Key(p, settings, benchmark, limit, tf32, deterministic);
   const std::string process_key = std::to_string(index) + " " + key;
 
   cudnnHandle_t handle = Handle(index);
@@ -640,14 +696,14 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
     if (plan == nullptr) {
       EngineChoice chosen;
       if (benchmark && !Capturing(stream)) {
-        plan = Tune(graph, handle, pointers, device, stream, limit, is_float, tf32, deterministic, &chosen,
+        plan = Tune(graph, handle, pointers, device, stream, limit, settings, is_float, tf32, deterministic, &chosen,
                     &state.counts.timed);
         if (plan != nullptr) {
           ++state.counts.tuned;
           cache.Store(key, chosen);
         }
       } else {
-        plan = Heuristic(graph, handle, is_float, tf32, deterministic, &chosen);
+        plan = Heuristic(graph, handle, settings, is_float, tf32, deterministic, &chosen);
         if (plan != nullptr) ++state.counts.heuristic;
       }
       TORCH_CHECK(plan != nullptr, "cuDNN has no engine for the convolution ", Name(p),
@@ -681,15 +737,17 @@ at::MemoryFormat Format(bool channels_last) {
 class ConvFunction : public torch::autograd::Function<ConvFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            std::vector<int64_t> geometry) {
+                            std::vector<int64_t> geometry, bool runtime_compiled) {
+    const Settings settings{runtime_compiled};
     const bool channels_last = ChannelsLast(x, w);
     const at::MemoryFormat format = Format(channels_last);
     const at::Tensor xc = x.contiguous(format), wc = w.contiguous(format);
     at::Tensor y = at::empty(OutputSize(x, w, geometry), x.options().memory_format(format));
-    if (y.numel() > 0) Convolve(Op::kForward, {xc, wc, y}, geometry, channels_last);
+    if (y.numel() > 0) Convolve(Op::kForward, {xc, wc, y}, geometry, channels_last, settings);
     ctx->save_for_backward({xc, wc});
     ctx->saved_data["geometry"] = geometry;
     ctx->saved_data["channels_last"] = channels_last;
+    ctx->saved_data["runtime_compiled"] = runtime_compiled;
     return y;
   }
 
@@ -699,18 +757,19 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
     const at::Tensor& w = saved[1];
     const std::vector<int64_t> geometry = ctx->saved_data["geometry"].toIntVector();
     const bool channels_last = ctx->saved_data["channels_last"].toBool();
+    const Settings settings{ctx->saved_data["runtime_compiled"].toBool()};
     const at::MemoryFormat format = Format(channels_last);
     const at::Tensor dy = grads[0].contiguous(format);
     at::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) {
       dx = at::empty(x.sizes(), x.options().memory_format(format));
-      if (dx.numel() > 0) Convolve(Op::kBackwardData, {dx, w, dy}, geometry, channels_last);
+      if (dx.numel() > 0) Convolve(Op::kBackwardData, {dx, w, dy}, geometry, channels_last, settings);
     }
     if (ctx->needs_input_grad(1)) {
       dw = at::empty(w.sizes(), w.options().memory_format(format));
-      Convolve(Op::kBackwardFilter, {x, dw, dy}, geometry, channels_last);
+      Convolve(Op::kBackwardFilter, {x, dw, dy}, geometry, channels_last, settings);
     }
-    return {dx, dw, at::Tensor()};
+    return {dx, dw, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -744,7 +803,7 @@ bool Supports(const torch::Tensor& x, const torch::Tensor& w) noexcept {
 }
 
 torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<int64_t, 2> stride,
-                     std::array<int64_t, 2> padding) {
+                     std::array<int64_t, 2> padding, const Settings& settings) {
   torch::Tensor input = x, weight = w;
   if (AutocastOn()) {
     // What autocast does for a convolution: both operands in its type.
@@ -754,7 +813,8 @@ torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<
   }
   TORCH_CHECK(input.scalar_type() == weight.scalar_type(), "cuDNN convolution: input ", input.scalar_type(),
               " and weight ", weight.scalar_type(), " differ");
-  return ConvFunction::apply(input, weight, std::vector<int64_t>{stride[0], stride[1], padding[0], padding[1]});
+  return ConvFunction::apply(input, weight, std::vector<int64_t>{stride[0], stride[1], padding[0], padding[1]},
+                             settings.runtime_compiled);
 }
 
 Counts GetCounts() {

@@ -24,11 +24,21 @@ bool Built() noexcept;
 /// bfloat16, half; under CUDA autocast, any: both are cast to its type).
 bool Supports(const torch::Tensor& x, const torch::Tensor& w) noexcept;
 
+/// How the engines are chosen, besides LibTorch's global cuDNN settings.
+struct Settings {
+  /// Whether cuDNN's runtime-compiled engines are candidates. They are in
+  /// LibTorch's autotuning; here they are not by default: each takes about
+  /// 150 ms to build (NVRTC) in every process that times it, and on an H200
+  /// (cuDNN 9.19) not one was chosen for any ResNet50 convolution
+  /// (docs/results/h200-resnets-issue16.md, section 4).
+  bool runtime_compiled = false;
+};
+
 /// conv2d(x, w, stride, padding) with autograd (gradients of x and w), in x's
 /// memory format (channels_last or contiguous). Throws c10::Error when cuDNN
 /// has no engine for it.
 torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<int64_t, 2> stride,
-                     std::array<int64_t, 2> padding);
+                     std::array<int64_t, 2> padding, const Settings& settings = {});
 
 /// How this process's plans got their engines.
 struct Counts {

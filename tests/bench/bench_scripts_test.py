@@ -2,7 +2,8 @@
 """The bench scripts' own arithmetic, without a GPU or PyTorch: compare.py puts
 every trainbench row against the best Python figure of its model, precision
 and batch (torch.compile included), accuracy_parity.py --compare says
-whether the two programs' mean accuracies agree within a point, and
+whether the two programs' mean accuracies agree within a point,
+tuning_log.py sums up the cuDNN path's tuning lines, and
 gpu_vs_pytorch.sh's experiments and every shipped experiment validate (with
 TRAINBENCH_BIN set).
 Usage: bench_scripts_test.py SOURCE_DIR"""
@@ -137,6 +138,40 @@ class AccuracyParity(unittest.TestCase):
     def test_a_larger_gap_is_called_out(self):
         out = self.run_compare([0.50, 0.51], [0.56, 0.57])
         self.assertIn("OUTSIDE 1 point", out)
+
+
+class TuningLog(unittest.TestCase):
+    LINES = [
+        "trainbench: cuDNN tuning: 40 candidates, 38 built (600.0 ms), timed in 20.0 ms, 650.0 ms in all; engine 45 at "
+        "0.0200 ms; 4 runtime-compiled built in 580.0 ms; best precompiled 0.0200 ms",
+        "[cell] trainbench: cuDNN tuning: 30 candidates, 30 built (400.0 ms), timed in 10.0 ms, 430.0 ms in all; "
+        "engine 22 at 0.0250 ms (runtime-compiled); 2 runtime-compiled built in 390.0 ms; best precompiled 0.0300 ms",
+        "trainbench: cuDNN tuning: 10 candidates, 10 built (5.0 ms), timed in 5.0 ms, 20.0 ms in all; engine 58 at "
+        "0.0100 ms",  # the format before runtime-compiled engines were counted
+        "trainbench: something else entirely",
+    ]
+
+    def summarise(self, lines):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "cell-00.log")
+            with open(path, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            r = subprocess.run([sys.executable, os.path.join(BENCH, "tuning_log.py"), path], capture_output=True,
+                               text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def test_sums_where_the_time_goes(self):
+        out = self.summarise(self.LINES)
+        self.assertIn("3 operations tuned: 80 candidates, 78 built; building 1.00 s, timing 0.04 s, other 0.06 s, "
+                      "in all 1.10 s; the chosen engines take 0.055 ms", out)
+
+    def test_says_what_runtime_compiled_engines_cost_and_win(self):
+        out = self.summarise(self.LINES)
+        self.assertIn("runtime-compiled: 6 built in 0.97 s; chosen for 1 of 2 operations, 0.0050 ms faster", out)
+
+    def test_a_log_without_tuning_says_so(self):
+        self.assertIn("no tuning lines", self.summarise(self.LINES[3:]))
 
 
 if __name__ == "__main__":

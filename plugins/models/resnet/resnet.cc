@@ -24,21 +24,24 @@ using torch::nn::Conv2dOptions;
 // machine (plugins/common/cudnn_conv.h); elsewhere LibTorch's.
 class ConvImpl : public sdk::CountedConv2dImpl {
  public:
-  ConvImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool engine_cache)
+  ConvImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool engine_cache,
+           const cudnn_conv::Settings& settings)
       : sdk::CountedConv2dImpl(Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false)),
         stride_(stride),
         padding_(padding),
-        engine_cache_(engine_cache) {}
+        engine_cache_(engine_cache),
+        settings_(settings) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
     if (engine_cache_ && cudnn_conv::Supports(x, weight))
-      return cudnn_conv::Conv2d(x, weight, {stride_, stride_}, {padding_, padding_});
+      return cudnn_conv::Conv2d(x, weight, {stride_, stride_}, {padding_, padding_}, settings_);
     return sdk::CountedConv2dImpl::forward(x);
   }
 
  private:
   int64_t stride_, padding_;
   bool engine_cache_;
+  cudnn_conv::Settings settings_;
 };
 TORCH_MODULE(Conv);
 
@@ -46,13 +49,14 @@ TORCH_MODULE(Conv);
 struct Paths {
   bool fused_batchnorm;
   bool engine_cache;
+  cudnn_conv::Settings conv;
 };
 
 Conv Conv3x3(int64_t in, int64_t out, int64_t stride, const Paths& paths) {
-  return Conv(in, out, 3, stride, 1, paths.engine_cache);
+  return Conv(in, out, 3, stride, 1, paths.engine_cache, paths.conv);
 }
 Conv Conv1x1(int64_t in, int64_t out, int64_t stride, const Paths& paths) {
-  return Conv(in, out, 1, stride, 0, paths.engine_cache);
+  return Conv(in, out, 1, stride, 0, paths.engine_cache, paths.conv);
 }
 
 // One residual block, basic (two 3x3) or bottleneck (1x1, 3x3, 1x1 x4).
@@ -116,8 +120,8 @@ class ResNetImpl : public torch::nn::Module {
  public:
   ResNetImpl(const ResNetSpec& spec, int64_t num_classes, bool imagenet_stem, const Paths& paths)
       : imagenet_stem_(imagenet_stem), fused_(paths.fused_batchnorm) {
-    conv1_ =
-        register_module("conv1", imagenet_stem ? Conv(3, 64, 7, 2, 3, paths.engine_cache) : Conv3x3(3, 64, 1, paths));
+    conv1_ = register_module(
+        "conv1", imagenet_stem ? Conv(3, 64, 7, 2, 3, paths.engine_cache, paths.conv) : Conv3x3(3, 64, 1, paths));
     bn1_ = register_module("bn1", BatchNorm2d(64));
     int64_t in = 64;
     const int64_t widths[4] = {64, 128, 256, 512};
@@ -176,7 +180,8 @@ std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Option
   if (stem != "imagenet" && stem != "cifar")
     throw std::invalid_argument("stem must be 'imagenet' or 'cifar', not '" + stem + "'");
   const Paths paths{options.GetBool("fused_batchnorm") && resnet::FusedKernelsBuilt(),
-                    options.GetBool("cudnn_engine_cache") && cudnn_conv::Built()};
+                    options.GetBool("cudnn_engine_cache") && cudnn_conv::Built(),
+                    cudnn_conv::Settings{options.GetBool("cudnn_runtime_compiled")}};
   return std::make_unique<sdk::ModuleModel<ResNet>>(ResNet(spec, classes, stem == "imagenet", paths),
                                                     std::array<int64_t, 3>{3, size, size}, classes);
 }

@@ -21,6 +21,10 @@ inline const TbParamSpec kResNetParams[] = {
      "on CUDA, the convolutions through cuDNN's backend API, their autotuned engines kept per machine under "
      "$XDG_CACHE_HOME/trainbench so that a repeat run times nothing (false: LibTorch's convolution)",
      nullptr, 0, 0, 0},
+    {"cudnn_runtime_compiled", TB_PARAM_BOOL, "false",
+     "with cudnn_engine_cache, whether cuDNN's runtime-compiled engines are autotuning candidates too, as in "
+     "LibTorch (about 150 ms each to build in NVRTC on a first run; none was chosen for ResNet50 on an H200)",
+     nullptr, 0, 0, 0},
 };
 
 }  // namespace trainbench::plugins

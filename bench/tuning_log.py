@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""Sums up the cuDNN path's tuning lines (TRAINBENCH_CUDNN_TUNE_LOG=1) in
+cell logs: where a first run's warm-up goes (building plans, timing them, the
+rest: heuristics and descriptors), and what cuDNN's runtime-compiled engines
+cost and win.
+
+  python3 bench/tuning_log.py RUN/logs/cell-00-*.log [...]
+"""
+import re
+import sys
+
+LINE = re.compile(
+    r"cuDNN tuning: (\d+) candidates, (\d+) built \(([\d.]+) ms\), timed in ([\d.]+) ms, ([\d.]+) ms in all; "
+    r"engine (\d+) at ([\d.inf]+) ms( \(runtime-compiled\))?"
+    r"(?:; (\d+) runtime-compiled built in ([\d.]+) ms; best precompiled ([\d.inf]+) ms)?")
+
+
+def summarise(paths):
+    rows = []
+    for path in paths:
+        with open(path, errors="replace") as log:
+            rows += [m for m in (LINE.search(line) for line in log) if m]
+    if not rows:
+        return "  no tuning lines (was TRAINBENCH_CUDNN_TUNE_LOG=1 set, and anything tuned?)"
+    total = lambda i: sum(float(r.group(i)) for r in rows)
+    out = [f"  {len(rows)} operations tuned: {total(1):.0f} candidates, {total(2):.0f} built; building "
+           f"{total(3) / 1e3:.2f} s, timing {total(4) / 1e3:.2f} s, other {(total(5) - total(3) - total(4)) / 1e3:.2f} s, "
+           f"in all {total(5) / 1e3:.2f} s; the chosen engines take {total(7):.3f} ms (each distinct operation once)"]
+    new = [r for r in rows if r.group(9) is not None]
+    if new:
+        chosen = [r for r in new if r.group(8)]
+        gain = sum(float(r.group(11)) - float(r.group(7)) for r in chosen if r.group(11) != "inf")
+        out.append(f"  runtime-compiled: {sum(int(r.group(9)) for r in new)} built in "
+                   f"{sum(float(r.group(10)) for r in new) / 1e3:.2f} s; chosen for {len(chosen)} of {len(new)} "
+                   f"operations, {gain:.4f} ms faster there than the best precompiled engines")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: tuning_log.py CELL_LOG [...]")
+    print(summarise(sys.argv[1:]))
