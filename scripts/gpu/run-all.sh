@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv firstrun rtc measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -204,24 +204,42 @@ for stage in $STAGES; do
         cp "$XDG_CACHE_HOME"/trainbench/*.json "$OUT/ws-$variant-engines.json" 2>/dev/null
         unset XDG_CACHE_HOME CUDA_CACHE_PATH
       done
-      # Where the first run's tuning went, per operation (trainbench's path).
-      python3 - "$OUT"/ws-resnet50-first/logs/cell-00-*.log <<'PY'
-import re, sys
-rows = [tuple(float(v) for v in re.findall(r"([0-9.]+) (?:candidates|built|ms)", line)[:5])
-        for line in open(sys.argv[1], errors="replace") if "cuDNN tuning" in line]
-if rows:
-    print(f"  {len(rows)} operations tuned: {sum(r[0] for r in rows):.0f} candidates, {sum(r[1] for r in rows):.0f} built; "
-          f"building {sum(r[2] for r in rows) / 1e3:.2f} s, timing {sum(r[3] for r in rows) / 1e3:.2f} s, in all {sum(r[4] for r in rows) / 1e3:.2f} s")
-PY
+      # Where the first run's tuning went (trainbench's path).
+      python3 bench/tuning_log.py "$OUT"/ws-resnet50-first/logs/cell-00-*.log
       ;;
+    # Issue 16: the first run from a cold machine, one way of choosing engines
+    # per run, each from an empty engine cache and CUDA compute cache: every
+    # engine timed (precompiled ones: the default), then a repeat run on what
+    # it left on disk; every engine with the runtime-compiled ones (LibTorch's
+    # set); PyTorch's default limit of 10; heuristics.
+    firstrun)
+      ws_run() {  # ws_run NAME DEVICE-LABEL MODEL-OPTIONS: one cell of warm-start.yaml
+        sed -e '/label: resnet50-libtorch-conv/d' -e "/label: $2/!{/- {plugin: cuda/d}" \
+            -e "s/label: resnet50}/label: resnet50${3:+, options: {$3\}}}/" \
+            -e "s/^name: .*/name: first-run-$1/" -e "s/^measurement: .*/measurement: {warmup_steps: 5, baseline: $2}/" \
+            bench/configs/warm-start.yaml > "$OUT/fr-$1.yaml"
+        TRAINBENCH_CUDNN_TUNE_LOG=1 build-gpu/bin/trainbench run "$OUT/fr-$1.yaml" --out "$OUT/fr-$1" > "$OUT/fr-$1.log" 2>&1
+        echo "$1 rc=$?"
+        python3 -c "import json,sys; [print(' ', c['model'], c['device'], 'samples/s', round(c.get('samples_per_second',0)), 'train', round(c.get('train_seconds',0),2), 's; warm-up', round(c.get('warmup_seconds',0),2)) for c in json.load(open(sys.argv[1]))['cells']]" "$OUT/fr-$1/results.json"
+        python3 bench/tuning_log.py "$OUT"/fr-$1/logs/cell-*.log
+      }
+      fresh() { export XDG_CACHE_HOME=$(mktemp -d /tmp/trainbench-cache.XXXXXX) CUDA_CACHE_PATH=$(mktemp -d /tmp/cuda-cache.XXXXXX); }
+      fresh; ws_run autotuned autotuned ""; ws_run autotuned-repeat autotuned ""
+      cp "$XDG_CACHE_HOME"/trainbench/*.json "$OUT/fr-engines.json" 2>/dev/null
+      fresh; ws_run autotuned-runtime-compiled autotuned "cudnn_runtime_compiled: true"
+      fresh; ws_run limit-10 limit-10 ""
+      fresh; ws_run heuristics heuristics ""
+      unset XDG_CACHE_HOME CUDA_CACHE_PATH ;;
+    # Issue 16: what the runtime-compiled engines win (bench/configs/runtime-compiled.yaml).
+    rtc)
+      export XDG_CACHE_HOME=$(mktemp -d /tmp/trainbench-cache.XXXXXX)
+      TRAINBENCH_CUDNN_TUNE_LOG=1 build-gpu/bin/trainbench run bench/configs/runtime-compiled.yaml --out "$OUT/rtc" > "$OUT/rtc.log" 2>&1
+      echo "rtc run rc=$?"; sed -n '/^model/,$p' "$OUT/rtc.log"
+      for log in "$OUT"/rtc/logs/cell-*.log; do echo "$(basename "$log")"; python3 bench/tuning_log.py "$log"; done
+      unset XDG_CACHE_HOME ;;
     # The convolutions through cuDNN's backend API (the warm start): their
     # tests and the models' (a subset of `test`).
-    # First on the library path: the CUDA runtime LibTorch came with (the
-    # wheel's nvidia/*/lib). Without it a test program loads the CUDA
-    # toolkit's libcudart first, a worker the wheel's; the cuDNN path's tuning
-    # tests crashed in test programs only (2026-12-02), and this is the first
-    # thing to check (not yet run).
-    conv) LD_LIBRARY_PATH=$(nvidia_libs):$LD_LIBRARY_PATH ctest --test-dir build-gpu --output-on-failure -j 4 -R "CudnnConv|EngineCache|Models\." > "$OUT/conv.log" 2>&1
+    conv) ctest --test-dir build-gpu --output-on-failure -j 4 -R "CudnnConv|EngineCache|Models\." > "$OUT/conv.log" 2>&1
       echo "conv tests rc=$?"; tail -4 "$OUT/conv.log"; grep -E "FAILED|Failure|error" -A8 "$OUT/conv.log" | head -80 ;;
     # Issue 16: trainbench and plain PyTorch train to the same accuracy.
     parity)
