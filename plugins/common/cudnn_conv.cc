@@ -503,22 +503,17 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
              bool tf32, bool deterministic, EngineChoice* choice, int64_t* timed) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point began = Clock::now();
-  std::vector<Candidate> candidates;
-  ForEachCandidate(*graph.back(), settings.runtime_compiled, is_float, tf32, deterministic, [&](Candidate& candidate) {
-    candidates.push_back(candidate);
-    return true;
-  });
-  const Clock::time_point build_start = Clock::now();
   struct Built {
-    const Candidate* candidate;
+    Candidate candidate;
     PlanPtr plan;
+    size_t order = 0;  // in cuDNN's order of preference
     float first = std::numeric_limits<float>::infinity(), best = std::numeric_limits<float>::infinity();
   };
   std::vector<Built> built;
   size_t tried = 0, runtime_compiled = 0;
-  Clock::duration runtime_compiled_building{};
-  for (const Candidate& candidate : candidates) {
-    if (limit > 0 && static_cast<int64_t>(built.size()) >= limit) break;
+  Clock::duration building{}, runtime_compiled_building{};
+  ForEachCandidate(*graph.back(), settings.runtime_compiled, is_float, tf32, deterministic, [&](Candidate& candidate) {
+    if (limit > 0 && static_cast<int64_t>(built.size()) >= limit) return false;
     ++tried;
     const Clock::time_point one = Clock::now();
     PlanPtr plan;
@@ -527,14 +522,16 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
     } catch (const c10::Error&) {
       plan = nullptr;  // a descriptor cuDNN refused: not a candidate
     }
+    const Clock::duration took = Clock::now() - one;
+    building += took;
     if (candidate.runtime_compiled) {
       ++runtime_compiled;
-      runtime_compiled_building += Clock::now() - one;
+      runtime_compiled_building += took;
     }
-    if (plan != nullptr) built.push_back({&candidate, std::move(plan)});
-  }
+    if (plan != nullptr) built.push_back({candidate, std::move(plan), built.size()});
+    return true;
+  });
   const Clock::time_point run_start = Clock::now();
-  const Clock::duration building = run_start - build_start;
 
   // One workspace for every candidate (they run one after another on the
   // stream): the largest they need; a candidate whose workspace cannot be
@@ -550,8 +547,8 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
       built.erase(built.begin());
     }
   }
-  std::stable_sort(built.begin(), built.end(),
-                   [](const Built& a, const Built& b) { return a.candidate < b.candidate; });  // cuDNN's order again
+  std::sort(built.begin(), built.end(),
+            [](const Built& a, const Built& b) { return a.order < b.order; });  // cuDNN's order again
 
   std::vector<cudaEvent_t> events(4 * built.size(), nullptr);
   for (auto& event : events) C10_CUDA_CHECK(cudaEventCreate(&event));
@@ -594,7 +591,7 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
     if (built[i].best < best_ms) {
       best_ms = built[i].best;
       best = built[i].plan;
-      *choice = built[i].candidate->choice;
+      *choice = built[i].candidate.choice;
       choice->milliseconds = best_ms;
     }
   }
@@ -604,8 +601,8 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
     bool chosen_runtime_compiled = false;
     float best_precompiled = std::numeric_limits<float>::infinity();
     for (const Built& b : built) {
-      if (b.plan == best) chosen_runtime_compiled = b.candidate->runtime_compiled;
-      if (!b.candidate->runtime_compiled) best_precompiled = std::min(best_precompiled, b.best);
+      if (b.plan == best) chosen_runtime_compiled = b.candidate.runtime_compiled;
+      if (!b.candidate.runtime_compiled) best_precompiled = std::min(best_precompiled, b.best);
     }
     // One line per tuned operation; bench/tuning_log.py sums them up.
     std::fprintf(stderr,
