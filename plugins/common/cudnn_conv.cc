@@ -453,6 +453,9 @@ std::unique_ptr<EngineCache> OpenCache(int device) {
       {"cuda_driver_api", std::to_string(driver)},
       {"cuda_runtime", std::to_string(runtime)},
       {"cudnn", std::to_string(cudnnGetVersion())},
+      // How a choice is written (engine index and knobs, the key's fields):
+      // bump it when that changes, and older files are retired as stale.
+      {"choice_format", "2"},
   };
   const std::filesystem::path directory = DefaultCacheDirectory();
   std::filesystem::path file;
