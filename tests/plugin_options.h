@@ -13,8 +13,7 @@ namespace trainbench::testing {
 inline nlohmann::json WithDefaults(const worker::LoadedPlugin& plugin, const nlohmann::json& options) {
   nlohmann::json all = nlohmann::json::object();
   const nlohmann::json descriptor = worker::DescriptorJson(*plugin.descriptor);  // outlives the loop
-  for (const auto& param : descriptor["params"])
-    all[param["name"].get<std::string>()] = param["default"];
+  for (const auto& param : descriptor["params"]) all[param["name"].get<std::string>()] = param["default"];
   all.update(options);
   return all;
 }
