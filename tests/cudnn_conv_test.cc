@@ -144,6 +144,19 @@ class ScopedCacheHome {
   std::optional<c10::cuda::CUDAStreamGuard> guard_;
 };
 
+// cuDNN's autotuning switched on (LibTorch's global, as the cuda device
+// sets it) for a scope.
+class Autotuning {
+ public:
+  Autotuning() : was_(at::globalContext().benchmarkCuDNN()) { at::globalContext().setBenchmarkCuDNN(true); }
+  ~Autotuning() { at::globalContext().setBenchmarkCuDNN(was_); }
+  Autotuning(const Autotuning&) = delete;
+  Autotuning& operator=(const Autotuning&) = delete;
+
+ private:
+  bool was_;
+};
+
 class CudnnConv : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudnnConv, MatchesLibTorchsConvolution) {
@@ -151,9 +164,9 @@ TEST_P(CudnnConv, MatchesLibTorchsConvolution) {
   const Case& c = GetParam();
   ScopedCacheHome home;
   auto& context = at::globalContext();
-  const bool tf32 = context.allowTF32CuDNN(), benchmark = context.benchmarkCuDNN();
+  const bool tf32 = context.allowTF32CuDNN();
   context.setAllowTF32CuDNN(false);  // fp32 against fp32
-  context.setBenchmarkCuDNN(true);
+  Autotuning autotuning;
   torch::manual_seed(7);
   const auto format = c.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
   const auto options = torch::TensorOptions(torch::kCUDA).dtype(c.dtype);
@@ -165,7 +178,6 @@ TEST_P(CudnnConv, MatchesLibTorchsConvolution) {
   ASSERT_TRUE(cudnn_conv::Supports(x, w));
   const Result ours = RunConv(x, w, dy, c, 0), theirs = RunConv(x, w, dy, c, 1), truth = RunConv(x, w, dy, c, 2);
   context.setAllowTF32CuDNN(tf32);
-  context.setBenchmarkCuDNN(benchmark);
   EXPECT_EQ(ours.y.sizes(), theirs.y.sizes());
   EXPECT_EQ(ours.y.scalar_type(), c.dtype);
   EXPECT_EQ(ours.y.is_contiguous(format), true);
@@ -198,10 +210,23 @@ std::vector<Case> Cases() {
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudnnConv, ::testing::ValuesIn(Cases()), Name);
 
-// One step of a small stack of convolutions: what the warm start is for.
+// One step of a small stack of convolutions (a 3x3, then a strided 1x1),
+// bf16 and channels_last: what the warm start is for.
 struct Stack {
   torch::Tensor w1, w2;
   cudnn_conv::Settings settings{};
+
+  // Random weights for `in` -> `mid` -> `out` channels, from `seed`.
+  static Stack Random(uint64_t seed, int64_t in, int64_t mid, int64_t out) {
+    torch::manual_seed(seed);
+    const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+    return {(torch::randn({mid, in, 3, 3}, options) * 0.1).contiguous(torch::MemoryFormat::ChannelsLast),
+            (torch::randn({out, mid, 1, 1}, options) * 0.1).contiguous(torch::MemoryFormat::ChannelsLast)};
+  }
+  // An input of `n` 16x16 images for it.
+  torch::Tensor Input(int64_t n) const {
+    return torch::randn({n, w1.size(1), 16, 16}, w1.options()).contiguous(torch::MemoryFormat::ChannelsLast);
+  }
   torch::Tensor Step(const torch::Tensor& x) const {
     torch::Tensor a = torch::Tensor(w1).detach().requires_grad_(), b = torch::Tensor(w2).detach().requires_grad_();
     torch::Tensor h = cudnn_conv::Conv2d(x, a, {1, 1}, {1, 1}, settings).relu();
@@ -213,15 +238,10 @@ struct Stack {
 TEST(CudnnConvWarmStart, ARepeatRunReadsItsEnginesAndTimesNothing) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
+  Autotuning autotuning;
   auto& context = at::globalContext();
-  const bool benchmark = context.benchmarkCuDNN();
-  context.setBenchmarkCuDNN(true);
-  torch::manual_seed(3);
-  const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
-  const auto cl = torch::MemoryFormat::ChannelsLast;
-  const Stack stack{(torch::randn({64, 32, 3, 3}, options) * 0.1).contiguous(cl),
-                    (torch::randn({128, 64, 1, 1}, options) * 0.1).contiguous(cl)};
-  const torch::Tensor x = torch::randn({32, 32, 16, 16}, options).contiguous(cl);
+  const Stack stack = Stack::Random(3, 32, 64, 128);
+  const torch::Tensor x = stack.Input(32);
 
   // First run: every operation timed (x needs no gradient: 5 operations).
   const torch::Tensor first = stack.Step(x);
@@ -281,7 +301,6 @@ TEST(CudnnConvWarmStart, ARepeatRunReadsItsEnginesAndTimesNothing) {
   EXPECT_EQ(counts.timed, 0);
   EXPECT_FALSE(fs::exists(file));
   EXPECT_LE(RelativeError(heuristic, first), 1e-2);
-  context.setBenchmarkCuDNN(benchmark);
 }
 
 // cuDNN's runtime-compiled engines are candidates only when asked
@@ -290,15 +309,9 @@ TEST(CudnnConvWarmStart, ARepeatRunReadsItsEnginesAndTimesNothing) {
 TEST(CudnnConvRuntimeCompiled, AreCandidatesOnlyWhenAskedAndKeptApart) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
-  auto& context = at::globalContext();
-  const bool benchmark = context.benchmarkCuDNN();
-  context.setBenchmarkCuDNN(true);
-  torch::manual_seed(5);
-  const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
-  const auto cl = torch::MemoryFormat::ChannelsLast;
-  Stack stack{(torch::randn({64, 64, 3, 3}, options) * 0.1).contiguous(cl),
-              (torch::randn({256, 64, 1, 1}, options) * 0.1).contiguous(cl)};
-  const torch::Tensor x = torch::randn({128, 64, 16, 16}, options).contiguous(cl);
+  Autotuning autotuning;
+  Stack stack = Stack::Random(5, 64, 64, 256);
+  const torch::Tensor x = stack.Input(128);
   const torch::Tensor precompiled = stack.Step(x);
   const auto without = cudnn_conv::GetCounts();
   EXPECT_EQ(without.tuned, 5);
@@ -307,7 +320,6 @@ TEST(CudnnConvRuntimeCompiled, AreCandidatesOnlyWhenAskedAndKeptApart) {
   stack.settings.runtime_compiled = true;
   const torch::Tensor any = stack.Step(x);
   const auto with = cudnn_conv::GetCounts();
-  context.setBenchmarkCuDNN(benchmark);
   EXPECT_EQ(with.tuned, 5);  // nothing taken from the first run's choices
   EXPECT_EQ(with.cached, 0);
   EXPECT_GE(with.timed, without.timed);
