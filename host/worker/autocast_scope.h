@@ -1,10 +1,10 @@
 #pragma once
-// RAII automatic mixed precision for one forward pass, over the two LibTorch
-// APIs: per-device-type functions since 2.4, CPU/GPU-specific ones before.
+// RAII automatic mixed precision for one forward pass (LibTorch's two APIs:
+// trainbench/sdk/autocast.h).
 
 #include <ATen/autocast_mode.h>
-#include <torch/version.h>
 
+#include "trainbench/sdk/autocast.h"
 #include "trainbench/sdk/device.h"
 
 namespace trainbench::worker {
@@ -17,31 +17,12 @@ class AutocastScope {
     if (!active_) return;
     cache_was_enabled_ = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_cache_enabled(cache);
-    const at::ScalarType dtype = amp == sdk::Amp::kBf16 ? at::kBFloat16 : at::kHalf;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_dtype(type_, dtype);
-    at::autocast::set_autocast_enabled(type_, true);
-#else
-    if (type_ == c10::kCUDA) {
-      at::autocast::set_autocast_gpu_dtype(dtype);
-      at::autocast::set_enabled(true);
-    } else {
-      at::autocast::set_autocast_cpu_dtype(dtype);
-      at::autocast::set_cpu_enabled(true);
-    }
-#endif
+    sdk::autocast::Enable(type_, amp == sdk::Amp::kBf16 ? at::kBFloat16 : at::kHalf);
     at::autocast::increment_nesting();
   }
   ~AutocastScope() {
     if (!active_) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_enabled(type_, false);
-#else
-    if (type_ == c10::kCUDA)
-      at::autocast::set_enabled(false);
-    else
-      at::autocast::set_cpu_enabled(false);
-#endif
+    sdk::autocast::Disable(type_);
     // Like Python's autocast exit: drop the cached low-precision weights.
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     at::autocast::set_autocast_cache_enabled(cache_was_enabled_);

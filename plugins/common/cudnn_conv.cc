@@ -2,14 +2,12 @@
 
 #ifdef TRAINBENCH_CUDNN_CONV
 #include <ATen/Context.h>
-#include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <torch/autograd.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,6 +26,7 @@
 #include <vector>
 
 #include "engine_cache.h"
+#include "trainbench/sdk/autocast.h"
 #endif
 
 namespace trainbench::plugins::cudnn_conv {
@@ -773,21 +772,8 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
   }
 };
 
-bool AutocastOn() {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  return at::autocast::is_autocast_enabled(at::kCUDA);
-#else
-  return at::autocast::is_enabled();
-#endif
-}
-
-at::ScalarType AutocastType() {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  return at::autocast::get_autocast_dtype(at::kCUDA);
-#else
-  return at::autocast::get_autocast_gpu_dtype();
-#endif
-}
+bool AutocastOn() { return sdk::autocast::Enabled(c10::kCUDA); }
+at::ScalarType AutocastType() { return sdk::autocast::Type(c10::kCUDA); }
 
 bool FloatingType(at::ScalarType type) { return type == at::kFloat || type == at::kBFloat16 || type == at::kHalf; }
 
