@@ -119,10 +119,15 @@ if __name__ == "__main__":
     p.add_argument("--repeats", type=int, default=3, help="each figure is the best of this many timings")
     p.add_argument("--image-size", type=int, default=32); p.add_argument("--classes", type=int, default=10)
     p.add_argument("--graph-dump", help="write each captured graph as PREFIX-MODEL-PRECISION-bN.dot")
+    p.add_argument("--cudnn-benchmark-limit", type=int, default=0,
+                   help="cuDNN engines timed per convolution (torch.backends.cudnn.benchmark_limit; PyTorch's "
+                        "default is 10): 0, every engine, as trainbench's cuda device times them by default. "
+                        "Figures stored before 2026-12-02 were taken with 10")
     a = p.parse_args()
     REPEATS, IMAGE_SIZE, CLASSES = a.repeats, a.image_size, a.classes
     compile_models = a.models if a.compile is None else a.compile
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark_limit = a.cudnn_benchmark_limit
     res, errors, notes = {}, {}, {}
     for bs in a.batches:
         steps, warm = (60, 20) if bs * IMAGE_SIZE ** 2 >= 1024 * 32 ** 2 else (200, 20)
