@@ -497,12 +497,12 @@ bool Capturing(cudaStream_t stream) {
 
 // Times the candidates on the real tensors and returns the fastest's plan;
 // `choice` is set to it. The first `limit` candidates that build (all when
-// 0), in cuDNN's order, as LibTorch takes them. Like LibTorch's autotuning,
-// each runs about once, but without waiting for the GPU between candidates:
-// every candidate runs once, back to back, then those within 4x of the
-// fastest run twice more and the best of those two counts. (The first run
-// also loads the engine's kernels, which can inflate it; the 4x margin
-// absorbs that, and the second round is what decides.)
+// 0), in cuDNN's order, as LibTorch takes them. LibTorch runs each about
+// once, waiting for the GPU after each; here every candidate runs once, back
+// to back with one wait at the end, then those within 4x of the fastest run
+// twice more and the better of those two runs counts. (A first run also
+// loads the engine's kernels, which can inflate it; the 4x margin absorbs
+// that, and the second round decides.)
 PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, const std::array<void*, 3>& pointers,
              const at::Device& device, cudaStream_t stream, int64_t limit, const Settings& settings, bool is_float,
              bool tf32, bool deterministic, EngineChoice* choice, int64_t* timed) {
