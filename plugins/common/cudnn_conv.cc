@@ -10,7 +10,6 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,7 +19,6 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -511,7 +509,6 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
   struct Built {
     Candidate candidate;
     PlanPtr plan;
-    size_t order = 0;  // in cuDNN's order of preference
     float first = std::numeric_limits<float>::infinity(), best = std::numeric_limits<float>::infinity();
   };
   std::vector<Built> built;
@@ -533,7 +530,7 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
       ++runtime_compiled;
       runtime_compiled_building += took;
     }
-    if (plan != nullptr) built.push_back({candidate, std::move(plan), built.size()});
+    if (plan != nullptr) built.push_back({candidate, std::move(plan)});
     return true;
   });
   const Clock::time_point run_start = Clock::now();
@@ -541,19 +538,18 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
   // One workspace for every candidate (they run one after another on the
   // stream): the largest they need; a candidate whose workspace cannot be
   // had is left out, the largest first.
-  std::stable_sort(built.begin(), built.end(),
-                   [](const Built& a, const Built& b) { return a.plan->workspace > b.plan->workspace; });
   at::Tensor workspace;
   while (!built.empty()) {
+    const auto largest = std::max_element(built.begin(), built.end(), [](const Built& a, const Built& b) {
+      return a.plan->workspace < b.plan->workspace;
+    });
     try {
-      workspace = Workspace(built.front().plan->workspace, device);
+      workspace = Workspace(largest->plan->workspace, device);
       break;
     } catch (const c10::Error&) {
-      built.erase(built.begin());
+      built.erase(largest);
     }
   }
-  std::sort(built.begin(), built.end(),
-            [](const Built& a, const Built& b) { return a.order < b.order; });  // cuDNN's order again
 
   std::vector<cudaEvent_t> events(4 * built.size(), nullptr);
   for (auto& event : events) C10_CUDA_CHECK(cudaEventCreate(&event));
