@@ -4,16 +4,13 @@
 // that name only what they are about keep working when a plugin gains an
 // option.
 #include <nlohmann/json.hpp>
-#include <string>
 
 #include "plugin_loader.h"
 
 namespace trainbench::testing {
 
 inline nlohmann::json WithDefaults(const worker::LoadedPlugin& plugin, const nlohmann::json& options) {
-  nlohmann::json all = nlohmann::json::object();
-  const nlohmann::json descriptor = worker::DescriptorJson(*plugin.descriptor);  // outlives the loop
-  for (const auto& param : descriptor["params"]) all[param["name"].get<std::string>()] = param["default"];
+  nlohmann::json all = worker::DefaultOptions(worker::DescriptorJson(*plugin.descriptor));
   all.update(options);
   return all;
 }

@@ -34,13 +34,6 @@ namespace {
 using nlohmann::json;
 using trainbench::worker::EventSink;
 
-// Default options of a plugin, from its schema.
-json DefaultOptions(const json& descriptor) {
-  json options = json::object();
-  for (const auto& p : descriptor.at("params")) options[p.at("name").get<std::string>()] = p.at("default");
-  return options;
-}
-
 void Describe(const std::vector<std::string>& files, EventSink& sink) {
   for (const auto& file : files) {
     trainbench::protocol::PluginDescribed event;
@@ -51,7 +44,7 @@ void Describe(const std::vector<std::string>& files, EventSink& sink) {
       event.loaded = true;
       if (plugin.descriptor->kind == TB_PLUGIN_DEVICE) {
         try {
-          auto device = trainbench::worker::CreateDevice(plugin, DefaultOptions(event.descriptor));
+          auto device = trainbench::worker::CreateDevice(plugin, trainbench::worker::DefaultOptions(event.descriptor));
           std::string why_not;
           event.available = device->Available(&why_not);
           event.unavailable_reason = why_not;

@@ -176,6 +176,12 @@ LoadedPlugin LoadPlugin(const std::filesystem::path& path) {
   return plugin;
 }
 
+nlohmann::json DefaultOptions(const nlohmann::json& descriptor) {
+  nlohmann::json options = nlohmann::json::object();
+  for (const auto& p : descriptor.at("params")) options[p.at("name").get<std::string>()] = p.at("default");
+  return options;
+}
+
 nlohmann::json DescriptorJson(const TbPluginDescriptor& d) {
   auto s = [](const char* p) { return std::string(p ? p : ""); };
   nlohmann::json params = nlohmann::json::array();

@@ -48,6 +48,10 @@ LoadedPlugin LoadPlugin(const std::filesystem::path& path);
 /// The descriptor as JSON (name, kind, version, ABI, fingerprint, params).
 nlohmann::json DescriptorJson(const TbPluginDescriptor& d);
 
+/// Every option a plugin declares, at its default, from DescriptorJson's
+/// "params".
+nlohmann::json DefaultOptions(const nlohmann::json& descriptor);
+
 /// Creates the plugin's model/device from a JSON options object. The returned
 /// object holds the library: it stays loaded while the object lives. Throws
 /// PluginError when the plugin's factory fails or the kind is wrong.
