@@ -3,10 +3,9 @@
 // gradients for every dtype and layout the ResNets use, the shapes of their
 // layers (7x7/2 stem, 3x3, 1x1, strided, 1x1 maps); a repeat run reads its
 // engines from the file and times nothing; runtime-compiled engines only
-// when asked; a corrupt or tampered file is
-// rebuilt; heuristics alone store nothing; the path replays in a CUDA graph
-// and follows autocast. Built where the path is (CUDA and cuDNN headers);
-// skipped without a GPU.
+// when asked; a corrupt or tampered file is rebuilt; heuristics alone store
+// nothing; the path replays in a CUDA graph and follows autocast. Built
+// where the path is (CUDA and cuDNN headers); skipped without a GPU.
 #include "cudnn_conv.h"
 
 #include <ATen/Context.h>
@@ -102,10 +101,10 @@ Result RunConv(const torch::Tensor& x0, const torch::Tensor& w0, const torch::Te
 }
 
 // Removes a folder and what it holds. Not std::filesystem::remove_all: in a
-// program linked to PyTorch's wheel, libtorch.so exports its own copy of
-// that function (libstdc++_nonshared, from the manylinux toolchain), which
-// calls through a null pointer when the folder has files in it: the crash
-// of every autotuning test here until 2026-12-02 (the cache file it leaves).
+// program linked to PyTorch's wheel, libtorch.so exports its own copies of
+// std::filesystem's functions (nm -D), and its remove_all calls through a
+// null pointer when the folder has files in it: the crash of every
+// autotuning test here until 2026-12-02 (the cache file it leaves).
 void RemoveTree(const fs::path& dir) {
   ::nftw(
       dir.c_str(), [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 16,

@@ -186,21 +186,15 @@ for stage in $STAGES; do
     # IMAGENET_GPU_ONLY=1: the GPU cells alone (the CPU cells take minutes
     # and do not change with the GPU kernels), torch.compile for ResNet50 only.
     imagenet)
-      config=bench/configs/imagenet-size.yaml
+      config=bench/configs/imagenet-size.yaml compiled="resnet18 resnet50"
       if [ "${IMAGENET_GPU_ONLY:-0}" = 1 ]; then
-        sed -e '/- {plugin: cpu/d' -e 's/baseline: cpu/baseline: bf16-cl-graph/' $config > "$OUT/imagenet-gpu.yaml"; config=$OUT/imagenet-gpu.yaml
+        sed -e '/- {plugin: cpu/d' -e 's/baseline: cpu/baseline: bf16-cl-graph/' $config > "$OUT/imagenet-gpu.yaml"
+        config=$OUT/imagenet-gpu.yaml compiled=resnet50
       fi
       build-gpu/bin/trainbench run $config --out "$OUT/imagenet" > "$OUT/imagenet.log" 2>&1
       echo "imagenet rc=$?"; sed -n '/^model/,$p' "$OUT/imagenet.log"
-      if [ "${IMAGENET_GPU_ONLY:-0}" = 1 ]; then
-        python3 bench/pytorch_reference.py --image-size 224 --classes 1000 --batches 256 --models resnet18 resnet50 \
-          --labels bf16-cl-graph --out "$OUT/imagenet-pytorch.json" 2>&1 | grep -v Warning | tee "$OUT/imagenet-pytorch.log"
-        python3 bench/pytorch_reference.py --image-size 224 --classes 1000 --batches 256 --models resnet50 \
-          --labels bf16-compile --out "$OUT/imagenet-pytorch-compile.json" 2>&1 | grep -v Warning | tee -a "$OUT/imagenet-pytorch.log"
-      else
-        python3 bench/pytorch_reference.py --image-size 224 --classes 1000 --batches 256 --models resnet18 resnet50 \
-          --labels bf16-cl-graph bf16-compile --out "$OUT/imagenet-pytorch.json" 2>&1 | grep -v Warning | tee "$OUT/imagenet-pytorch.log"
-      fi ;;
+      python3 bench/pytorch_reference.py --image-size 224 --classes 1000 --batches 256 --models resnet18 resnet50 \
+        --labels bf16-cl-graph bf16-compile --compile $compiled --out "$OUT/imagenet-pytorch.json" 2>&1 | grep -v Warning | tee "$OUT/imagenet-pytorch.log" ;;
     # Issue 16: where the first epoch goes and the warm start. Each way of
     # running the convolutions (trainbench's cuDNN path with its engine
     # cache; LibTorch's) from a fresh start: empty engine cache and empty
