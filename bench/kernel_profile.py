@@ -1,36 +1,92 @@
-"""Where a plain-PyTorch training step spends its GPU time, kernel by kernel.
+"""Where a training step spends its GPU time, kernel by kernel.
 
-Profiles the same step as bench/pytorch_reference.py (synthetic CIFAR-shaped
-data on the GPU, SGD momentum 0.9, forward + backward + optimizer) with
-torch.profiler, eager or under torch.compile, and prints each kernel's GPU
-time per step, grouped by name, with the step's total.
+Plain PyTorch: profiles the same step as bench/pytorch_reference.py
+(synthetic CIFAR-shaped data on the GPU, SGD momentum 0.9, forward + backward
++ optimizer) with torch.profiler, eager or under torch.compile.
+trainbench: sums a Chrome trace a cell wrote with TRAINBENCH_KERNEL_TRACE
+(host/worker/kernel_trace.h), graph replays included. Either way it prints
+the GPU time per step by kind of work (convolutions and matrix products,
+batch norm, element-wise, ...) and kernel by kernel, with the step's total.
 
-  python3 bench/kernel_profile.py --model simple_cnn --batch 1024 --mode eager
-  python3 bench/kernel_profile.py --model simple_cnn --batch 1024 --mode compile
+  python3 bench/kernel_profile.py --model resnet50 --batch 1024 --mode eager --channels-last
+  python3 bench/kernel_profile.py --model resnet50 --batch 1024 --mode compile --channels-last
+  python3 bench/kernel_profile.py --trace trace-1234.json --steps 10 --batch 1024
 
-`--mode compile` compiles forward and backward as the stored reference does
-(../shared/baselines/pytorch_python_graph_compile.py: bf16 autocast, NCHW
-input) but without CUDA graphs, so that the profiler sees every kernel; the
-kernels' GPU time is what reduce-overhead mode replays.
+`--mode compile` compiles forward and backward (bf16 autocast) but without
+CUDA graphs, so that the profiler sees every kernel; the kernels' GPU time is
+what reduce-overhead mode replays.
 """
-import argparse, collections, json
-import torch
-from torch.profiler import ProfilerActivity, profile
+import argparse, collections, json, re
 
-from pytorch_reference import MODELS, setup
+# Kinds of work, first match wins; the patterns cover cuDNN's, cuBLAS's,
+# LibTorch's, Inductor's (Triton) and trainbench's own kernels.
+CATEGORIES = [
+    ("copy / layout", r"nchwToNhwc|nhwcToNchw|[Tt]ranspose|convert.*[Ll]ayout|copy_kernel|CatArrayBatched"),
+    ("batch norm", r"batch_norm|batchnorm|BatchNorm|\bbn_|_bn|welford|resnet::kernels::"),
+    ("convolution / matmul", r"conv|Conv|cudnn|xmma|implicit_gemm|gemm|Gemm|GEMM|cutlass|wgrad|dgrad|fprop|"
+                             r"sm\d+_|nvjet|ampere|hopper|cublas|splitK"),
+    ("optimizer", r"multi_tensor_apply|[Ff]used.*[Ss]gd|sgd|foreach|momentum"),
+    ("pooling", r"pool|Pool"),
+    ("loss / softmax", r"softmax|nll_loss|cross_entropy|log_softmax"),
+    ("reduction", r"reduce_kernel|triton_red|triton_per|[Rr]educe"),
+    ("element-wise", r"elementwise|vectorized|triton_poi|unrolled|Elementwise|fill|relu|add"),
+    ("memcpy / memset", r"^Memcpy|^Memset|memcpy|memset"),
+]
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--model", default="simple_cnn", choices=list(MODELS))
-    p.add_argument("--batch", type=int, default=1024)
-    p.add_argument("--mode", choices=["eager", "compile"], default="eager")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
-    p.add_argument("--channels-last", action="store_true")
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--top", type=int, default=40)
-    p.add_argument("--json", help="also write the table here")
-    a = p.parse_args()
+def category(name):
+    for label, pattern in CATEGORIES:
+        if re.search(pattern, name):
+            return label
+    return "other"
+
+
+def report(per_kernel, steps, batch, title, top, json_path=None):
+    """per_kernel: name -> [GPU microseconds, calls] over `steps` steps."""
+    total = sum(v[0] for v in per_kernel.values()) / steps
+    calls = sum(v[1] for v in per_kernel.values()) / steps
+    print(f"# {title}: {total:.1f} us of GPU time per step "
+          f"({batch / total * 1e6:,.0f} samples/s if nothing else ran), {calls:.0f} kernels per step")
+    by_kind = collections.defaultdict(lambda: [0.0, 0])
+    for name, (us, n) in per_kernel.items():
+        k = by_kind[category(name)]
+        k[0] += us
+        k[1] += n
+    print("\n| kind | us/step | share | kernels/step |\n|---|---|---|---|")
+    for kind, (us, n) in sorted(by_kind.items(), key=lambda kv: -kv[1][0]):
+        print(f"| {kind} | {us / steps:.1f} | {us / steps / total:.1%} | {n / steps:g} |")
+    rows = sorted(per_kernel.items(), key=lambda kv: -kv[1][0])
+    print("\n| us/step | calls/step | kind | kernel |\n|---|---|---|---|")
+    for name, (us, n) in rows[:top]:
+        print(f"| {us / steps:.1f} | {n / steps:g} | {category(name)} | {name[:150]} |")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"total_us": total, "kinds": {k: v[0] / steps for k, v in by_kind.items()},
+                       "kernels": {n: [u / steps, c / steps] for n, (u, c) in rows}}, f, indent=1)
+    return total
+
+
+def kernels_of_trace(path):
+    """The GPU activities of a Chrome trace (Kineto's): name -> [us, calls]."""
+    with open(path) as f:
+        doc = json.load(f)
+    per_kernel = collections.defaultdict(lambda: [0.0, 0])
+    for e in doc.get("traceEvents", []):
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            k = per_kernel[e.get("name", "?")]
+            k[0] += float(e.get("dur", 0))
+            k[1] += 1
+    if not per_kernel:
+        raise SystemExit(f"{path}: no GPU kernels in this trace (was it written on a CUDA device?)")
+    return per_kernel
+
+
+def profile_pytorch(a):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from pytorch_reference import setup
+
     torch.backends.cudnn.benchmark = True
     m, opt, x, y, lossf = setup(a.model, a.batch, a.channels_last)
     amp = a.precision == "bf16"
@@ -62,17 +118,31 @@ def main():
             k = per_kernel[e.name]
             k[0] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
             k[1] += 1
-    total = sum(v[0] for v in per_kernel.values()) / a.steps
-    rows = sorted(per_kernel.items(), key=lambda kv: -kv[1][0])
-    print(f"# {a.model} b{a.batch} {a.precision} {a.mode}{' channels_last' if a.channels_last else ''}: "
-          f"{total:.1f} us of GPU time per step ({a.batch / total * 1e6:,.0f} samples/s if nothing else ran), "
-          f"{sum(v[1] for v in per_kernel.values()) / a.steps:.0f} kernels per step")
-    print("| us/step | calls/step | kernel |\n|---|---|---|")
-    for name, (us, n) in rows[:a.top]:
-        print(f"| {us / a.steps:.1f} | {n / a.steps:g} | {name[:150]} |")
-    if a.json:
-        json.dump({"total_us": total, "kernels": {n: [u / a.steps, c / a.steps] for n, (u, c) in rows}},
-                  open(a.json, "w"), indent=1)
+    return per_kernel
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="simple_cnn",
+                   choices=["simple_cnn", "resnet18", "resnet50"])
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--steps", type=int, default=10, help="steps profiled (with --trace: steps in the trace)")
+    p.add_argument("--trace", help="sum this Chrome trace (TRAINBENCH_KERNEL_TRACE) instead of profiling PyTorch")
+    p.add_argument("--title", help="the report's heading (default: what was profiled)")
+    p.add_argument("--top", type=int, default=40)
+    p.add_argument("--json", help="also write the table here")
+    a = p.parse_args()
+    if a.trace:
+        per_kernel = kernels_of_trace(a.trace)
+        title = a.title or f"trainbench trace {a.trace} b{a.batch}"
+    else:
+        per_kernel = profile_pytorch(a)
+        title = a.title or (f"{a.model} b{a.batch} {a.precision} {a.mode}"
+                            f"{' channels_last' if a.channels_last else ''}")
+    report(per_kernel, a.steps, a.batch, title, a.top, a.json)
 
 
 if __name__ == "__main__":

@@ -111,5 +111,47 @@ TEST(Trainer, AResNetTrainsOnImagesOfAnotherSize) {
   EXPECT_GT(std::get<protocol::Result>(events.back()).flops_per_sample, 0);
 }
 
+// TRAINBENCH_KERNEL_TRACE (a diagnostic) never costs a cell its result: the
+// trace is written where LibTorch has Kineto, and where it has not (Debian's
+// LibTorch) the cell trains on without it.
+class KernelTraceEnv : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    ::unsetenv("TRAINBENCH_KERNEL_TRACE");
+    ::unsetenv("TRAINBENCH_KERNEL_TRACE_STEPS");
+  }
+};
+
+TEST_F(KernelTraceEnv, ACellTracedStillEndsInItsResult) {
+  char folder[] = "/tmp/trainbench-trace.XXXXXX";
+  ASSERT_NE(::mkdtemp(folder), nullptr);
+  const std::string prefix = std::string(folder) + "/trace";
+  ::setenv("TRAINBENCH_KERNEL_TRACE", prefix.c_str(), 1);
+  ::setenv("TRAINBENCH_KERNEL_TRACE_STEPS", "2", 1);
+  const auto [code, events] = RunInProcess(SmallCell("simple_cnn", 32));
+  EXPECT_EQ(code, 0);
+  ASSERT_FALSE(events.empty());
+  EXPECT_TRUE(std::holds_alternative<protocol::Result>(events.back()));
+  const std::string file = prefix + "-" + std::to_string(::getpid()) + ".json";
+  if (::access(file.c_str(), F_OK) == 0) {
+    EXPECT_EQ(::unlink(file.c_str()), 0);
+  }
+  EXPECT_EQ(::rmdir(folder), 0) << "the trace wrote something other than " << file;
+}
+
+TEST_F(KernelTraceEnv, AStepCountThatIsNotAPositiveWholeNumberFailsTheCellNamingTheVariable) {
+  ::setenv("TRAINBENCH_KERNEL_TRACE", "/tmp/trainbench-trace-unused", 1);
+  for (const char* bad : {"0", "-3", "ten", "5x", "1000001"}) {
+    ::setenv("TRAINBENCH_KERNEL_TRACE_STEPS", bad, 1);
+    const auto [code, events] = RunInProcess(SmallCell("simple_cnn", 32));
+    EXPECT_EQ(code, 1) << bad;
+    ASSERT_FALSE(events.empty()) << bad;
+    ASSERT_TRUE(std::holds_alternative<protocol::Error>(events.back())) << bad;
+    EXPECT_NE(std::get<protocol::Error>(events.back()).reason.find("TRAINBENCH_KERNEL_TRACE_STEPS=" + std::string(bad)),
+              std::string::npos)
+        << std::get<protocol::Error>(events.back()).reason;
+  }
+}
+
 }  // namespace
 }  // namespace trainbench::worker

@@ -14,6 +14,7 @@
 #include "distributed.h"
 #include "energy.h"
 #include "interrupt.h"
+#include "kernel_trace.h"
 #include "optimizer.h"
 #include "plugin_loader.h"
 #include "step_timer.h"
@@ -475,6 +476,7 @@ class CellRun {
     epoch_labels_ = torch::empty({steps_per_epoch, local_batch_}, i64);
     loss_sum_ = torch::zeros({}, torch::TensorOptions().device(settings_.device));
     timer_ = MakeStepTimer(settings_, *device_);
+    kernel_trace_ = MakeKernelTrace(settings_.device);
     if (settings_.cuda_graph) graphed_ = MakeGraphedStep([this] { TrainStep(/*for_graph=*/true); });
     const Clock::time_point train_start = Clock::now();
     setup_seconds_ = Seconds(train_start - started_);
@@ -516,6 +518,7 @@ class CellRun {
         // Warm-up steps and a graph's capture are trained on but not timed.
         const bool timed = ran == 1 && steps_done_ >= s_.measurement.warmup_steps;
         timer_->Mark(timed);
+        if (timed && kernel_trace_) kernel_trace_->AfterTimedStep();
         timed_steps_ += timed ? 1 : 0;
         steps_done_ += ran;
         epoch_steps += ran;
@@ -612,6 +615,7 @@ class CellRun {
   std::unique_ptr<DeviceDataset> train_, test_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StepTimer> timer_;
+  std::unique_ptr<KernelTrace> kernel_trace_;
   std::unique_ptr<GraphedStep> graphed_;
   std::unique_ptr<Collective> collective_;         // data parallel; null when alone
   std::unique_ptr<CollectiveSum> cross_rank_sum_;  // sync_batchnorm; null otherwise

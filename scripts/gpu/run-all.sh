@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv firstrun rtc measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv firstrun rtc kprofile measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -151,14 +151,24 @@ for stage in $STAGES; do
     paper)
       # The study's protocol on the 10,000 real images carried here, and on a
       # synthetic set of the full 50,000-image size; CPU cells on a budget.
-      sed -e "s/time_budget_seconds: 300/time_budget_seconds: ${CPU_BUDGET:-40}/" configs/paper.yaml > "$OUT/paper-10k.yaml"
-      build-gpu/bin/trainbench run "$OUT/paper-10k.yaml" --out "$OUT/paper-10k" > "$OUT/paper-10k.log" 2>&1
-      echo "paper (10k real) rc=$?"; sed -n '/^model/,$p' "$OUT/paper-10k.log"
-      sed -e "s/time_budget_seconds: 300/time_budget_seconds: ${CPU_BUDGET:-40}/" \
-          -e 's|^  kind: cifar10|  kind: synthetic|' -e 's|^  path: .*|  train_size: 50000\n  test_size: 5000|' \
-          -e 's/^name: paper/name: paper-synthetic50k/' configs/paper.yaml > "$OUT/paper-synthetic.yaml"
-      build-gpu/bin/trainbench run "$OUT/paper-synthetic.yaml" --out "$OUT/paper-synthetic" > "$OUT/paper-synthetic.log" 2>&1
-      echo "paper (synthetic 50k) rc=$?"; sed -n '/^model/,$p' "$OUT/paper-synthetic.log" ;;
+      # Then the GPU cells again "stock" (every model without its fused
+      # kernels, the ResNets' convolutions through LibTorch), GPU only: their
+      # speedups are over the first runs' CPU cells.
+      synthetic=(-e 's|^  kind: cifar10|  kind: synthetic|' -e 's|^  path: .*|  train_size: 50000\n  test_size: 5000|')
+      stock=(-e '/^  - plugin: cpu$/,/time_budget_seconds/d' -e 's/^  baseline: cpu/  baseline: cuda/'
+             -e 's/^  - simple_cnn$/  - {plugin: simple_cnn, label: simple_cnn-stock, options: {fused_epilogue: false}}/'
+             -e 's/^  - \(resnet[0-9]*\)$/  - {plugin: \1, label: \1-stock, options: {fused_batchnorm: false, cudnn_engine_cache: false}}/')
+      paper_run() {  # paper_run NAME SED-ARGS...: configs/paper.yaml, edited
+        local name=$1; shift
+        sed -e "s/time_budget_seconds: 300/time_budget_seconds: ${CPU_BUDGET:-40}/" -e "s/^name: paper/name: $name/" "$@" \
+          configs/paper.yaml > "$OUT/$name.yaml"
+        build-gpu/bin/trainbench run "$OUT/$name.yaml" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+        echo "$name rc=$?"; sed -n '/^model/,$p' "$OUT/$name.log"
+      }
+      paper_run paper-10k
+      paper_run paper-synthetic50k "${synthetic[@]}"
+      paper_run paper-10k-stock "${stock[@]}"
+      paper_run paper-synthetic50k-stock "${synthetic[@]}" "${stock[@]}" ;;
     dp)
       # Data parallelism: one GPU vs two (NCCL), then two GPUs vs one for correctness.
       nvidia-smi topo -m > "$OUT/gpu-topology.txt" 2>&1
@@ -249,6 +259,28 @@ for stage in $STAGES; do
     # tests and the models' (a subset of `test`).
     conv) ctest --test-dir build-gpu --output-on-failure -j 4 -R "CudnnConv|EngineCache|Models\." > "$OUT/conv.log" 2>&1
       echo "conv tests rc=$?"; tail -4 "$OUT/conv.log"; grep -E "FAILED|Failure|error" -A8 "$OUT/conv.log" | head -80 ;;
+    # Issue 16: the ResNets' captured step kernel by kernel, bf16 b1024:
+    # trainbench (defaults and stock) from its own traces, plain PyTorch
+    # eager and torch.compile from torch.profiler (KPROFILE_MODELS).
+    kprofile)
+      mkdir -p "$OUT/kprofile"
+      TRAINBENCH_KERNEL_TRACE=$OUT/kprofile/trace build-gpu/bin/trainbench run bench/configs/kernel-trace.yaml --out "$OUT/kprofile/run" > "$OUT/kprofile/run.log" 2>&1
+      echo "kernel-trace run rc=$?"; sed -n '/^model/,$p' "$OUT/kprofile/run.log"
+      for log in "$OUT"/kprofile/run/logs/cell-*.log; do
+        name=$(basename "$log" .log)
+        trace=$(sed -n 's/^kernel trace: .* written to //p' "$log" | tail -1)
+        if [ -z "$trace" ]; then echo "$name: no trace"; grep "kernel trace" "$log"; continue; fi
+        python3 bench/kernel_profile.py --trace "$trace" --steps 10 --batch 1024 --title "trainbench $name" \
+          --json "$OUT/kprofile/$name.json" > "$OUT/kprofile/$name.md"
+        sed -n '1,16p' "$OUT/kprofile/$name.md"; gzip "$trace"
+      done
+      for model in ${KPROFILE_MODELS:-resnet50}; do
+        for mode in eager compile; do
+          python3 bench/kernel_profile.py --model $model --batch 1024 --mode $mode --channels-last \
+            --json "$OUT/kprofile/pytorch-$model-$mode.json" > "$OUT/kprofile/pytorch-$model-$mode.md" 2> "$OUT/kprofile/pytorch-$model-$mode.err"
+          echo "pytorch $model $mode rc=$?"; sed -n '1,16p' "$OUT/kprofile/pytorch-$model-$mode.md"
+        done
+      done ;;
     # Issue 16: trainbench and plain PyTorch train to the same accuracy.
     parity)
       for seed in ${PARITY_SEEDS:-0 1 2 3}; do

@@ -3,7 +3,8 @@
 every trainbench row against the best Python figure of its model, precision
 and batch (torch.compile included), accuracy_parity.py --compare says
 whether the two programs' mean accuracies agree within a point,
-tuning_log.py sums up the cuDNN path's tuning lines, and
+tuning_log.py sums up the cuDNN path's tuning lines, kernel_profile.py sums a
+cell's kernel trace, and
 gpu_vs_pytorch.sh's experiments and every shipped experiment validate (with
 TRAINBENCH_BIN set).
 Usage: bench_scripts_test.py SOURCE_DIR"""
@@ -138,6 +139,45 @@ class AccuracyParity(unittest.TestCase):
     def test_a_larger_gap_is_called_out(self):
         out = self.run_compare([0.50, 0.51], [0.56, 0.57])
         self.assertIn("OUTSIDE 1 point", out)
+
+
+class KernelProfileOfATrace(unittest.TestCase):
+    """kernel_profile.py --trace: a trainbench cell's Kineto trace summed per
+    step and per kind of work."""
+    EVENTS = [
+        {"ph": "X", "cat": "kernel", "name": "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc",
+         "dur": 300.0},
+        {"ph": "X", "cat": "kernel", "name": "void resnet::kernels::(anonymous namespace)::ReduceNhwc<1, 8>"
+         "(resnet::kernels::(anonymous namespace)::Params, int)", "dur": 50.0},
+        {"ph": "X", "cat": "kernel", "name": "void at::native::vectorized_elementwise_kernel<4, ...>", "dur": 30.0},
+        {"ph": "X", "cat": "kernel", "name": "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<...>",
+         "dur": 20.0},
+        {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "dur": 2.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "dur": 999.0},  # host side: left out
+        {"ph": "i", "cat": "kernel", "name": "instant", "dur": 999.0},
+    ]
+
+    def run_profile(self, events, *args):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "trace.json")
+            write(path, {"traceEvents": events})
+            return subprocess.run([sys.executable, os.path.join(BENCH, "kernel_profile.py"), "--trace", path,
+                                   "--steps", "2", "--batch", "1024", *args], capture_output=True, text=True)
+
+    def test_sums_gpu_time_per_step_and_per_kind(self):
+        r = self.run_profile(self.EVENTS * 2)  # two steps
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("402.0 us of GPU time per step (2,547,264 samples/s if nothing else ran), 5 kernels per step",
+                      r.stdout)
+        for row in ("| convolution / matmul | 300.0 | 74.6% | 1 |", "| batch norm | 50.0 | 12.4% | 1 |",
+                    "| element-wise | 30.0 | 7.5% | 1 |", "| optimizer | 20.0 | 5.0% | 1 |",
+                    "| memcpy / memset | 2.0 | 0.5% | 1 |"):
+            self.assertIn(row, r.stdout)
+
+    def test_a_trace_without_kernels_says_so(self):
+        r = self.run_profile(self.EVENTS[5:])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("no GPU kernels in this trace", r.stderr)
 
 
 class TuningLog(unittest.TestCase):
