@@ -264,6 +264,14 @@ for stage in $STAGES; do
     # eager and torch.compile from torch.profiler (KPROFILE_MODELS).
     kprofile)
       mkdir -p "$OUT/kprofile"
+      # The rates untraced first (a traced cell runs a little slower).
+      build-gpu/bin/trainbench run bench/configs/kernel-trace.yaml --out "$OUT/kprofile/rates" > "$OUT/kprofile/rates.log" 2>&1
+      echo "rates run rc=$?"; sed -n '/^model/,/^\*/p' "$OUT/kprofile/rates.log"
+      # The fused batch norm's reduction geometry, swept (KPROFILE_SPLITS: caps on its blocks per channel tile).
+      for splits in ${KPROFILE_SPLITS-}; do
+        TRAINBENCH_BN_MAX_SPLITS=$splits build-gpu/bin/trainbench run bench/configs/kernel-trace.yaml --out "$OUT/kprofile/rates-s$splits" > "$OUT/kprofile/rates-s$splits.log" 2>&1
+        echo "rates with at most $splits splits rc=$?"; grep -E "^resnet.*bf16-cl-graph" "$OUT/kprofile/rates-s$splits.log"
+      done
       TRAINBENCH_KERNEL_TRACE=$OUT/kprofile/trace build-gpu/bin/trainbench run bench/configs/kernel-trace.yaml --out "$OUT/kprofile/run" > "$OUT/kprofile/run.log" 2>&1
       echo "kernel-trace run rc=$?"; sed -n '/^model/,$p' "$OUT/kprofile/run.log"
       for log in "$OUT"/kprofile/run/logs/cell-*.log; do
@@ -274,7 +282,7 @@ for stage in $STAGES; do
           --json "$OUT/kprofile/$name.json" > "$OUT/kprofile/$name.md"
         sed -n '1,16p' "$OUT/kprofile/$name.md"; gzip "$trace"
       done
-      for model in ${KPROFILE_MODELS:-resnet50}; do
+      for model in ${KPROFILE_MODELS-resnet50}; do
         for mode in eager compile; do
           python3 bench/kernel_profile.py --model $model --batch 1024 --mode $mode --channels-last \
             --json "$OUT/kprofile/pytorch-$model-$mode.json" > "$OUT/kprofile/pytorch-$model-$mode.md" 2> "$OUT/kprofile/pytorch-$model-$mode.err"

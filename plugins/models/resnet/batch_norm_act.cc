@@ -80,8 +80,8 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
   // OrAbsent (not tracked).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& bias, const torch::Tensor& residual,
-                               const torch::Tensor& running_mean, const torch::Tensor& running_var, double eps,
-                               double momentum, bool relu) {
+                               const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                               const torch::Tensor& num_batches_tracked, double eps, double momentum, bool relu) {
     const c10::cuda::CUDAGuard guard(x.device());
     const bool nhwc = IsNhwc(x);
     const torch::Tensor r = Present(residual) ? residual.contiguous(Format(nhwc)) : torch::Tensor();
@@ -99,6 +99,7 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     args.bias = bias.data_ptr<float>();
     args.running_mean = Present(running_mean) ? running_mean.data_ptr<float>() : nullptr;
     args.running_var = Present(running_var) ? running_var.data_ptr<float>() : nullptr;
+    args.num_batches_tracked = Present(num_batches_tracked) ? num_batches_tracked.data_ptr<int64_t>() : nullptr;
     args.eps = static_cast<float>(eps);
     args.momentum = static_cast<float>(momentum);
     args.y = y.data_ptr();
@@ -143,7 +144,16 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     args.grad_bias = db.data_ptr<float>();
     args.workspace = workspace.data_ptr<float>();
     C10_CUDA_CHECK(kernels::BnBackwardTraining(problem, args, c10::cuda::getCurrentCUDAStream()));
-    return {dx, dw, db, dr, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dx,
+            dw,
+            db,
+            dr,
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -185,12 +195,21 @@ torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const to
       if (!needs_grad) return Inference(bn, x, residual, relu);
     } else if (kernels::PrepareDevice(c10::cuda::getCurrentCUDAStream(x.device().index()))) {
       const bool track = bn.is_training() && bn.options.track_running_stats();
-      // The module counts the batch as its own forward would; without
-      // running statistics the factor is not used.
-      const double momentum = track ? bn.CountBatch() : 0.0;
-      return FusedBatchNormAct::apply(
-          x, bn.weight, bn.bias, OrAbsent(residual, x), OrAbsent(track ? bn.running_mean : torch::Tensor(), bn.weight),
-          OrAbsent(track ? bn.running_var : torch::Tensor(), bn.weight), bn.options.eps(), momentum, relu);
+      // The batch is counted as the module's own forward would: by the
+      // statistics kernel where the count is on the device (one launch
+      // fewer per layer), else here. FusedApplies asked for a momentum;
+      // without running statistics it is not used.
+      const double momentum = track ? *bn.options.momentum() : 0.0;
+      const bool counter_on_device = track && bn.num_batches_tracked.defined() &&
+                                     bn.num_batches_tracked.scalar_type() == torch::kLong &&
+                                     bn.num_batches_tracked.device() == x.device() &&
+                                     bn.num_batches_tracked.numel() == 1 && bn.num_batches_tracked.is_contiguous();
+      if (track && bn.num_batches_tracked.defined() && !counter_on_device) bn.CountBatch();
+      return FusedBatchNormAct::apply(x, bn.weight, bn.bias, OrAbsent(residual, x),
+                                      OrAbsent(track ? bn.running_mean : torch::Tensor(), bn.weight),
+                                      OrAbsent(track ? bn.running_var : torch::Tensor(), bn.weight),
+                                      OrAbsent(counter_on_device ? bn.num_batches_tracked : torch::Tensor(), bn.weight),
+                                      bn.options.eps(), momentum, relu);
     }
   }
 #else

@@ -13,6 +13,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 
 #include "../../common/cuda_element.cuh"
@@ -29,6 +30,18 @@ using trainbench::cuda::StorePack;
 using trainbench::cuda::ToFloat;
 
 constexpr int kThreads = 256;
+// The last block of a reduction adds splits x (channels of its tile) partial
+// sums alone: tiles of at most 64 channels and at most 256 splits keep that
+// tail to a few rounds of loads per thread. About four blocks per SM in all
+// (each thread at least 4 rows) keep the memory system busy (the
+// kernels are built to fit four per SM): with two, the
+// reductions read at a third to a half of the element-wise passes' rate
+// (ResNet50 bf16 b1024 kernel trace, 2026-12-02).
+constexpr int kReduceTileChannels = 64;
+constexpr int kMaxSplits = 256;
+constexpr int kReduceBlocksPerSm = 4;
+constexpr int kReduceRowsPerThread = 4;
+
 constexpr int kMaxTiles = 4096;  // counters per device: channel tiles of one reduction
 constexpr int kMaxDevices = 64;
 constexpr int kForwardCoefficients = 2;   // scale, shift
@@ -50,9 +63,10 @@ struct Params {
   float* invstd;
   float* grad_weight;
   float* grad_bias;
-  float* coef;      // per channel: kForwardCoefficients or kBackwardCoefficients
-  float* partials;  // [splits][C][2]
-  int* counters;    // one per channel tile, zero between kernels
+  float* coef;       // per channel: kForwardCoefficients or kBackwardCoefficients
+  float* partials;   // [splits][C][2]
+  int* counters;     // one per channel tile, zero between kernels
+  int64_t* batches;  // forward: num_batches_tracked, counted once per launch (null: not tracked)
   float eps, momentum;
   int64_t rows;  // elements per channel: N * H * W
   int64_t s;     // H * W
@@ -133,11 +147,24 @@ __device__ void FinishTile(const Params& p, int first, int count, int splits, in
   const int slot = threadIdx.x % count, part = threadIdx.x / count;
   double s0 = 0.0, s1 = 0.0;
   if (part < parts) {
-#pragma unroll 4
-    for (int sp = part; sp < splits; sp += parts) {
-      const float* q = p.partials + (static_cast<int64_t>(sp) * p.c + first + slot) * 2;
-      s0 += __ldcg(q);
-      s1 += __ldcg(q + 1);
+    // A channel's (s0, s1) of split sp is float2 number sp * C + c. The
+    // loads of a batch are all issued before the first add: one round trip
+    // to L2 per batch, not per split (the tail once grew with the splits at
+    // one round trip each: 9 us at 128 splits, 32 us at 512).
+    constexpr int kBatch = 8;
+    const float2* q = reinterpret_cast<const float2*>(p.partials) + first + slot;
+    for (int sp0 = part; sp0 < splits; sp0 += parts * kBatch) {
+      float2 v[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int sp = sp0 + b * parts;
+        v[b] = sp < splits ? __ldcg(q + static_cast<int64_t>(sp) * p.c) : make_float2(0.f, 0.f);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        s0 += v[b].x;
+        s1 += v[b].y;
+      }
     }
   }
   red[0][threadIdx.x] = s0;
@@ -169,7 +196,7 @@ __device__ bool LastBlockOfTile(const Params& p, int tile) {
 // NHWC reduction. Forward: sums of d and d^2 (d = x - the channel's first
 // value); backward: of dz and dz (x - mean), writing dr = dz with a residual.
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
-__global__ void __launch_bounds__(kThreads) ReduceNhwc(Params p, int tx) {
+__global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Params p, int tx) {
   const int ty = kThreads / tx;
   const int lane_c = threadIdx.x % tx, lane_r = threadIdx.x / tx;
   const int pack = blockIdx.x * tx + lane_c;
@@ -190,7 +217,9 @@ __global__ void __launch_bounds__(kThreads) ReduceNhwc(Params p, int tx) {
       }
     }
     const int64_t step = static_cast<int64_t>(gridDim.y) * ty;
-#pragma unroll 2
+    // Several loads in flight per thread (four rows forward, two rows of two
+    // or three tensors backward): a reduction has no stores to overlap with.
+#pragma unroll(kBackward ? 2 : 4)
     for (int64_t r = static_cast<int64_t>(blockIdx.y) * ty + lane_r; r < p.rows; r += step) {
       const int64_t at = r * p.c + c0;
       const Pack<T, kVec> xv = LoadPack<T, kVec>(x, at);
@@ -241,13 +270,16 @@ __global__ void __launch_bounds__(kThreads) ReduceNhwc(Params p, int tx) {
   }
   if (!LastBlockOfTile(p, blockIdx.x)) return;
   FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1);
-  if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;
+  if (threadIdx.x == 0) {
+    p.counters[blockIdx.x] = 0;
+    if (!kBackward && blockIdx.x == 0 && p.batches != nullptr) ++*p.batches;
+  }
 }
 
 // NCHW reduction: blockIdx.x is the channel; packs of kVec elements of one
 // H * W run.
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
-__global__ void __launch_bounds__(kThreads) ReduceNchw(Params p) {
+__global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNchw(Params p) {
   const int c = blockIdx.x;
   const T* x = static_cast<const T*>(p.x);
   float ref, scale = 0.f, shift = 0.f;
@@ -259,6 +291,7 @@ __global__ void __launch_bounds__(kThreads) ReduceNchw(Params p) {
   }
   const int64_t run_packs = p.s / kVec, packs = p.rows / kVec;
   float a0 = 0.f, a1 = 0.f;
+#pragma unroll(kBackward ? 2 : 4)
   for (int64_t q = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x; q < packs;
        q += static_cast<int64_t>(gridDim.y) * kThreads) {
     const int64_t n = q / run_packs;
@@ -307,7 +340,10 @@ __global__ void __launch_bounds__(kThreads) ReduceNchw(Params p) {
   }
   if (!LastBlockOfTile(p, c)) return;
   FinishTile<T, kBackward>(p, c, 1, gridDim.y, /*ref_stride=*/p.s);
-  if (threadIdx.x == 0) p.counters[c] = 0;
+  if (threadIdx.x == 0) {
+    p.counters[c] = 0;
+    if (!kBackward && c == 0 && p.batches != nullptr) ++*p.batches;
+  }
 }
 
 // One element of the element-wise passes. Forward: y = act(x * scale +
@@ -444,15 +480,20 @@ int WidestPack(int64_t extent, int bytes) {
   return 1;
 }
 
-// The last block of a reduction adds splits x (channels of its tile) partial
-// sums alone: tiles of at most 64 channels and at most 128 splits keep that
-// tail to a few loads per thread, while about two blocks per SM in all (each
-// thread at least 8 rows) keep the memory system busy.
-constexpr int kReduceTileChannels = 64;
-constexpr int kMaxSplits = 128;
+// kMaxSplits, or TRAINBENCH_BN_MAX_SPLITS (1-1024) for a benchmark that
+// compares geometries in one process's lifetime (read once).
+int MaxSplits() {
+  static const int value = [] {
+    const char* s = std::getenv("TRAINBENCH_BN_MAX_SPLITS");
+    const int v = s != nullptr ? std::atoi(s) : 0;
+    return v >= 1 && v <= 1024 ? v : kMaxSplits;
+  }();
+  return value;
+}
 
 Geometry Plan(const BnProblem& pr) {
   Geometry g;
+  const int max_splits = MaxSplits();
   const int sms = SmCount();
   const int64_t rows = pr.n * pr.s;
   if (pr.layout == Layout::kNhwc) {
@@ -461,8 +502,10 @@ Geometry Plan(const BnProblem& pr) {
     g.tx = static_cast<int>(std::clamp<int64_t>(kReduceTileChannels / g.vec, 1, packs));
     g.tiles = static_cast<int>((packs + g.tx - 1) / g.tx);
     const int64_t ty = kThreads / g.tx;
-    g.splits = static_cast<int>(std::clamp<int64_t>((rows + 8 * ty - 1) / (8 * ty), 1,
-                                                    std::max<int64_t>(1, std::min(kMaxSplits, 2 * sms / g.tiles))));
+    const int64_t rows_per_block = kReduceRowsPerThread * ty;
+    g.splits = static_cast<int>(
+        std::clamp<int64_t>((rows + rows_per_block - 1) / rows_per_block, 1,
+                            std::max<int64_t>(1, std::min(max_splits, kReduceBlocksPerSm * sms / g.tiles))));
     g.elem_tx = static_cast<int>(std::min<int64_t>(packs, 32));
     g.elem_tiles = static_cast<int>((packs + g.elem_tx - 1) / g.elem_tx);
     const int64_t elem_ty = kThreads / g.elem_tx;
@@ -472,9 +515,10 @@ Geometry Plan(const BnProblem& pr) {
     g.vec = WidestPack(pr.s, ElementBytes(pr.dtype));
     g.tiles = static_cast<int>(pr.c);
     const int64_t packs = rows / g.vec;
-    g.splits =
-        static_cast<int>(std::clamp<int64_t>((packs + 8 * kThreads - 1) / (8 * kThreads), 1,
-                                             std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, 2 * sms / pr.c))));
+    const int64_t packs_per_block = kReduceRowsPerThread * kThreads;
+    g.splits = static_cast<int>(
+        std::clamp<int64_t>((packs + packs_per_block - 1) / packs_per_block, 1,
+                            std::max<int64_t>(1, std::min<int64_t>(max_splits, kReduceBlocksPerSm * sms / pr.c))));
   }
   return g;
 }
@@ -631,6 +675,7 @@ cudaError_t BnForwardTraining(const BnProblem& pr, const BnForwardArgs& a, cudaS
   p.coef = a.workspace;
   p.eps = a.eps;
   p.momentum = a.momentum;
+  p.batches = a.num_batches_tracked;
   if ((a.residual != nullptr) != pr.residual) return cudaErrorInvalidValue;
   return Launch(Pass::kForward, pr, p, stream);
 }

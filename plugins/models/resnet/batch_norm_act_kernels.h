@@ -63,6 +63,7 @@ struct BnForwardArgs {
   const float* bias;
   float* running_mean;  ///< null: running statistics not tracked
   float* running_var;
+  int64_t* num_batches_tracked;  ///< null: not counted; else one added per call
   float eps, momentum;
   void* y;
   float* save_mean;  ///< (C): the batch mean and 1 / sqrt(var + eps)
