@@ -127,7 +127,9 @@ TEST_F(KernelTraceEnv, ACellTracedStillEndsInItsResult) {
   ASSERT_NE(::mkdtemp(folder), nullptr);
   const std::string prefix = std::string(folder) + "/trace";
   ::setenv("TRAINBENCH_KERNEL_TRACE", prefix.c_str(), 1);
-  ::setenv("TRAINBENCH_KERNEL_TRACE_STEPS", "2", 1);
+  // Five steps asked, three timed steps left in the first epoch: its end
+  // stops the recording (two steps written).
+  ::setenv("TRAINBENCH_KERNEL_TRACE_STEPS", "5", 1);
   const auto [code, events] = RunInProcess(SmallCell("simple_cnn", 32));
   EXPECT_EQ(code, 0);
   ASSERT_FALSE(events.empty());

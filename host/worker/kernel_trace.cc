@@ -22,14 +22,9 @@ class KinetoTrace : public KernelTrace {
  public:
   KinetoTrace(std::string path, int64_t steps, bool cuda) : path_(std::move(path)), steps_(steps), cuda_(cuda) {}
 
-  ~KinetoTrace() override {
-    // A cell that ends (or fails) before the last recorded step still
-    // writes what was recorded; a destructor must not throw.
-    try {
-      if (recording_) Stop();
-    } catch (...) {
-    }
-  }
+  // A cell that ends (or fails) before the last recorded step still writes
+  // what was recorded.
+  ~KinetoTrace() override { Interrupt(); }
 
   void AfterTimedStep() override {
     if (done_) return;
@@ -48,16 +43,32 @@ class KinetoTrace : public KernelTrace {
       }
       if (++recorded_ == steps_) Stop();
     } catch (const std::exception& e) {
+      Failed(e);
+    }
+  }
+
+  void Interrupt() noexcept override {
+    if (!recording_) return;
+    try {
+      Stop();
+    } catch (const std::exception& e) {
+      Failed(e);
+    } catch (...) {
       done_ = true;
-      const std::string what = e.what();
-      std::fprintf(stderr, "kernel trace: not written to %s: %s\n", path_.c_str(),
-                   what.substr(0, what.find('\n')).c_str());
+      recording_ = false;
     }
   }
 
   const std::string& Path() const override { return path_; }
 
  private:
+  void Failed(const std::exception& e) {
+    done_ = true;
+    recording_ = false;
+    const std::string what = e.what();
+    std::fprintf(stderr, "kernel trace: not written to %s: %s\n", path_.c_str(),
+                 what.substr(0, what.find('\n')).c_str());
+  }
   void Synchronize() const {
 #ifdef TRAINBENCH_WORKER_CUDA
     if (cuda_) cudaDeviceSynchronize();

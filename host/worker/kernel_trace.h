@@ -23,6 +23,10 @@ class KernelTrace {
   /// the device finished what it had queued), the call `steps` later stops
   /// it and writes the file.
   virtual void AfterTimedStep() = 0;
+  /// What follows is not a steady training step (an evaluation, an epoch's
+  /// end): a recording stops here and writes the steps it has (the log line
+  /// says how many); nothing is recorded after.
+  virtual void Interrupt() noexcept = 0;
   /// The file written, or to be written.
   virtual const std::string& Path() const = 0;
 };

@@ -526,7 +526,8 @@ class CellRun {
         if (const auto every = s_.measurement.eval_every_steps;
             every && steps_done_ % *every < ran && epoch_steps < steps_per_epoch && !stop) {
           // An evaluation between steps: its time is not the epoch's, and
-          // the step timer starts again after it.
+          // the step timer starts again after it (a kernel trace ends).
+          if (kernel_trace_) kernel_trace_->Interrupt();
           CollectStepTimes();
           PauseEnergy();
           const double trained = trained_seconds_ + Seconds(Clock::now() - epoch_start) - epoch_eval_seconds_;
@@ -577,6 +578,9 @@ class CellRun {
         }
         if (stop) break;
       }
+      // An epoch's end (evaluation, a new order, maybe a new graph) is no
+      // steady step: a kernel trace ends before it.
+      if (kernel_trace_) kernel_trace_->Interrupt();
       CollectStepTimes();  // waits for the epoch's last step
       StopEnergy();
       const double epoch_seconds = Seconds(Clock::now() - epoch_start) - epoch_eval_seconds_;

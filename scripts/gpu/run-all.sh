@@ -277,8 +277,9 @@ for stage in $STAGES; do
       for log in "$OUT"/kprofile/run/logs/cell-*.log; do
         name=$(basename "$log" .log)
         trace=$(sed -n 's/^kernel trace: .* written to //p' "$log" | tail -1)
+        steps=$(sed -n 's/^kernel trace: \([0-9]*\) timed steps written to .*/\1/p' "$log" | tail -1)
         if [ -z "$trace" ]; then echo "$name: no trace"; grep "kernel trace" "$log"; continue; fi
-        python3 bench/kernel_profile.py --trace "$trace" --steps 10 --batch 1024 --title "trainbench $name" \
+        python3 bench/kernel_profile.py --trace "$trace" --steps "$steps" --batch 1024 --title "trainbench $name" \
           --json "$OUT/kprofile/$name.json" > "$OUT/kprofile/$name.md"
         sed -n '1,16p' "$OUT/kprofile/$name.md"; gzip "$trace"
       done
