@@ -744,6 +744,43 @@ TEST_F(EndToEnd, ADatasetPathThatLoopsIsAConfigError) {
   EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
 }
 
+// `trainbench cache`: the engine caches a machine keeps, listed from the
+// cache folder of the environment, and cleared; a machine without one says
+// what to do.
+TEST_F(EndToEnd, TheCacheCommandListsAndClearsTheEngineCaches) {
+  const fs::path folder = dir_ / "xdg" / "trainbench";
+  fs::create_directories(folder);
+  const std::string env = "XDG_CACHE_HOME=" + (dir_ / "xdg").string() + " ";
+  const Outcome empty = Shell(env + (BinDir() / "trainbench").string() + " cache 2>&1");
+  EXPECT_EQ(empty.exit_code, 0) << empty.output;
+  EXPECT_EQ(empty.output, "no engine caches in " + folder.string() + "\n");
+  std::ofstream(folder / "cudnn-engines-NVIDIA_H200-sm90-132mp.json")
+      << R"({"format": "trainbench-engine-cache", "version": 1, "machine": {"gpu": "NVIDIA H200", "cudnn": "91900"},
+            "entries": {"fwd a": {"engine": 3, "knobs": [[1, 2]], "ms": 0.5}}})";
+  std::ofstream(folder / "cudnn-engines-Other-sm80-108mp.json") << "\x01\x02 not json";
+  std::ofstream(folder / "results.json") << "{}";
+  const Outcome listed = Shell(env + (BinDir() / "trainbench").string() + " cache 2>&1");
+  EXPECT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_NE(listed.output.find("cudnn-engines-NVIDIA_H200-sm90-132mp.json: 1 choice(s)"), std::string::npos)
+      << listed.output;
+  EXPECT_NE(listed.output.find("cudnn 91900, gpu NVIDIA H200"), std::string::npos) << listed.output;
+  EXPECT_NE(listed.output.find("cudnn-engines-Other-sm80-108mp.json: unusable: it is not valid JSON"),
+            std::string::npos)
+      << listed.output;
+  EXPECT_EQ(listed.output.find("results.json"), std::string::npos) << listed.output;
+  const Outcome cleared = Trainbench("cache --clear --dir " + folder.string());
+  EXPECT_EQ(cleared.exit_code, 0) << cleared.output;
+  EXPECT_NE(cleared.output.find("removed 2 engine cache file(s) from " + folder.string()), std::string::npos)
+      << cleared.output;
+  EXPECT_FALSE(fs::exists(folder / "cudnn-engines-NVIDIA_H200-sm90-132mp.json"));
+  EXPECT_TRUE(fs::exists(folder / "results.json"));
+  const Outcome nowhere = Shell("env -u HOME -u XDG_CACHE_HOME " + (BinDir() / "trainbench").string() + " cache 2>&1");
+  EXPECT_EQ(nowhere.exit_code, 2) << nowhere.output;
+  EXPECT_NE(nowhere.output.find("error: no cache folder: neither XDG_CACHE_HOME nor HOME"), std::string::npos)
+      << nowhere.output;
+  EXPECT_EQ(std::count(nowhere.output.begin(), nowhere.output.end(), '\n'), 1) << nowhere.output;
+}
+
 TEST_F(EndToEnd, PluginsOthersCanModifyAreRefused) {
   const fs::path dir = dir_ / "shared_plugins";
   fs::create_directories(dir);

@@ -203,6 +203,63 @@ TEST_F(EngineCacheTest, ProcessesStoringAtOnceLoseNothing) {
   EXPECT_EQ(*all.Find("p3 k7"), Choice(307));
 }
 
+// What `trainbench cache` lists and clears: the cache files of a folder,
+// readable or not, and nothing else in it.
+TEST_F(EngineCacheTest, ListingNamesEachCacheFileWithItsMachineOrItsProblem) {
+  file_ = dir_ / "cudnn-engines-NVIDIA_H200-sm90-132mp.json";
+  {
+    EngineCache cache = Open();
+    cache.Store("fwd a", Choice(12));
+    cache.Store("fwd b", Choice(7));
+  }
+  std::ofstream(dir_ / "cudnn-engines-Old_GPU-sm80-108mp.json") << "{not json";
+  std::ofstream(dir_ / "notes.json") << "{}";
+  std::ofstream(dir_ / "cudnn-engines-NVIDIA_H200-sm90-132mp.json.lock") << "";
+  fs::create_directories(dir_ / "cudnn-engines-a-folder.json");
+  const std::vector<CacheFileSummary> files = ListCacheFiles(dir_);
+  ASSERT_EQ(files.size(), 3u);
+  EXPECT_EQ(files[0].file.filename(), "cudnn-engines-NVIDIA_H200-sm90-132mp.json");
+  EXPECT_EQ(files[0].choices, 2u);
+  EXPECT_EQ(files[0].machine, kMachine);
+  EXPECT_TRUE(files[0].problem.empty()) << files[0].problem;
+  EXPECT_GT(files[0].bytes, 0u);
+  EXPECT_EQ(files[1].file.filename(), "cudnn-engines-Old_GPU-sm80-108mp.json");
+  EXPECT_EQ(files[1].problem, "is not valid JSON");
+  EXPECT_EQ(files[1].choices, 0u);
+  EXPECT_EQ(files[2].file.filename(), "cudnn-engines-a-folder.json");
+  EXPECT_EQ(files[2].problem, "is not a regular file");
+  EXPECT_TRUE(ListCacheFiles(dir_ / "absent").empty());
+}
+
+TEST_F(EngineCacheTest, ClearingRemovesCacheFilesLocksAndLeftoversOnly) {
+  fs::create_directories(dir_);
+  for (const char* name : {"cudnn-engines-A-sm90-132mp.json", "cudnn-engines-A-sm90-132mp.json.lock",
+                           "cudnn-engines-A-sm90-132mp.json.tmp.4242", "cudnn-engines-B-sm80-108mp.json"})
+    std::ofstream(dir_ / name) << "x";
+  // Not ours: other files, a temporary file's look-alike, a link (its
+  // target stays), a folder.
+  const std::vector<std::string> kept = {"notes.json", "cudnn-engines-A-sm90-132mp.json.tmp.evil",
+                                         "cudnn-engines-.json", "other-cudnn-engines-A.json"};
+  for (const auto& name : kept) std::ofstream(dir_ / name) << "x";
+  fs::create_directories(dir_ / "elsewhere");
+  std::ofstream(dir_ / "elsewhere" / "target.json") << "keep me";
+  fs::create_symlink(dir_ / "elsewhere" / "target.json", dir_ / "cudnn-engines-link.json");
+  fs::create_directories(dir_ / "cudnn-engines-folder.json");
+  std::vector<std::string> errors;
+  EXPECT_EQ(RemoveCacheFiles(dir_, &errors), 2u);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  EXPECT_FALSE(fs::exists(dir_ / "cudnn-engines-A-sm90-132mp.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "cudnn-engines-A-sm90-132mp.json.lock"));
+  EXPECT_FALSE(fs::exists(dir_ / "cudnn-engines-A-sm90-132mp.json.tmp.4242"));
+  EXPECT_FALSE(fs::exists(dir_ / "cudnn-engines-B-sm80-108mp.json"));
+  for (const auto& name : kept) EXPECT_TRUE(fs::exists(dir_ / name)) << name;
+  EXPECT_TRUE(fs::is_symlink(dir_ / "cudnn-engines-link.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "elsewhere" / "target.json"));
+  EXPECT_TRUE(fs::is_directory(dir_ / "cudnn-engines-folder.json"));
+  EXPECT_EQ(RemoveCacheFiles(dir_ / "absent", &errors), 0u);
+  EXPECT_TRUE(errors.empty());
+}
+
 TEST(EngineCacheDirectory, FollowsXdgThenHome) {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");

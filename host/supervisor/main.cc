@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine_cache.h"
 #include "trainbench/engine.h"
 
 namespace fs = std::filesystem;
@@ -71,6 +72,46 @@ int Fail(const std::string& log_format, const std::string& message, int exit_cod
   else
     std::fprintf(stderr, "error: %s\n", message.c_str());
   return exit_code;
+}
+
+// `trainbench cache`: the per-machine autotuning caches the CUDA plugins keep
+// (cuDNN's engine choices), listed, or removed with --clear.
+int CacheCommand(fs::path dir, bool clear, const std::string& log_format) {
+  if (dir.empty()) dir = plugins::DefaultCacheDirectory();
+  if (dir.empty()) {
+    return Fail(log_format,
+                "no cache folder: neither XDG_CACHE_HOME nor HOME is an absolute path; name the folder with --dir",
+                kExitConfig);
+  }
+  if (clear) {
+    std::vector<std::string> errors;
+    const std::size_t removed = plugins::RemoveCacheFiles(dir, &errors);
+    std::printf("removed %zu engine cache file(s) from %s: the next run on this machine times every engine again\n",
+                removed, dir.c_str());
+    for (const std::string& error : errors) spdlog::error("not removed: {}", error);
+    return errors.empty() ? kExitOk : kExitError;
+  }
+  const std::vector<plugins::CacheFileSummary> files = plugins::ListCacheFiles(dir);
+  if (files.empty()) {
+    std::printf("no engine caches in %s\n", dir.c_str());
+    return kExitOk;
+  }
+  std::printf(
+      "engine caches in %s (cuDNN's autotuned engine choices, one file per GPU model; `trainbench cache "
+      "--clear` removes them):\n",
+      dir.c_str());
+  for (const auto& f : files) {
+    const std::string name = f.file.filename().string();
+    if (!f.problem.empty()) {
+      std::printf("  %s: unusable: it %s (a run on its GPU rebuilds it)\n", name.c_str(), f.problem.c_str());
+      continue;
+    }
+    std::string machine;
+    for (const auto& [key, value] : f.machine) machine += (machine.empty() ? "" : ", ") + key + " " + value;
+    std::printf("  %s: %zu choice(s), %.1f KiB; %s\n", name.c_str(), f.choices, static_cast<double>(f.bytes) / 1024.0,
+                machine.c_str());
+  }
+  return kExitOk;
 }
 
 // "--log-format json" or "--log-format=json" among the arguments.
@@ -168,6 +209,13 @@ int main(int argc, char** argv) {
   report->add_option("results", report_files, "results.json files (several: side by side)")->required();
   report->add_option("--format", report_format, "markdown or csv")->check(CLI::IsMember({"markdown", "csv"}));
   report->add_option("--plot", report_plot, "draw speedup vs model size and throughput to this .png or .svg (gnuplot)");
+  fs::path cache_dir;
+  bool cache_clear = false;
+  auto* cache = app.add_subcommand(
+      "cache", "list the per-machine autotuning caches (cuDNN's engine choices for the ResNets), or clear them");
+  cache->add_option("--dir", cache_dir,
+                    "the cache folder (default: $XDG_CACHE_HOME/trainbench, else ~/.cache/trainbench)");
+  cache->add_flag("--clear", cache_clear, "remove them: the next run on this machine times every engine again");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -196,6 +244,7 @@ int main(int argc, char** argv) {
       }
       return kExitOk;
     }
+    if (cache->parsed()) return CacheCommand(cache_dir, cache_clear, log_format);
     const Engine engine(engine_options);
     if (plugins->parsed()) {
       PrintPlugins(engine);

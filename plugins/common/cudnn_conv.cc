@@ -460,8 +460,9 @@ std::unique_ptr<EngineCache> OpenCache(int device) {
   // different sizes on one host keep a file each, instead of finding one
   // another's stale in turn.
   if (!directory.empty())
-    file = directory / ("cudnn-engines-" + FileNameSafe(props.name) + "-sm" + std::to_string(props.major) +
-                        std::to_string(props.minor) + "-" + std::to_string(props.multiProcessorCount) + "mp.json");
+    file = directory /
+           (std::string(kEngineCacheFilePrefix) + FileNameSafe(props.name) + "-sm" + std::to_string(props.major) +
+            std::to_string(props.minor) + "-" + std::to_string(props.multiProcessorCount) + "mp.json");
   else
     Warn("neither XDG_CACHE_HOME nor HOME is set: cuDNN's engine choices stay in this process");
   return std::make_unique<EngineCache>(file, machine, Warn);

@@ -4,6 +4,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -49,6 +51,82 @@ json ChoiceJson(const EngineChoice& choice) {
   return {{"engine", choice.engine}, {"knobs", knobs}, {"ms", choice.milliseconds}};
 }
 
+enum class ParseResult { kMissing, kParsed, kUnusable };
+
+// Reads an engine-cache file: its machine description and choices, or why
+// it is unusable (whatever the machine).
+ParseResult ParseFile(const std::filesystem::path& file, std::map<std::string, std::string>* machine,
+                      std::map<std::string, EngineChoice>* entries, std::string* why) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(file, ec);
+  if (ec || !std::filesystem::exists(status)) return ParseResult::kMissing;
+  if (!std::filesystem::is_regular_file(status)) {
+    *why = "is not a regular file";
+    return ParseResult::kUnusable;
+  }
+  const std::uintmax_t bytes = std::filesystem::file_size(file, ec);
+  if (ec || bytes > kMaxFileBytes) {
+    *why = ec ? "cannot be sized (" + ec.message() + ")" : "is larger than any cache this program writes";
+    return ParseResult::kUnusable;
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    *why = "cannot be opened";
+    return ParseResult::kUnusable;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    *why = "is not valid JSON";
+    return ParseResult::kUnusable;
+  }
+  if (j.value("format", "") != kFormat || !j.contains("version") || j["version"] != kVersion) {
+    *why = "is not a version-" + std::to_string(kVersion) + " engine cache";
+    return ParseResult::kUnusable;
+  }
+  if (!j.contains("machine") || !j["machine"].is_object() || !j.contains("entries") || !j["entries"].is_object()) {
+    *why = "lacks its machine or entries";
+    return ParseResult::kUnusable;
+  }
+  for (const auto& [name, value] : j["machine"].items()) {
+    if (!value.is_string()) {
+      *why = "has a malformed machine description";
+      return ParseResult::kUnusable;
+    }
+    (*machine)[name] = value.get<std::string>();
+  }
+  for (const auto& [key, value] : j["entries"].items()) {
+    EngineChoice choice;
+    if (!ParseChoice(value, &choice)) {
+      *why = "has a malformed entry";
+      return ParseResult::kUnusable;
+    }
+    entries->emplace(key, std::move(choice));
+  }
+  return ParseResult::kParsed;
+}
+
+bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A cache file's name: the prefix, then anything, then ".json".
+bool IsCacheFileName(const std::string& name) {
+  return StartsWith(name, kEngineCacheFilePrefix) && EndsWith(name, ".json") &&
+         name.size() > std::string(kEngineCacheFilePrefix).size() + 5;
+}
+
+// What a writer leaves beside a cache file: NAME.json.lock, NAME.json.tmp.PID.
+bool IsCacheCompanion(const std::string& name) {
+  if (!StartsWith(name, kEngineCacheFilePrefix)) return false;
+  if (EndsWith(name, ".json.lock")) return true;
+  const auto at = name.rfind(".json.tmp.");
+  return at != std::string::npos && at + 10 < name.size() &&
+         name.find_first_not_of("0123456789", at + 10) == std::string::npos;
+}
+
 }  // namespace
 
 std::filesystem::path DefaultCacheDirectory() {
@@ -71,6 +149,52 @@ std::string FileNameSafe(const std::string& name) {
   return out.empty() ? "_" : out;
 }
 
+std::vector<CacheFileSummary> ListCacheFiles(const std::filesystem::path& directory) {
+  std::vector<CacheFileSummary> out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!IsCacheFileName(name)) continue;
+    CacheFileSummary summary;
+    summary.file = it->path();
+    std::error_code size_ec;
+    const std::uintmax_t bytes = std::filesystem::file_size(it->path(), size_ec);
+    summary.bytes = size_ec ? 0 : bytes;
+    std::map<std::string, EngineChoice> entries;
+    if (ParseFile(it->path(), &summary.machine, &entries, &summary.problem) == ParseResult::kMissing)
+      summary.problem = "vanished while being read";
+    summary.choices = summary.problem.empty() ? entries.size() : 0;
+    if (!summary.problem.empty()) summary.machine.clear();
+    out.push_back(std::move(summary));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.file < b.file; });
+  return out;
+}
+
+std::size_t RemoveCacheFiles(const std::filesystem::path& directory, std::vector<std::string>* errors) {
+  std::size_t removed = 0;
+  std::vector<std::filesystem::path> doomed;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (IsCacheFileName(name) || IsCacheCompanion(name)) doomed.push_back(it->path());
+  }
+  if (ec && errors != nullptr && ec != std::errc::no_such_file_or_directory)
+    errors->push_back(directory.string() + ": " + ec.message());
+  for (const auto& path : doomed) {
+    // Links and folders of such a name are left alone: only files this
+    // program writes go.
+    std::error_code type_ec;
+    if (std::filesystem::symlink_status(path, type_ec).type() != std::filesystem::file_type::regular) continue;
+    if (::unlink(path.c_str()) != 0) {
+      if (errors != nullptr) errors->push_back(path.string() + ": " + std::generic_category().message(errno));
+      continue;
+    }
+    removed += IsCacheFileName(path.filename().string()) ? 1 : 0;
+  }
+  return removed;
+}
+
 EngineCache::EngineCache(std::filesystem::path file, std::map<std::string, std::string> machine, Warn warn)
     : file_(std::move(file)), machine_(std::move(machine)), warn_(std::move(warn)) {
   if (file_.empty()) return;
@@ -80,46 +204,11 @@ EngineCache::EngineCache(std::filesystem::path file, std::map<std::string, std::
 }
 
 EngineCache::FileState EngineCache::Read(std::map<std::string, EngineChoice>* entries, std::string* why) const {
-  std::error_code ec;
-  const auto status = std::filesystem::status(file_, ec);
-  if (ec || !std::filesystem::exists(status)) return FileState::kMissing;
-  if (!std::filesystem::is_regular_file(status)) {
-    *why = "is not a regular file";
-    return FileState::kUnusable;
-  }
-  const std::uintmax_t bytes = std::filesystem::file_size(file_, ec);
-  if (ec || bytes > kMaxFileBytes) {
-    *why = ec ? "cannot be sized (" + ec.message() + ")" : "is larger than any cache this program writes";
-    return FileState::kUnusable;
-  }
-  std::ifstream in(file_, std::ios::binary);
-  if (!in) {
-    *why = "cannot be opened";
-    return FileState::kUnusable;
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    *why = "is not valid JSON";
-    return FileState::kUnusable;
-  }
-  if (j.value("format", "") != kFormat || !j.contains("version") || j["version"] != kVersion) {
-    *why = "is not a version-" + std::to_string(kVersion) + " engine cache";
-    return FileState::kUnusable;
-  }
-  if (!j.contains("machine") || !j["machine"].is_object() || !j.contains("entries") || !j["entries"].is_object()) {
-    *why = "lacks its machine or entries";
-    return FileState::kUnusable;
-  }
   std::map<std::string, std::string> machine;
-  for (const auto& [name, value] : j["machine"].items()) {
-    if (!value.is_string()) {
-      *why = "has a malformed machine description";
-      return FileState::kUnusable;
-    }
-    machine[name] = value.get<std::string>();
-  }
+  std::map<std::string, EngineChoice> read;
+  const ParseResult parsed = ParseFile(file_, &machine, &read, why);
+  if (parsed == ParseResult::kMissing) return FileState::kMissing;
+  if (parsed == ParseResult::kUnusable) return FileState::kUnusable;
   if (machine != machine_) {
     for (const auto& [name, value] : machine_) {
       const auto it = machine.find(name);
@@ -131,15 +220,6 @@ EngineCache::FileState EngineCache::Read(std::map<std::string, EngineChoice>* en
     }
     *why = "is stale (made for another machine description)";
     return FileState::kUnusable;
-  }
-  std::map<std::string, EngineChoice> read;
-  for (const auto& [key, value] : j["entries"].items()) {
-    EngineChoice choice;
-    if (!ParseChoice(value, &choice)) {
-      *why = "has a malformed entry";
-      return FileState::kUnusable;
-    }
-    read.emplace(key, std::move(choice));
   }
   *entries = std::move(read);
   return FileState::kOurs;

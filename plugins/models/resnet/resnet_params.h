@@ -19,7 +19,8 @@ inline const TbParamSpec kResNetParams[] = {
      nullptr, 0, 0, 0},
     {"cudnn_engine_cache", TB_PARAM_BOOL, "true",
      "on CUDA, the convolutions through cuDNN's backend API, their autotuned engines kept per machine under "
-     "$XDG_CACHE_HOME/trainbench so that a repeat run times nothing (false: LibTorch's convolution)",
+     "$XDG_CACHE_HOME/trainbench so that a repeat run times nothing (`trainbench cache` lists them, --clear "
+     "removes them; false: LibTorch's convolution)",
      nullptr, 0, 0, 0},
     {"cudnn_runtime_compiled", TB_PARAM_BOOL, "false",
      "with cudnn_engine_cache, whether cuDNN's runtime-compiled engines are autotuning candidates too, as in "
