@@ -10,13 +10,14 @@ batch norm, element-wise, ...) and kernel by kernel, with the step's total.
 
   python3 bench/kernel_profile.py --model resnet50 --batch 1024 --mode eager --channels-last
   python3 bench/kernel_profile.py --model resnet50 --batch 1024 --mode compile --channels-last
-  python3 bench/kernel_profile.py --trace trace-1234.json --steps 10 --batch 1024
+  python3 bench/kernel_profile.py --trace trace-1234.json --steps 10 --batch 1024 --json after.json
+  python3 bench/kernel_profile.py --compare before.json after.json --names before after
 
 `--mode compile` compiles forward and backward (bf16 autocast) but without
 CUDA graphs, so that the profiler sees every kernel; the kernels' GPU time is
 what reduce-overhead mode replays.
 """
-import argparse, collections, json, re
+import argparse, collections, json, os, re
 
 # Kinds of work, first match wins; the patterns cover cuDNN's, cuBLAS's,
 # LibTorch's, Inductor's (Triton) and trainbench's own kernels.
@@ -64,6 +65,21 @@ def report(per_kernel, steps, batch, title, top, json_path=None):
             json.dump({"total_us": total, "kinds": {k: v[0] / steps for k, v in by_kind.items()},
                        "kernels": {n: [u / steps, c / steps] for n, (u, c) in rows}}, f, indent=1)
     return total
+
+
+def compare(paths, names):
+    """Side by side: the per-kind GPU time of several --json files (us/step)."""
+    docs = []
+    for path in paths:
+        with open(path) as f:
+            docs.append(json.load(f))
+    kinds = sorted({k for d in docs for k in d["kinds"]}, key=lambda k: -max(d["kinds"].get(k, 0) for d in docs))
+    print("| kind, us/step | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for kind in kinds:
+        print(f"| {kind} | " + " | ".join(f"{d['kinds'].get(kind, 0):,.1f}" for d in docs) + " |")
+    print("| **all** | " + " | ".join(f"**{d['total_us']:,.1f}**" for d in docs) + " |")
+    print("| kernels per step | " + " | ".join(f"{sum(c for _, c in d['kernels'].values()):g}" for d in docs) + " |")
 
 
 def kernels_of_trace(path):
@@ -134,7 +150,16 @@ def main():
     p.add_argument("--title", help="the report's heading (default: what was profiled)")
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--json", help="also write the table here")
+    p.add_argument("--compare", nargs="+", metavar="JSON",
+                   help="print the per-kind GPU time of these --json files side by side, and nothing else")
+    p.add_argument("--names", nargs="+", help="with --compare: the columns' headings (default: the file names)")
     a = p.parse_args()
+    if a.compare:
+        names = a.names or [os.path.basename(x) for x in a.compare]
+        if len(names) != len(a.compare):
+            p.error("--names needs one name per --compare file")
+        compare(a.compare, names)
+        return
     if a.trace:
         per_kernel = kernels_of_trace(a.trace)
         title = a.title or f"trainbench trace {a.trace} b{a.batch}"

@@ -193,6 +193,21 @@ class KernelProfileOfATrace(unittest.TestCase):
                     "| memcpy / memset | 2.0 | 0.5% | 1 |"):
             self.assertIn(row, r.stdout)
 
+    def test_two_profiles_side_by_side_per_kind(self):
+        with tempfile.TemporaryDirectory() as d:
+            before, after = os.path.join(d, "before.json"), os.path.join(d, "after.json")
+            self.assertEqual(self.run_profile(self.EVENTS * 2, "--json", before).returncode, 0)
+            faster = [dict(e, dur=e["dur"] / 2) if "ReduceNhwc" in e["name"] else e for e in self.EVENTS]
+            self.assertEqual(self.run_profile(faster * 2, "--json", after).returncode, 0)
+            r = subprocess.run([sys.executable, os.path.join(BENCH, "kernel_profile.py"), "--compare", before, after,
+                                "--names", "before", "after"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| kind, us/step | before | after |", r.stdout)
+        self.assertIn("| batch norm | 50.0 | 25.0 |", r.stdout)
+        self.assertIn("| convolution / matmul | 300.0 | 300.0 |", r.stdout)
+        self.assertIn("| **all** | **402.0** | **377.0** |", r.stdout)
+        self.assertIn("| kernels per step | 5 | 5 |", r.stdout)
+
     def test_a_trace_without_kernels_says_so(self):
         r = self.run_profile(self.EVENTS[5:])
         self.assertNotEqual(r.returncode, 0)
