@@ -289,7 +289,8 @@ for stage in $STAGES; do
             --json "$OUT/kprofile/pytorch-$model-$mode.json" > "$OUT/kprofile/pytorch-$model-$mode.md" 2> "$OUT/kprofile/pytorch-$model-$mode.err"
           echo "pytorch $model $mode rc=$?"; sed -n '1,16p' "$OUT/kprofile/pytorch-$model-$mode.md"
         done
-      done ;;
+      done
+      python3 bench/kernel_profile.py --compare "$OUT"/kprofile/*.json | tee "$OUT/kprofile/side-by-side.md" ;;
     # Issue 16: trainbench and plain PyTorch train to the same accuracy.
     parity)
       for seed in ${PARITY_SEEDS:-0 1 2 3}; do
