@@ -59,8 +59,6 @@ class KinetoTrace : public KernelTrace {
     }
   }
 
-  const std::string& Path() const override { return path_; }
-
  private:
   void Failed(const std::exception& e) {
     done_ = true;

@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
 
 namespace trainbench::worker {
 
@@ -27,8 +26,6 @@ class KernelTrace {
   /// end): a recording stops here and writes the steps it has (the log line
   /// says how many); nothing is recorded after.
   virtual void Interrupt() noexcept = 0;
-  /// The file written, or to be written.
-  virtual const std::string& Path() const = 0;
 };
 
 /// A trace for a cell on `device` when TRAINBENCH_KERNEL_TRACE is set, else
