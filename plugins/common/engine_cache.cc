@@ -127,6 +127,17 @@ bool IsCacheCompanion(const std::string& name) {
          name.find_first_not_of("0123456789", at + 10) == std::string::npos;
 }
 
+// The entries of `directory` whose names `wanted` accepts; `ec` says why the
+// listing stopped early (a missing folder: no such file or directory).
+std::vector<std::filesystem::path> EntriesNamed(const std::filesystem::path& directory,
+                                                bool (*wanted)(const std::string&), std::error_code& ec) {
+  std::vector<std::filesystem::path> out;
+  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
+    if (wanted(it->path().filename().string())) out.push_back(it->path());
+  }
+  return out;
+}
+
 }  // namespace
 
 std::filesystem::path DefaultCacheDirectory() {
@@ -152,16 +163,14 @@ std::string FileNameSafe(const std::string& name) {
 std::vector<CacheFileSummary> ListCacheFiles(const std::filesystem::path& directory) {
   std::vector<CacheFileSummary> out;
   std::error_code ec;
-  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (!IsCacheFileName(name)) continue;
+  for (const auto& path : EntriesNamed(directory, IsCacheFileName, ec)) {
     CacheFileSummary summary;
-    summary.file = it->path();
+    summary.file = path;
     std::error_code size_ec;
-    const std::uintmax_t bytes = std::filesystem::file_size(it->path(), size_ec);
+    const std::uintmax_t bytes = std::filesystem::file_size(path, size_ec);
     summary.bytes = size_ec ? 0 : bytes;
     std::map<std::string, EngineChoice> entries;
-    if (ParseFile(it->path(), &summary.machine, &entries, &summary.problem) == ParseResult::kMissing)
+    if (ParseFile(path, &summary.machine, &entries, &summary.problem) == ParseResult::kMissing)
       summary.problem = "vanished while being read";
     summary.choices = summary.problem.empty() ? entries.size() : 0;
     if (!summary.problem.empty()) summary.machine.clear();
@@ -173,12 +182,9 @@ std::vector<CacheFileSummary> ListCacheFiles(const std::filesystem::path& direct
 
 std::size_t RemoveCacheFiles(const std::filesystem::path& directory, std::vector<std::string>* errors) {
   std::size_t removed = 0;
-  std::vector<std::filesystem::path> doomed;
   std::error_code ec;
-  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (IsCacheFileName(name) || IsCacheCompanion(name)) doomed.push_back(it->path());
-  }
+  const std::vector<std::filesystem::path> doomed = EntriesNamed(
+      directory, [](const std::string& name) { return IsCacheFileName(name) || IsCacheCompanion(name); }, ec);
   if (ec && errors != nullptr && ec != std::errc::no_such_file_or_directory)
     errors->push_back(directory.string() + ": " + ec.message());
   for (const auto& path : doomed) {
