@@ -264,20 +264,19 @@ for stage in $STAGES; do
     # eager and torch.compile from torch.profiler (KPROFILE_MODELS).
     kprofile)
       mkdir -p "$OUT/kprofile"
-      # The rates untraced first (a traced cell runs a little slower).
-      build-gpu/bin/trainbench run bench/configs/kernel-trace.yaml --out "$OUT/kprofile/rates" > "$OUT/kprofile/rates.log" 2>&1
-      echo "rates run rc=$?"; sed -n '/^model/,/^\*/p' "$OUT/kprofile/rates.log"
-      # The fused batch norm's reduction geometry, swept (KPROFILE_SPLITS: caps on its blocks per channel tile).
-      for splits in ${KPROFILE_SPLITS-}; do
-        TRAINBENCH_BN_MAX_SPLITS=$splits build-gpu/bin/trainbench run bench/configs/kernel-trace.yaml --out "$OUT/kprofile/rates-s$splits" > "$OUT/kprofile/rates-s$splits.log" 2>&1
-        echo "rates with at most $splits splits rc=$?"; grep -E "^resnet.*bf16-cl-graph" "$OUT/kprofile/rates-s$splits.log"
+      # The rates untraced first (a traced cell runs a little slower), with
+      # the fused batch norm's default geometry, then with the caps on its
+      # blocks per channel tile that KPROFILE_SPLITS names.
+      for splits in default ${KPROFILE_SPLITS-}; do
+        cap=$([ "$splits" = default ] || echo "TRAINBENCH_BN_MAX_SPLITS=$splits")
+        env $cap build-gpu/bin/trainbench run bench/configs/kernel-trace.yaml --out "$OUT/kprofile/rates-$splits" > "$OUT/kprofile/rates-$splits.log" 2>&1
+        echo "rates, splits $splits, rc=$?"; grep -E "^(model|resnet)" "$OUT/kprofile/rates-$splits.log"
       done
       TRAINBENCH_KERNEL_TRACE=$OUT/kprofile/trace build-gpu/bin/trainbench run bench/configs/kernel-trace.yaml --out "$OUT/kprofile/run" > "$OUT/kprofile/run.log" 2>&1
       echo "kernel-trace run rc=$?"; sed -n '/^model/,$p' "$OUT/kprofile/run.log"
       for log in "$OUT"/kprofile/run/logs/cell-*.log; do
         name=$(basename "$log" .log)
-        trace=$(sed -n 's/^kernel trace: .* written to //p' "$log" | tail -1)
-        steps=$(sed -n 's/^kernel trace: \([0-9]*\) timed steps written to .*/\1/p' "$log" | tail -1)
+        read -r steps trace < <(sed -n 's/^kernel trace: \([0-9]*\) timed steps written to \(.*\)/\1 \2/p' "$log" | tail -1)
         if [ -z "$trace" ]; then echo "$name: no trace"; grep "kernel trace" "$log"; continue; fi
         python3 bench/kernel_profile.py --trace "$trace" --steps "$steps" --batch 1024 --title "trainbench $name" \
           --json "$OUT/kprofile/$name.json" > "$OUT/kprofile/$name.md"
