@@ -33,10 +33,10 @@ constexpr int kThreads = 256;
 // The last block of a reduction adds splits x (channels of its tile) partial
 // sums alone: tiles of at most 64 channels and at most 256 splits keep that
 // tail to a few rounds of loads per thread. About four blocks per SM in all
-// (each thread at least 4 rows) keep the memory system busy (the
-// kernels are built to fit four per SM): with two, the
-// reductions read at a third to a half of the element-wise passes' rate
-// (ResNet50 bf16 b1024 kernel trace, 2026-12-02).
+// (each thread at least 4 rows; the kernels are built to fit four per SM)
+// keep the memory system busy: with two, the reductions read at a third to a
+// half of the element-wise passes' rate (ResNet50 bf16 b1024 kernel trace,
+// 2026-12-02).
 constexpr int kReduceTileChannels = 64;
 constexpr int kMaxSplits = 256;
 constexpr int kReduceBlocksPerSm = 4;
