@@ -101,8 +101,10 @@ def profile_pytorch(a):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from pytorch_reference import setup
+    from pytorch_reference import MODELS, setup
 
+    if a.model not in MODELS:
+        raise SystemExit(f"--model {a.model}: not a model of pytorch_reference.py; one of {', '.join(MODELS)}")
     torch.backends.cudnn.benchmark = True
     m, opt, x, y, lossf = setup(a.model, a.batch, a.channels_last)
     amp = a.precision == "bf16"
@@ -139,8 +141,7 @@ def profile_pytorch(a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", default="simple_cnn",
-                   choices=["simple_cnn", "resnet18", "resnet50"])
+    p.add_argument("--model", default="simple_cnn", help="a model of pytorch_reference.py's MODELS")
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--mode", choices=["eager", "compile"], default="eager")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
