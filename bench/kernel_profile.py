@@ -23,6 +23,7 @@ import argparse, collections, json, os, re
 # LibTorch's, Inductor's (Triton) and trainbench's own kernels.
 CATEGORIES = [
     ("copy / layout", r"nchwToNhwc|nhwcToNchw|[Tt]ranspose|convert.*[Ll]ayout|copy_kernel|CatArrayBatched"),
+    ("pooling", r"resnet::kernels::.*MaxPool"),  # trainbench's stem max pool, before its batch norm
     ("batch norm", r"batch_norm|batchnorm|BatchNorm|\bbn_|_bn|welford|resnet::kernels::"),
     ("convolution / matmul", r"conv|Conv|cudnn|xmma|implicit_gemm|gemm|Gemm|GEMM|cutlass|wgrad|dgrad|fprop|"
                              r"sm\d+_|nvjet|ampere|hopper|cublas|splitK"),

@@ -278,6 +278,17 @@ TEST(Models, ResNetFusedBatchNormOnCudaMatchesTheCompositeBf16ChannelsLast) {
     ExpectFusedMatchesComposite(name, "fused_batchnorm", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true);
 }
 
+// The stem's max pool (this plugin's kernels) against LibTorch's, in a whole
+// training step: the same maxima, so the same function up to the rest of the
+// step's rounding.
+TEST(Models, ResNetFusedMaxPoolOnCudaMatchesLibTorchs) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string name : {"resnet18", "resnet50"}) {
+    ExpectFusedMatchesComposite(name, "fused_maxpool", sdk::Amp::kNone, false, 1e-3, /*truth=*/true);
+    ExpectFusedMatchesComposite(name, "fused_maxpool", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true);
+  }
+}
+
 // The convolutions through cuDNN's backend API (the engine cache) against
 // LibTorch's, in a whole training step, both against fp64.
 TEST(Models, ResNetEngineCacheConvolutionsOnCudaMatchLibTorchs) {

@@ -80,7 +80,7 @@ for stage in $STAGES; do
       echo "paper (synthetic 50k) rc=$?"; sed -n '/^model/,$p' "$OUT/paper-synthetic.log" ;;
     # The fused CUDA kernels (SimpleCNN's epilogue, the ResNets' batch norm):
     # their tests alone (a subset of `test`).
-    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "BiasReluMaxPool|BatchNormAct|Models\." > "$OUT/kernels.log" 2>&1
+    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Models\." > "$OUT/kernels.log" 2>&1
       echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60
       # The ResNets' batch norm alone, fused vs composite, per shape.
       build-gpu/bin/batch_norm_act_bench 1024 | tee "$OUT/batch-norm-bench.md" ;;
@@ -157,7 +157,7 @@ for stage in $STAGES; do
       synthetic=(-e 's|^  kind: cifar10|  kind: synthetic|' -e 's|^  path: .*|  train_size: 50000\n  test_size: 5000|')
       stock=(-e '/^  - plugin: cpu$/,/time_budget_seconds/d' -e 's/^  baseline: cpu/  baseline: cuda/'
              -e 's/^  - simple_cnn$/  - {plugin: simple_cnn, label: simple_cnn-stock, options: {fused_epilogue: false}}/'
-             -e 's/^  - \(resnet[0-9]*\)$/  - {plugin: \1, label: \1-stock, options: {fused_batchnorm: false, cudnn_engine_cache: false}}/')
+             -e 's/^  - \(resnet[0-9]*\)$/  - {plugin: \1, label: \1-stock, options: {fused_batchnorm: false, fused_maxpool: false, cudnn_engine_cache: false}}/')
       paper_run() {  # paper_run NAME SED-ARGS...: configs/paper.yaml, edited
         local name=$1; shift
         sed -e "s/time_budget_seconds: 300/time_budget_seconds: ${CPU_BUDGET:-40}/" -e "s/^name: paper/name: $name/" "$@" \

@@ -32,10 +32,9 @@
 
 #include <cstdint>
 
-namespace resnet::kernels {
+#include "kernel_types.h"
 
-enum class DType { kFloat, kBFloat16, kHalf };
-enum class Layout { kNchw, kNhwc };
+namespace resnet::kernels {
 
 struct BnProblem {
   DType dtype;

@@ -17,6 +17,10 @@ inline const TbParamSpec kResNetParams[] = {
      "on CUDA, each batch norm with its ReLU and residual add as two kernels forward and two backward (false: "
      "LibTorch's batch_norm, add and relu)",
      nullptr, 0, 0, 0},
+    {"fused_maxpool", TB_PARAM_BOOL, "true",
+     "on CUDA, the imagenet stem's max pool as this plugin's kernels (the window's maximum kept as a byte; the "
+     "backward a gather, several times faster than LibTorch's at the stem's shape; false: LibTorch's max_pool2d)",
+     nullptr, 0, 0, 0},
     {"cudnn_engine_cache", TB_PARAM_BOOL, "true",
      "on CUDA, the convolutions through cuDNN's backend API, their autotuned engines kept per machine under "
      "$XDG_CACHE_HOME/trainbench so that a repeat run times nothing (`trainbench cache` lists them, --clear "
