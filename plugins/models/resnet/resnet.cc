@@ -7,10 +7,14 @@
 #include <torch/nn/modules/pooling.h>
 
 #include <stdexcept>
+#include <vector>
 
 #include "batch_norm_act.h"
 #include "cudnn_conv.h"
+#include "max_pool.h"
+#include "trainbench/sdk/autocast.h"
 #include "trainbench/sdk/module_model.h"
+#include "weight_cast.h"
 
 namespace trainbench::plugins {
 namespace {
@@ -33,21 +37,57 @@ class ConvImpl : public sdk::CountedConv2dImpl {
         settings_(settings) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    if (engine_cache_ && cudnn_conv::Supports(x, weight))
-      return cudnn_conv::Conv2d(x, weight, {stride_, stride_}, {padding_, padding_}, settings_);
+    const torch::Tensor& w = cast_.defined() ? cast_ : weight;
+    if (engine_cache_ && cudnn_conv::Supports(x, w))
+      return cudnn_conv::Conv2d(x, w, {stride_, stride_}, {padding_, padding_}, settings_);
     return sdk::CountedConv2dImpl::forward(x);
   }
+
+  bool engine_cache() const { return engine_cache_; }
+
+  /// The weight already in autocast's type, for the cuDNN path (WeightCasts).
+  void UseCastWeight(torch::Tensor w) { cast_ = std::move(w); }
 
  private:
   int64_t stride_, padding_;
   bool engine_cache_;
   cudnn_conv::Settings settings_;
+  torch::Tensor cast_;
 };
 TORCH_MODULE(Conv);
 
-// What the blocks share: the fused batch norm, the engine cache.
+// For one forward under CUDA autocast: every convolution's weight cast to
+// autocast's type at once (weight_cast.h: one kernel, and one for the
+// gradients back, instead of one each way per weight), for the convolutions
+// on the cuDNN path, which would otherwise cast their weight each.
+class WeightCasts {
+ public:
+  WeightCasts(const std::vector<ConvImpl*>& convs, const torch::Tensor& input) {
+    if (!input.is_cuda() || !sdk::autocast::Enabled(c10::kCUDA)) return;
+    std::vector<torch::Tensor> weights;
+    for (ConvImpl* conv : convs) {
+      if (!conv->engine_cache()) continue;
+      convs_.push_back(conv);
+      weights.push_back(conv->weight);
+    }
+    if (weights.empty()) return;
+    std::vector<torch::Tensor> cast = resnet::CastWeights(weights, sdk::autocast::Type(c10::kCUDA));
+    for (size_t i = 0; i < convs_.size(); ++i) convs_[i]->UseCastWeight(std::move(cast[i]));
+  }
+  ~WeightCasts() {
+    for (ConvImpl* conv : convs_) conv->UseCastWeight({});
+  }
+  WeightCasts(const WeightCasts&) = delete;
+  WeightCasts& operator=(const WeightCasts&) = delete;
+
+ private:
+  std::vector<ConvImpl*> convs_;
+};
+
+// What the blocks share: the fused batch norm and max pool, the engine cache.
 struct Paths {
   bool fused_batchnorm;
+  bool fused_maxpool;
   bool engine_cache;
   cudnn_conv::Settings conv;
 };
@@ -119,7 +159,7 @@ TORCH_MODULE(Block);
 class ResNetImpl : public torch::nn::Module {
  public:
   ResNetImpl(const ResNetSpec& spec, int64_t num_classes, bool imagenet_stem, const Paths& paths)
-      : imagenet_stem_(imagenet_stem), fused_(paths.fused_batchnorm) {
+      : imagenet_stem_(imagenet_stem), fused_(paths.fused_batchnorm), fused_pool_(paths.fused_maxpool) {
     conv1_ = register_module(
         "conv1", imagenet_stem ? Conv(3, 64, 7, 2, 3, paths.engine_cache, paths.conv) : Conv3x3(3, 64, 1, paths));
     bn1_ = register_module("bn1", BatchNorm2d(64));
@@ -136,12 +176,15 @@ class ResNetImpl : public torch::nn::Module {
     }
     fc_ = register_module("fc", CountedLinear(in, num_classes));
     Initialise();
+    for (auto& m : modules(/*include_self=*/false))
+      if (auto* conv = m->as<ConvImpl>()) convs_.push_back(conv);
   }
 
   torch::Tensor forward(const torch::Tensor& input) {
+    const WeightCasts casts(convs_, input);
     torch::Tensor x = resnet::BatchNormAct(*bn1_, conv1_(input), {}, /*relu=*/true, fused_);
     if (imagenet_stem_) {
-      x = torch::max_pool2d(x, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
+      x = resnet::MaxPool2d(x, /*kernel=*/3, /*stride=*/2, /*padding=*/1, fused_pool_);
     }
     for (auto& layer : layers_) x = layer->forward(x);
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
@@ -163,7 +206,8 @@ class ResNetImpl : public torch::nn::Module {
     }
   }
 
-  bool imagenet_stem_, fused_;
+  bool imagenet_stem_, fused_, fused_pool_;
+  std::vector<ConvImpl*> convs_;  // every convolution (owned by the modules below)
   Conv conv1_{nullptr};
   BatchNorm2d bn1_{nullptr};
   torch::nn::Sequential layers_[4] = {nullptr, nullptr, nullptr, nullptr};
@@ -180,6 +224,7 @@ std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Option
   if (stem != "imagenet" && stem != "cifar")
     throw std::invalid_argument("stem must be 'imagenet' or 'cifar', not '" + stem + "'");
   const Paths paths{options.GetBool("fused_batchnorm") && resnet::FusedKernelsBuilt(),
+                    options.GetBool("fused_maxpool") && resnet::FusedKernelsBuilt(),
                     options.GetBool("cudnn_engine_cache") && cudnn_conv::Built(),
                     cudnn_conv::Settings{options.GetBool("cudnn_runtime_compiled")}};
   return std::make_unique<sdk::ModuleModel<ResNet>>(ResNet(spec, classes, stem == "imagenet", paths),
