@@ -100,40 +100,68 @@ __device__ __forceinline__ float MaskedGrad(float dy, float x, float y, float sc
   return Passes<T>(x, scale, shift) ? dy : 0.f;
 }
 
+// What a channel's finish reads besides the sums: loaded by the last block
+// before the other blocks' partial sums, so that both loads share one round
+// trip to memory instead of following each other.
+struct ChannelConstants {
+  float weight, bias;
+  float running_mean, running_var;  // forward, when tracked
+  float ref;                        // forward: the channel's first value
+  float mean, invstd;               // backward: the forward's statistics
+};
+
+template <typename T, bool kBackward>
+__device__ __forceinline__ ChannelConstants LoadConstants(const Params& p, int c, int64_t ref_stride) {
+  ChannelConstants k{};
+  k.weight = p.weight[c];
+  k.bias = p.bias[c];
+  if constexpr (!kBackward) {
+    k.ref = ToFloat(static_cast<const T*>(p.x)[c * ref_stride]);
+    if (p.running_mean != nullptr) {
+      k.running_mean = p.running_mean[c];
+      k.running_var = p.running_var[c];
+    }
+  } else {
+    k.mean = p.mean[c];
+    k.invstd = p.invstd[c];
+  }
+  return k;
+}
+
 // Per-channel results of a finished reduction (sums over all elements of
 // channel c, in fp64), written by the last block.
-template <typename T, bool kBackward>
-__device__ void FinishChannel(const Params& p, int c, double s0, double s1, float ref) {
+template <bool kBackward>
+__device__ void FinishChannel(const Params& p, int c, double s0, double s1, const ChannelConstants& k) {
   const double n = static_cast<double>(p.rows);
   if constexpr (!kBackward) {
     // s0, s1: sums of d and d^2, d = x - ref (ref: the channel's first value).
     const double mean_d = s0 / n;
     const double var = fmax(s1 / n - mean_d * mean_d, 0.0);
-    const float mean = static_cast<float>(ref + mean_d);
+    const float mean = static_cast<float>(k.ref + mean_d);
     const float invstd = static_cast<float>(1.0 / sqrt(var + static_cast<double>(p.eps)));
     p.mean[c] = mean;
     p.invstd[c] = invstd;
     if (p.running_mean != nullptr) {
       const float m = p.momentum;
-      p.running_mean[c] = (1.f - m) * p.running_mean[c] + m * mean;
-      p.running_var[c] = (1.f - m) * p.running_var[c] + m * static_cast<float>(var * n / (n - 1.0));
+      p.running_mean[c] = (1.f - m) * k.running_mean + m * mean;
+      p.running_var[c] = (1.f - m) * k.running_var + m * static_cast<float>(var * n / (n - 1.0));
     }
     float scale, shift;
-    Affine(p.weight[c], p.bias[c], mean, invstd, scale, shift);
+    Affine(k.weight, k.bias, mean, invstd, scale, shift);
     p.coef[c * kForwardCoefficients] = scale;
     p.coef[c * kForwardCoefficients + 1] = shift;
   } else {
     // s0, s1: sums of dz and dz (x - mean).
-    const float invstd = p.invstd[c], w = p.weight[c], mean = p.mean[c];
+    const float invstd = k.invstd, w = k.weight, mean = k.mean;
     p.grad_bias[c] = static_cast<float>(s0);
     p.grad_weight[c] = static_cast<float>(s1 * invstd);
     const double k1 = static_cast<double>(w) * invstd;
-    float* k = p.coef + c * kBackwardCoefficients;
-    k[0] = static_cast<float>(k1);
-    k[1] = static_cast<float>(-k1 * invstd * invstd * s1 / n);
-    k[2] = static_cast<float>(-k1 * s0 / n);
-    k[3] = mean;
-    Affine(w, p.bias[c], mean, invstd, k[4], k[5]);
+    float* coef = p.coef + c * kBackwardCoefficients;
+    coef[0] = static_cast<float>(k1);
+    coef[1] = static_cast<float>(-k1 * invstd * invstd * s1 / n);
+    coef[2] = static_cast<float>(-k1 * s0 / n);
+    coef[3] = mean;
+    Affine(w, k.bias, mean, invstd, coef[4], coef[5]);
   }
 }
 
@@ -145,6 +173,9 @@ __device__ void FinishTile(const Params& p, int first, int count, int splits, in
   __shared__ double red[2][kThreads];
   const int parts = blockDim.x / count;  // count <= blockDim.x
   const int slot = threadIdx.x % count, part = threadIdx.x / count;
+  const bool finishes = static_cast<int>(threadIdx.x) < count;
+  ChannelConstants constants{};
+  if (finishes) constants = LoadConstants<T, kBackward>(p, first + threadIdx.x, ref_stride);
   double s0 = 0.0, s1 = 0.0;
   if (part < parts) {
     // A channel's (s0, s1) of split sp is float2 number sp * C + c. The
@@ -170,14 +201,12 @@ __device__ void FinishTile(const Params& p, int first, int count, int splits, in
   red[0][threadIdx.x] = s0;
   red[1][threadIdx.x] = s1;
   __syncthreads();
-  if (threadIdx.x < count) {
+  if (finishes) {
     for (int q = 1; q < parts; ++q) {
       s0 += red[0][q * count + threadIdx.x];
       s1 += red[1][q * count + threadIdx.x];
     }
-    const int c = first + threadIdx.x;
-    const float ref = kBackward ? 0.f : ToFloat(static_cast<const T*>(p.x)[c * ref_stride]);
-    FinishChannel<T, kBackward>(p, c, s0, s1, ref);
+    FinishChannel<kBackward>(p, first + threadIdx.x, s0, s1, constants);
   }
 }
 
