@@ -13,7 +13,9 @@
 // and adds the gradients of those whose maximum it was, in the order LibTorch
 // adds them (windows by row, then column), in fp32, rounded once. The maxima
 // and their positions are LibTorch's: the first maximum of a window in row
-// order, and a NaN wins over any number (the last NaN of a window).
+// order, and a NaN wins over any number (the last NaN of a window); a window
+// of -inf only keeps its first position (LibTorch's NCHW and CPU kernels; its
+// NHWC CUDA kernel keeps the plane's first element there).
 //
 // x: (N, C, H, W) of float, bfloat16 or half, fully contiguous NCHW or NHWC;
 // y, grad_y and the positions: (N, C, OH, OW) in the same layout, OH =

@@ -49,8 +49,10 @@ struct CastAll : public torch::autograd::Function<CastAll> {
     }
     Cast(jobs, at::kFloat, to);
     // The weights themselves (references, not copies): the backward's
-    // gradients take their sizes, strides and device.
+    // gradients take their sizes, strides and device. An output nobody used
+    // gets no gradient (not a zero one), as with LibTorch's cast.
     ctx->save_for_backward(weights.vec());
+    ctx->set_materialize_grads(false);
     return out;
   }
 
