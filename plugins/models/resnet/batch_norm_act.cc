@@ -7,6 +7,7 @@
 #include <torch/autograd.h>
 
 #include "batch_norm_act_kernels.h"
+#include "kernel_dtype.h"
 #endif
 
 namespace resnet {
@@ -31,15 +32,8 @@ bool IsNhwc(const torch::Tensor& x) { return x.is_contiguous(c10::MemoryFormat::
 
 c10::MemoryFormat Format(bool nhwc) { return nhwc ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous; }
 
-kernels::DType Type(const torch::Tensor& x) {
-  const auto type = x.scalar_type();
-  return type == torch::kFloat      ? kernels::DType::kFloat
-         : type == torch::kBFloat16 ? kernels::DType::kBFloat16
-                                    : kernels::DType::kHalf;
-}
-
 kernels::BnProblem Problem(const torch::Tensor& x, bool nhwc, bool relu, bool residual) {
-  return kernels::BnProblem{Type(x),
+  return kernels::BnProblem{kernels::DTypeOf(x.scalar_type()),
                             nhwc ? kernels::Layout::kNhwc : kernels::Layout::kNchw,
                             x.size(0),
                             x.size(1),
@@ -55,8 +49,7 @@ bool IsFloatOn(const torch::Tensor& t, const torch::Tensor& x) {
 
 bool FusedApplies(const BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu) {
   const auto type = x.scalar_type();
-  if (!x.is_cuda() || x.dim() != 4 || (type != torch::kFloat && type != torch::kBFloat16 && type != torch::kHalf))
-    return false;
+  if (!x.is_cuda() || x.dim() != 4 || !kernels::Takes(type)) return false;
   if (bn.HasCrossRankSum() || !bn.options.affine() || !bn.options.momentum().has_value()) return false;
   if (!IsFloatOn(bn.weight, x) || !IsFloatOn(bn.bias, x)) return false;
   if (bn.options.track_running_stats() && (!IsFloatOn(bn.running_mean, x) || !IsFloatOn(bn.running_var, x)))

@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
 
+#include "kernel_dtype.h"
 #include "max_pool_kernels.h"
 #endif
 
@@ -28,10 +29,7 @@ bool IsNhwc(const torch::Tensor& x) {
 c10::MemoryFormat Format(bool nhwc) { return nhwc ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous; }
 
 kernels::PoolProblem Problem(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
-  const auto type = x.scalar_type();
-  return kernels::PoolProblem{type == torch::kFloat      ? kernels::DType::kFloat
-                              : type == torch::kBFloat16 ? kernels::DType::kBFloat16
-                                                         : kernels::DType::kHalf,
+  return kernels::PoolProblem{kernels::DTypeOf(x.scalar_type()),
                               IsNhwc(x) ? kernels::Layout::kNhwc : kernels::Layout::kNchw,
                               x.size(0),
                               x.size(1),
@@ -43,9 +41,7 @@ kernels::PoolProblem Problem(const torch::Tensor& x, int64_t kernel, int64_t str
 }
 
 bool Applies(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
-  const auto type = x.scalar_type();
-  if (!x.is_cuda() || x.dim() != 4 || (type != torch::kFloat && type != torch::kBFloat16 && type != torch::kHalf))
-    return false;
+  if (!x.is_cuda() || x.dim() != 4 || !kernels::Takes(x.scalar_type())) return false;
   if (!IsNhwc(x) && !x.is_contiguous()) return false;
   if (kernel < 1 || kernel > 15 || stride < 1 || stride > 15 || padding < 0 || padding > 7) return false;
   return kernels::PoolSupported(Problem(x, kernel, stride, padding));

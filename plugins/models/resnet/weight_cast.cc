@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
 
+#include "kernel_dtype.h"
 #include "weight_cast_kernels.h"
 #endif
 
@@ -15,12 +16,6 @@ namespace {
 #ifdef TRAINBENCH_RESNET_KERNELS
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-kernels::DType Type(at::ScalarType type) {
-  return type == at::kFloat      ? kernels::DType::kFloat
-         : type == at::kBFloat16 ? kernels::DType::kBFloat16
-                                 : kernels::DType::kHalf;
-}
 
 bool Applies(const std::vector<torch::Tensor>& weights, at::ScalarType type) {
   if (weights.empty() || (type != at::kBFloat16 && type != at::kHalf)) return false;
@@ -33,8 +28,8 @@ bool Applies(const std::vector<torch::Tensor>& weights, at::ScalarType type) {
 }
 
 void Cast(const std::vector<kernels::CastJob>& jobs, at::ScalarType from, at::ScalarType to) {
-  C10_CUDA_CHECK(kernels::CastTensors(jobs.data(), static_cast<int>(jobs.size()), Type(from), Type(to),
-                                      c10::cuda::getCurrentCUDAStream()));
+  C10_CUDA_CHECK(kernels::CastTensors(jobs.data(), static_cast<int>(jobs.size()), kernels::DTypeOf(from),
+                                      kernels::DTypeOf(to), c10::cuda::getCurrentCUDAStream()));
 }
 
 struct CastAll : public torch::autograd::Function<CastAll> {
