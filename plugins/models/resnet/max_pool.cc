@@ -43,7 +43,8 @@ kernels::PoolProblem Problem(const torch::Tensor& x, int64_t kernel, int64_t str
 bool Applies(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
   if (!x.is_cuda() || x.dim() != 4 || !kernels::Takes(x.scalar_type())) return false;
   if (!IsNhwc(x) && !x.is_contiguous()) return false;
-  if (kernel < 1 || kernel > 15 || stride < 1 || stride > 15 || padding < 0 || padding > 7) return false;
+  // Within int before PoolProblem takes them; PoolSupported has the real bounds.
+  if (kernel < 1 || kernel > 1024 || stride < 1 || stride > 1024 || padding < 0 || padding > 1024) return false;
   return kernels::PoolSupported(Problem(x, kernel, stride, padding));
 }
 
