@@ -299,8 +299,9 @@ TEST(Models, ResNetEngineCacheConvolutionsOnCudaMatchLibTorchs) {
   }
 }
 
-// On the CPU the option changes nothing: the same function either way.
-TEST(Models, ResNetFusedBatchNormOptionLeavesTheCpuPathAlone) {
+// On the CPU the fused kernels' options change nothing: the same function
+// either way.
+TEST(Models, ResNetFusedOptionsLeaveTheCpuPathAlone) {
   torch::manual_seed(1);
   auto a = Create(LoadPlugin(trainbench::testing::PluginFile("resnet18")), {{"num_classes", 10},
                                                                             {"stem", "imagenet"},
@@ -311,6 +312,7 @@ TEST(Models, ResNetFusedBatchNormOptionLeavesTheCpuPathAlone) {
                                                                             {"stem", "imagenet"},
                                                                             {"image_size", 32},
                                                                             {"fused_batchnorm", false},
+                                                                            {"fused_maxpool", false},
                                                                             {"cudnn_engine_cache", true}});
   {
     torch::NoGradGuard no_grad;
