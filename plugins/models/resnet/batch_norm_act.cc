@@ -24,13 +24,12 @@ torch::Tensor Composite(BatchNorm2dImpl& bn, const torch::Tensor& x, const torch
 }
 
 #ifdef TRAINBENCH_RESNET_KERNELS
+using kernels::Format;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // channels_last when x is (a 1x1 map is both: the same memory either way).
 bool IsNhwc(const torch::Tensor& x) { return x.is_contiguous(c10::MemoryFormat::ChannelsLast); }
-
-c10::MemoryFormat Format(bool nhwc) { return nhwc ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous; }
 
 kernels::BnProblem Problem(const torch::Tensor& x, bool nhwc, bool relu, bool residual) {
   return kernels::BnProblem{kernels::DTypeOf(x.scalar_type()),

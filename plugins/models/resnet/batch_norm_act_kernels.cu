@@ -18,6 +18,7 @@
 
 #include "../../common/cuda_element.cuh"
 #include "batch_norm_act_kernels.h"
+#include "kernel_host.h"
 
 namespace resnet::kernels {
 namespace {
@@ -42,8 +43,7 @@ constexpr int kMaxSplits = 256;
 constexpr int kReduceBlocksPerSm = 4;
 constexpr int kReduceRowsPerThread = 4;
 
-constexpr int kMaxTiles = 4096;  // counters per device: channel tiles of one reduction
-constexpr int kMaxDevices = 64;
+constexpr int kMaxTiles = 4096;           // counters per device: channel tiles of one reduction
 constexpr int kForwardCoefficients = 2;   // scale, shift
 constexpr int kBackwardCoefficients = 6;  // k1, k2, k3, mean, scale, shift
 
@@ -467,20 +467,6 @@ __global__ void InferenceCoefficients(Params p) {
 }
 
 // ---- Host side ----------------------------------------------------------
-
-int ElementBytes(DType dtype) { return dtype == DType::kFloat ? 4 : 2; }
-
-int SmCount() {
-  static std::array<int, kMaxDevices> counts{};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 1;
-  if (counts[device] == 0) {
-    int n = 0;
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
-    counts[device] = std::max(n, 1);
-  }
-  return counts[device];
-}
 
 std::mutex counters_mutex;
 std::array<int*, kMaxDevices> counters{};

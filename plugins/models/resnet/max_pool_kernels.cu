@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "../../common/cuda_element.cuh"
+#include "kernel_host.h"
 #include "max_pool_kernels.h"
 
 namespace resnet::kernels {
@@ -144,15 +145,8 @@ __global__ void __launch_bounds__(kThreads) MaxPoolBackwardKernel(PoolParams p) 
   }
 }
 
-int ElementBytes(DType dtype) { return dtype == DType::kFloat ? 4 : 2; }
-
 int Blocks(int64_t threads) {
-  static int sms = [] {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
-    return std::max(n, 1);
-  }();
-  return static_cast<int>(std::clamp<int64_t>((threads + kThreads - 1) / kThreads, 1, int64_t{32} * sms));
+  return static_cast<int>(std::clamp<int64_t>((threads + kThreads - 1) / kThreads, 1, int64_t{32} * SmCount()));
 }
 
 bool Aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
