@@ -16,6 +16,7 @@ namespace resnet {
 namespace {
 
 #ifdef TRAINBENCH_RESNET_KERNELS
+using kernels::Format;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -25,8 +26,6 @@ bool IsNhwc(const torch::Tensor& x) {
   return x.suggest_memory_format() == c10::MemoryFormat::ChannelsLast &&
          x.is_contiguous(c10::MemoryFormat::ChannelsLast);
 }
-
-c10::MemoryFormat Format(bool nhwc) { return nhwc ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous; }
 
 kernels::PoolProblem Problem(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
   return kernels::PoolProblem{kernels::DTypeOf(x.scalar_type()),
@@ -85,8 +84,15 @@ struct FusedMaxPool : public torch::autograd::Function<FusedMaxPool> {
     const torch::Tensor dy = grads[0].to(type).contiguous(Format(nhwc));
     torch::Tensor dx = torch::empty(shape, dy.options().memory_format(Format(nhwc)));
     // The problem as the forward saw it (x's layout: argmax has it too).
-    kernels::PoolProblem problem = Problem(dx, geometry[0], geometry[1], geometry[2]);
-    problem.layout = nhwc ? kernels::Layout::kNhwc : kernels::Layout::kNchw;
+    const kernels::PoolProblem problem{kernels::DTypeOf(type),
+                                       nhwc ? kernels::Layout::kNhwc : kernels::Layout::kNchw,
+                                       shape[0],
+                                       shape[1],
+                                       shape[2],
+                                       shape[3],
+                                       static_cast<int>(geometry[0]),
+                                       static_cast<int>(geometry[1]),
+                                       static_cast<int>(geometry[2])};
     C10_CUDA_CHECK(kernels::MaxPoolBackward(problem, dy.data_ptr(), argmax.data_ptr<uint8_t>(), dx.data_ptr(),
                                             c10::cuda::getCurrentCUDAStream()));
     return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
