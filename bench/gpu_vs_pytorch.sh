@@ -27,6 +27,26 @@ for model in $MODELS; do
     resnet18|resnet50) MODEL_LIST="$MODEL_LIST, {plugin: $model, label: $model-composite, options: {fused_batchnorm: false, fused_maxpool: false, cudnn_engine_cache: false}}" ;;
   esac
 done
+# The devices (precision, layout, graph), the same labels on both sides;
+# BENCH_LABELS keeps a subset (and the Python side's torch.compile rows only
+# where it names bf16-compile).
+declare -A DEVICES=(
+  [fp32]="{amp: none}"
+  [fp32-graph]="{amp: none, cuda_graph: true}"
+  [fp32-cl-graph]="{amp: none, channels_last: true, cuda_graph: true}"
+  [bf16-cl]="{amp: bf16, channels_last: true}"
+  [bf16-cl-graph]="{amp: bf16, channels_last: true, cuda_graph: true}"
+)
+LABELS=${BENCH_LABELS:-fp32 fp32-graph fp32-cl-graph bf16-cl bf16-cl-graph bf16-compile}
+DEVICE_LIST="" BASELINE=""
+for label in $LABELS; do
+  [ "$label" = bf16-compile ] && continue
+  [ -n "${DEVICES[$label]:-}" ] || { echo "BENCH_LABELS: unknown label $label (known: ${!DEVICES[*]} bf16-compile)" >&2; exit 2; }
+  DEVICE_LIST+="  - {plugin: cuda, label: $label, options: ${DEVICES[$label]}}"$'\n'
+  BASELINE=${BASELINE:-$label}
+done
+DEVICE_LIST=${DEVICE_LIST%$'\n'}
+[ -n "$BASELINE" ] || { echo "BENCH_LABELS names no trainbench device" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 for bs in $BATCHES; do
@@ -37,16 +57,14 @@ seed: 0
 dataset: {kind: synthetic, train_size: $(( bs * (steps + 5) )), test_size: 1000}
 models: [$MODEL_LIST]
 devices:
-  - {plugin: cuda, label: fp32, options: {amp: none}}
-  - {plugin: cuda, label: fp32-graph, options: {amp: none, cuda_graph: true}}
-  - {plugin: cuda, label: bf16-cl, options: {amp: bf16, channels_last: true}}
-  - {plugin: cuda, label: bf16-cl-graph, options: {amp: bf16, channels_last: true, cuda_graph: true}}
+$DEVICE_LIST
 training: {epochs: 1, batch_size: $bs, augment: true, optimizer: {name: sgd, lr: 0.01, momentum: 0.9, weight_decay: 0}}
-measurement: {warmup_steps: 20, max_steps: $steps, baseline: fp32, eval_batch_size: 1000}
+measurement: {warmup_steps: 20, max_steps: $steps, baseline: $BASELINE, eval_batch_size: 1000}
 YAML
   [ -n "${BENCH_CONFIG_ONLY:-}" ] && continue
   "$BUILD/bin/trainbench" run "$OUT/bench-b$bs.yaml" --out "$OUT/trainbench-b$bs" || true
 done
 [ -n "${BENCH_CONFIG_ONLY:-}" ] && exit 0
-python3 "$HERE/pytorch_reference.py" --batches $BATCHES --models $MODELS --compile $COMPILE_MODELS --out "$OUT/pytorch.json"
+python3 "$HERE/pytorch_reference.py" --batches $BATCHES --models $MODELS --compile $COMPILE_MODELS --labels $LABELS \
+  --out "$OUT/pytorch.json"
 python3 "$HERE/compare.py" "$OUT" $BATCHES | tee "$OUT/comparison.md"

@@ -134,6 +134,7 @@ if __name__ == "__main__":
         if IMAGE_SIZE > 64: steps = 30
         for name in a.models:
             for label, amp, cl, graph in (("fp32", False, False, False), ("fp32-graph", False, False, True),
+                                          ("fp32-cl-graph", False, True, True),
                                           ("bf16-cl", True, True, False), ("bf16-cl-graph", True, True, True)):
                 if a.labels and label not in a.labels: continue
                 r = bench(name, bs, amp, cl, graph, steps, warm, a.graph_dump)

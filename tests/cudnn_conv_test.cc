@@ -4,8 +4,9 @@
 // layers (7x7/2 stem, 3x3, 1x1, strided, 1x1 maps); a repeat run reads its
 // engines from the file and times nothing; runtime-compiled engines only
 // when asked; a corrupt or tampered file is rebuilt; heuristics alone store
-// nothing; the path replays in a CUDA graph and follows autocast. Built
-// where the path is (CUDA and cuDNN headers); skipped without a GPU.
+// nothing; the path replays in a CUDA graph and follows autocast; the
+// tuning's stream gate holds a stream and lets go. Built where the path is (CUDA and cuDNN headers); skipped without a
+// GPU.
 #include "cudnn_conv.h"
 
 #include <ATen/Context.h>
@@ -21,15 +22,18 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "autocast_scope.h"
 #include "relative_error.h"
+#include "stream_gate.h"
 
 namespace {
 
@@ -361,6 +365,50 @@ TEST(CudnnConvGraph, ReplaysInACudaGraph) {
     EXPECT_LE(RelativeError(x_grad, expected[0]), 1e-2) << replay;
     EXPECT_LE(RelativeError(w_grad, expected[1]), 1e-2) << replay;
   }
+}
+
+// The tuning's StreamGate: the stream waits until the gate opens, so that
+// events around work queued behind it time the GPU and not the host; a gate
+// left shut lets go after its limit.
+TEST(StreamGate, HoldsTheStreamUntilOpened) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto stream = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStreamGuard guard(stream);
+  torch::Tensor x = torch::zeros({1024}, torch::kCUDA);
+  cudaEvent_t start = nullptr, end = nullptr;
+  ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&end), cudaSuccess);
+  trainbench::plugins::StreamGate gate(stream.stream());
+  ASSERT_EQ(cudaEventRecord(start, stream.stream()), cudaSuccess);
+  for (int i = 0; i < 4; ++i) {
+    x.add_(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));  // a slow host
+  }
+  ASSERT_EQ(cudaEventRecord(end, stream.stream()), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(end), cudaErrorNotReady);
+  cudaGetLastError();  // not an error: leave nothing for LibTorch's checks
+  gate.Open();
+  ASSERT_EQ(cudaEventSynchronize(end), cudaSuccess);
+  float ms = 0;
+  ASSERT_EQ(cudaEventElapsedTime(&ms, start, end), cudaSuccess);
+  // Four tiny kernels back to back: far below the host's 100 ms.
+  EXPECT_LT(ms, 20.0f);
+  EXPECT_TRUE(gate.HeldUntilOpened());
+  EXPECT_EQ(x.cpu()[0].item<float>(), 4.0f);
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+}
+
+TEST(StreamGate, LetsGoAfterItsLimit) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto stream = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStreamGuard guard(stream);
+  torch::Tensor x = torch::zeros({16}, torch::kCUDA);
+  trainbench::plugins::StreamGate gate(stream.stream(), std::chrono::milliseconds(50));
+  x.add_(1);
+  stream.synchronize();  // returns although the gate was never opened
+  EXPECT_FALSE(gate.HeldUntilOpened());
+  EXPECT_EQ(x.cpu()[0].item<float>(), 1.0f);
 }
 
 // Under CUDA autocast both operands take its type, as at::conv2d's; the

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine_cache.h"
+#include "stream_gate.h"
 #include "trainbench/sdk/autocast.h"
 #endif
 
@@ -398,16 +399,27 @@ void ForEachCandidate(const Descriptor& graph, bool runtime_compiled, bool is_fl
   }
 }
 
+// A variant pack of the three tensors and a workspace: built once for the
+// many runs of one problem's candidates.
+DescriptorPtr Pack(const std::array<void*, 3>& pointers, void* workspace_ptr) {
+  DescriptorPtr pack = Make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  const int64_t uids[3] = {1, 2, 3};
+  pack->Set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids)
+      .Set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers.data())
+      .Set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace_ptr);
+  Check(pack->Finalize(), "variant pack");
+  return pack;
+}
+
+// Runs a plan on the handle's stream with a pack of Pack().
+void Execute(cudnnHandle_t handle, const Plan& plan, const Descriptor& pack) {
+  Check(cudnnBackendExecute(handle, plan.plan->get(), pack.get()), "execute");
+}
+
 // Runs a plan on the handle's stream with `workspace_ptr` (at least
 // plan.workspace bytes).
 void Execute(cudnnHandle_t handle, const Plan& plan, const std::array<void*, 3>& pointers, void* workspace_ptr) {
-  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  const int64_t uids[3] = {1, 2, 3};
-  pack.Set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids)
-      .Set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers.data())
-      .Set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace_ptr);
-  Check(pack.Finalize(), "variant pack");
-  Check(cudnnBackendExecute(handle, plan.plan->get(), pack.get()), "execute");
+  Execute(handle, plan, *Pack(pointers, workspace_ptr));
 }
 
 at::Tensor Workspace(int64_t bytes, const at::Device& device) {
@@ -496,21 +508,32 @@ bool Capturing(cudaStream_t stream) {
 
 // Times the candidates on the real tensors and returns the fastest's plan;
 // `choice` is set to it. The first `limit` candidates that build (all when
-// 0), in cuDNN's order, as LibTorch takes them. LibTorch runs each about
-// once, waiting for the GPU after each; here every candidate runs once, back
-// to back with one wait at the end, then those within 4x of the fastest run
-// twice more and the better of those two runs counts. (A first run also
-// loads the engine's kernels, which can inflate it; the 4x margin absorbs
-// that, and the second round decides.)
+// 0), in cuDNN's order, as LibTorch takes them (LibTorch runs each about
+// once, waiting for the GPU after each). Here, three rounds:
+//  1. every candidate once, back to back, one wait at the end. A first run
+//     also loads the engine's kernels and is timed with the host's launch
+//     overhead (a GPU that waits for the host is timed waiting), so this
+//     round only sets aside the clearly slow: over 4x the fastest;
+//  2. the rest once more, queued behind a StreamGate: the GPU's time alone;
+//  3. the finalists (within kFinalMargin of round 2's fastest, at most
+//     kFinalists of them) kFinalRuns times more, interleaved, behind gates.
+// A candidate counts with the best of its gated runs. Round 2 once where
+// LibTorch's way ran the same candidates twice, and the few near-best ones
+// more often: less GPU time, and a choice among close engines that the
+// host's launch rate does not decide.
 PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, const std::array<void*, 3>& pointers,
              const at::Device& device, cudaStream_t stream, int64_t limit, const Settings& settings, bool is_float,
              bool tf32, bool deterministic, EngineChoice* choice, int64_t* timed) {
+  constexpr float kSlowMargin = 4.0f, kFinalMargin = 1.15f;
+  constexpr size_t kFinalists = 6, kFinalRuns = 3, kRunsPerGate = 32;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point began = Clock::now();
   struct Built {
     Candidate candidate;
     PlanPtr plan;
-    float first = std::numeric_limits<float>::infinity(), best = std::numeric_limits<float>::infinity();
+    float first = std::numeric_limits<float>::infinity();
+    std::vector<float> gated;  // ms of its runs in rounds 2 and 3
+    bool failed = false;       // did not run here: no candidate
   };
   std::vector<Built> built;
   size_t tried = 0, runtime_compiled = 0;
@@ -551,68 +574,123 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
       built.erase(largest);
     }
   }
+  const DescriptorPtr pack = Pack(pointers, workspace.defined() ? workspace.data_ptr() : nullptr);
 
-  std::vector<cudaEvent_t> events(4 * built.size(), nullptr);
-  for (auto& event : events) C10_CUDA_CHECK(cudaEventCreate(&event));
-  // Runs candidate `i` timed between events[e] and events[e + 1]; false
-  // when it does not run here (it is then no candidate).
-  auto run = [&](size_t i, size_t e) {
+  // Timed runs: each between two events, read once the stream is waited for.
+  struct Queued {
+    size_t candidate;
+    cudaEvent_t start, end;
+  };
+  std::vector<cudaEvent_t> events, spare;
+  std::vector<Queued> queued;
+  auto event = [&] {
+    if (spare.empty()) {
+      cudaEvent_t e = nullptr;
+      C10_CUDA_CHECK(cudaEventCreate(&e));
+      events.push_back(e);
+      return e;
+    }
+    const cudaEvent_t e = spare.back();
+    spare.pop_back();
+    return e;
+  };
+  auto run = [&](size_t i) {
+    const Queued q{i, event(), event()};
     try {
-      C10_CUDA_CHECK(cudaEventRecord(events[e], stream));
-      Execute(handle, *built[i].plan, pointers, workspace.defined() ? workspace.data_ptr() : nullptr);
-      C10_CUDA_CHECK(cudaEventRecord(events[e + 1], stream));
-      return true;
+      C10_CUDA_CHECK(cudaEventRecord(q.start, stream));
+      Execute(handle, *built[i].plan, *pack);
+      C10_CUDA_CHECK(cudaEventRecord(q.end, stream));
+      queued.push_back(q);
     } catch (const c10::Error&) {
-      return false;
+      built[i].failed = true;
+      spare.insert(spare.end(), {q.start, q.end});
     }
   };
-  auto elapsed = [&](size_t e) {
-    float ms = 0;
-    C10_CUDA_CHECK(cudaEventElapsedTime(&ms, events[e], events[e + 1]));
-    return ms;
+  // Waits for the stream and calls `take(candidate, ms)` for every run queued.
+  auto collect = [&](auto&& take) {
+    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (const Queued& q : queued) {
+      float ms = 0;
+      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, q.start, q.end));
+      take(q.candidate, ms);
+      spare.insert(spare.end(), {q.start, q.end});
+    }
+    queued.clear();
   };
-  std::vector<char> runs(built.size(), 0);
-  for (size_t i = 0; i < built.size(); ++i) runs[i] = run(i, 4 * i);
-  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // Runs the candidates `order` names (in its order) behind gates of at most
+  // kRunsPerGate runs each.
+  bool gates_held = true;
+  auto gated = [&](const std::vector<size_t>& order) {
+    std::vector<std::unique_ptr<StreamGate> > gates;
+    for (size_t k = 0; k < order.size(); k += kRunsPerGate) {
+      gates.push_back(std::make_unique<StreamGate>(stream));
+      for (size_t j = k; j < std::min(order.size(), k + kRunsPerGate); ++j)
+        if (!built[order[j]].failed) run(order[j]);
+      gates.back()->Open();
+    }
+    collect([&](size_t i, float ms) { built[i].gated.push_back(ms); });
+    for (const auto& gate : gates) gates_held = gates_held && gate->HeldUntilOpened();
+  };
+
+  // Round 1.
+  for (size_t i = 0; i < built.size(); ++i) run(i);
   float fastest_first = std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < built.size(); ++i) {
-    if (!runs[i]) continue;
-    built[i].first = elapsed(4 * i);
-    fastest_first = std::min(fastest_first, built[i].first);
+  collect([&](size_t i, float ms) {
+    built[i].first = ms;
+    fastest_first = std::min(fastest_first, ms);
     ++*timed;
+  });
+  // Round 2.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < built.size(); ++i)
+    if (!built[i].failed && built[i].first <= kSlowMargin * fastest_first) order.push_back(i);
+  gated(order);
+  // Round 3: the finalists, fastest first, interleaved.
+  auto round2 = [&](size_t i) {
+    return built[i].failed || built[i].gated.empty() ? std::numeric_limits<float>::infinity() : built[i].gated[0];
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return round2(a) < round2(b); });
+  std::vector<size_t> finalists;
+  for (size_t i : order) {
+    if (finalists.size() == kFinalists || !(round2(i) <= kFinalMargin * round2(order.front()))) break;
+    finalists.push_back(i);
   }
-  for (size_t i = 0; i < built.size(); ++i) {
-    if (runs[i] && built[i].first <= 4 * fastest_first) runs[i] = run(i, 4 * i) && run(i, 4 * i + 2) ? 2 : 0;
-  }
-  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<size_t> interleaved;
+  for (size_t r = 0; r < kFinalRuns && finalists.size() > 1; ++r)
+    interleaved.insert(interleaved.end(), finalists.begin(), finalists.end());
+  gated(interleaved);
+
   PlanPtr best;
   float best_ms = std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < built.size(); ++i) {
-    if (runs[i] != 2) continue;
-    built[i].best = std::min(elapsed(4 * i), elapsed(4 * i + 2));
-    if (built[i].best < best_ms) {
-      best_ms = built[i].best;
-      best = built[i].plan;
-      *choice = built[i].candidate.choice;
+  for (const Built& b : built) {
+    if (b.failed || b.gated.empty()) continue;
+    const float ms = *std::min_element(b.gated.begin(), b.gated.end());
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = b.plan;
+      *choice = b.candidate.choice;
       choice->milliseconds = best_ms;
     }
   }
-  for (auto& event : events) cudaEventDestroy(event);
+  for (const cudaEvent_t e : events) cudaEventDestroy(e);
   if (TuneLog()) {
     auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
     bool chosen_runtime_compiled = false;
     float best_precompiled = std::numeric_limits<float>::infinity();
     for (const Built& b : built) {
       if (b.plan == best) chosen_runtime_compiled = b.candidate.runtime_compiled;
-      if (!b.candidate.runtime_compiled) best_precompiled = std::min(best_precompiled, b.best);
+      if (!b.candidate.runtime_compiled && !b.failed && !b.gated.empty())
+        best_precompiled = std::min(best_precompiled, *std::min_element(b.gated.begin(), b.gated.end()));
     }
     // One line per tuned operation; bench/tuning_log.py sums them up.
     std::fprintf(stderr,
                  "trainbench: cuDNN tuning: %zu candidates, %zu built (%.1f ms), timed in %.1f ms, %.1f ms in all; "
-                 "engine %lld at %.4f ms%s; %zu runtime-compiled built in %.1f ms; best precompiled %.4f ms\n",
+                 "engine %lld at %.4f ms%s; %zu runtime-compiled built in %.1f ms; best precompiled %.4f ms; "
+                 "%zu timed again, %zu finalists%s\n",
                  tried, built.size(), ms(building), ms(Clock::now() - run_start), ms(Clock::now() - began),
                  static_cast<long long>(choice->engine), best_ms, chosen_runtime_compiled ? " (runtime-compiled)" : "",
-                 runtime_compiled, ms(runtime_compiled_building), best_precompiled);
+                 runtime_compiled, ms(runtime_compiled_building), best_precompiled, order.size(), finalists.size(),
+                 gates_held ? "" : "; a gate let go before it was opened");
   }
   return best;
 }

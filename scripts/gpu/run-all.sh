@@ -212,7 +212,7 @@ for stage in $STAGES; do
     # cache; LibTorch's) from a fresh start: empty engine cache and empty
     # CUDA compute cache, then a repeat run on what the first left on disk.
     warmstart)
-      for variant in resnet50 resnet50-libtorch-conv; do
+      for variant in ${WARMSTART_VARIANTS:-resnet50 resnet50-libtorch-conv}; do
         other=$([ $variant = resnet50 ] && echo "label: resnet50-libtorch-conv" || echo "label: resnet50}")
         sed -e "/$other/d" -e "s/^name: .*/name: warm-start-$variant/" bench/configs/warm-start.yaml > "$OUT/ws-$variant.yaml"
         export XDG_CACHE_HOME=$(mktemp -d /tmp/trainbench-cache.XXXXXX) CUDA_CACHE_PATH=$(mktemp -d /tmp/cuda-cache.XXXXXX)
@@ -308,11 +308,14 @@ for stage in $STAGES; do
     # the last two: the tuning's choices (session 12 saw ResNet50's
     # convolutions take 2,154 us in one call and 2,480 in another).
     tunespread)
-      sed -e '/resnet18/d' -e '/composite/d' bench/configs/kernel-trace.yaml > "$OUT/tunespread.yaml"
+      # 200 timed steps (the kernel trace's 30 would add their own noise).
+      sed -e '/resnet18/d' -e '/composite/d' -e 's/train_size: 61440/train_size: 230400/' -e 's/max_steps: 50/max_steps: 220/' \
+        bench/configs/kernel-trace.yaml > "$OUT/tunespread.yaml"
       for run in fresh-1 fresh-2 fresh-3 cached-1 cached-2; do
         case $run in fresh-*) export XDG_CACHE_HOME=$(mktemp -d /tmp/trainbench-cache.XXXXXX) ;; esac
-        build-gpu/bin/trainbench run "$OUT/tunespread.yaml" --out "$OUT/tunespread-$run" > "$OUT/tunespread-$run.log" 2>&1
+        TRAINBENCH_CUDNN_TUNE_LOG=1 build-gpu/bin/trainbench run "$OUT/tunespread.yaml" --out "$OUT/tunespread-$run" > "$OUT/tunespread-$run.log" 2>&1
         echo "$run rc=$? $(grep -E '^resnet50 ' "$OUT/tunespread-$run.log" | awk '{print $4, "samples/s"}')"
+        case $run in fresh-*) python3 bench/tuning_log.py "$OUT/tunespread-$run"/logs/cell-*.log | head -2 ;; esac
       done
       cp "$XDG_CACHE_HOME"/trainbench/*.json "$OUT/tunespread-engines.json" 2>/dev/null
       unset XDG_CACHE_HOME ;;

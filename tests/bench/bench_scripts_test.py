@@ -244,6 +244,13 @@ class TuningLog(unittest.TestCase):
         out = self.summarise(self.LINES)
         self.assertIn("runtime-compiled: 6 built in 0.97 s; chosen for 1 of 2 operations, 0.0050 ms faster", out)
 
+    def test_counts_the_rounds_where_the_log_has_them(self):
+        line = ("trainbench: cuDNN tuning: 40 candidates, 38 built (10.0 ms), timed in 8.0 ms, 30.0 ms in all; engine 45 "
+                "at 0.0200 ms; 0 runtime-compiled built in 0.0 ms; best precompiled 0.0200 ms; 30 timed again, 4 finalists")
+        out = self.summarise([line, line])
+        self.assertIn("rounds: 76 candidates timed once, 60 timed again behind a gate, 8 finalists timed 3 times more", out)
+        self.assertNotIn("rounds:", self.summarise(self.LINES))
+
     def test_a_log_without_tuning_says_so(self):
         self.assertIn("no tuning lines", self.summarise(self.LINES[3:]))
 
