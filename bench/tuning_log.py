@@ -13,7 +13,7 @@ LINE = re.compile(
     r"cuDNN tuning: (\d+) candidates, (\d+) built \(([\d.]+) ms\), timed in ([\d.]+) ms, ([\d.]+) ms in all; "
     r"engine (\d+) at ([\d.inf]+) ms( \(runtime-compiled\))?"
     r"(?:; (\d+) runtime-compiled built in ([\d.]+) ms; best precompiled ([\d.inf]+) ms)?"
-    r"(?:; (\d+) timed again, (\d+) finalists)?")
+    r"(?:; (?:(\d+) timed first behind a gate, )?(\d+) timed again, (\d+) finalists)?")
 
 
 def summarise(paths):
@@ -27,11 +27,13 @@ def summarise(paths):
     out = [f"  {len(rows)} operations tuned: {total(1):.0f} candidates, {total(2):.0f} built; building "
            f"{total(3) / 1e3:.2f} s, timing {total(4) / 1e3:.2f} s, other {(total(5) - total(3) - total(4)) / 1e3:.2f} s, "
            f"in all {total(5) / 1e3:.2f} s; the chosen engines take {total(7):.3f} ms (each distinct operation once)"]
-    rounds = [r for r in rows if r.group(12) is not None]
+    rounds = [r for r in rows if r.group(13) is not None]
     if rounds:
-        out.append(f"  rounds: {sum(int(r.group(2)) for r in rounds)} candidates timed once, "
-                   f"{sum(int(r.group(12)) for r in rounds)} timed again behind a gate, "
-                   f"{sum(int(r.group(13)) for r in rounds)} finalists timed 3 times more")
+        out.append(f"  rounds: {sum(int(r.group(2)) for r in rounds)} candidates timed once "
+                   f"({sum(int(r.group(12) or 0) for r in rounds)} of them behind a gate), "
+                   f"{sum(int(r.group(13)) for r in rounds)} timed again behind a gate, "
+                   f"{sum(int(r.group(14)) for r in rounds)} finalists timed 3 times more; "
+                   f"{sum('a gate let go' in r.string for r in rounds)} operations where a gate let go before it was opened")
     new = [r for r in rows if r.group(9) is not None]
     if new:
         chosen = [r for r in new if r.group(8)]

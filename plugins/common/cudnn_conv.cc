@@ -18,7 +18,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -480,6 +482,14 @@ std::unique_ptr<EngineCache> OpenCache(int device) {
   return std::make_unique<EngineCache>(file, machine, Warn);
 }
 
+// What the tunings of a process share: the engines (device, engine index,
+// knobs) that have run, whose kernels are loaded; whether round 1 may still
+// be gated.
+struct Loaded {
+  std::set<std::tuple<int, int64_t, std::vector<std::pair<int64_t, int64_t> > > > engines;
+  bool gate_first_round = true;
+};
+
 // The process's choices and plans.
 struct State {
   std::mutex mutex;
@@ -487,6 +497,7 @@ struct State {
   std::map<std::string, EngineChoice> choices;                     // device + key: chosen in this process or read
   std::map<std::pair<cudnnHandle_t, std::string>, PlanPtr> plans;  // per handle (thread and device)
   Counts counts;
+  Loaded loaded;
 };
 State& GetState() {
   static State* state = new State;  // used until exit, never destroyed
@@ -509,23 +520,29 @@ bool Capturing(cudaStream_t stream) {
 // Times the candidates on the real tensors and returns the fastest's plan;
 // `choice` is set to it. The first `limit` candidates that build (all when
 // 0), in cuDNN's order, as LibTorch takes them (LibTorch runs each about
-// once, waiting for the GPU after each). Here, three rounds:
-//  1. every candidate once, back to back, one wait at the end. A first run
-//     also loads the engine's kernels and is timed with the host's launch
-//     overhead (a GPU that waits for the host is timed waiting), so this
-//     round only sets aside the clearly slow: over 4x the fastest;
-//  2. the rest once more, queued behind a StreamGate: the GPU's time alone;
-//  3. the finalists (within kFinalMargin of round 2's fastest, at most
+// once, waiting for the GPU after each). The convolutions of a ResNet at
+// batch 1024 take 5-30 us on an H200, launching one takes the host longer:
+// a run timed while the GPU waits for the host times the host. So the runs
+// that decide are queued behind a StreamGate, which holds the stream until
+// they are all queued (the GPU's time alone). But a kernel's first launch
+// loads its module, which waits for the device: behind a shut gate it would
+// wait for the gate. Hence three rounds:
+//  1. every candidate once: those of an engine (index and knobs) that ran on
+//     this device before, behind gates; the others ungated, back to back
+//     (their times include the loading and the host's launch rate);
+//  2. the ungated ones within kSlowMargin of the fastest of them, once more
+//     behind a gate;
+//  3. the finalists (within kFinalMargin of the fastest gated time, at most
 //     kFinalists of them) kFinalRuns times more, interleaved, behind gates.
-// A candidate counts with the best of its gated runs. Round 2 once where
-// LibTorch's way ran the same candidates twice, and the few near-best ones
-// more often: less GPU time, and a choice among close engines that the
-// host's launch rate does not decide.
+// A candidate counts with the best of its gated runs. Should a gate of
+// round 1 let go before it was opened (an engine whose kernel for this shape
+// was not loaded after all), round 1 is no longer gated in this process.
 PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, const std::array<void*, 3>& pointers,
              const at::Device& device, cudaStream_t stream, int64_t limit, const Settings& settings, bool is_float,
-             bool tf32, bool deterministic, EngineChoice* choice, int64_t* timed) {
+             bool tf32, bool deterministic, Loaded* loaded, EngineChoice* choice, int64_t* timed) {
   constexpr float kSlowMargin = 4.0f, kFinalMargin = 1.15f;
   constexpr size_t kFinalists = 6, kFinalRuns = 3, kRunsPerGate = 32;
+  constexpr std::chrono::milliseconds kFirstRoundGateLimit{100};
   using Clock = std::chrono::steady_clock;
   const Clock::time_point began = Clock::now();
   struct Built {
@@ -618,47 +635,73 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
     queued.clear();
   };
   // Runs the candidates `order` names (in its order) behind gates of at most
-  // kRunsPerGate runs each.
+  // kRunsPerGate runs each; true when every gate held until it was opened.
   bool gates_held = true;
-  auto gated = [&](const std::vector<size_t>& order) {
+  auto gated = [&](const std::vector<size_t>& order, std::chrono::milliseconds gate_limit) {
     std::vector<std::unique_ptr<StreamGate> > gates;
     for (size_t k = 0; k < order.size(); k += kRunsPerGate) {
-      gates.push_back(std::make_unique<StreamGate>(stream));
+      gates.push_back(std::make_unique<StreamGate>(stream, gate_limit));
       for (size_t j = k; j < std::min(order.size(), k + kRunsPerGate); ++j)
         if (!built[order[j]].failed) run(order[j]);
       gates.back()->Open();
     }
     collect([&](size_t i, float ms) { built[i].gated.push_back(ms); });
-    for (const auto& gate : gates) gates_held = gates_held && gate->HeldUntilOpened();
+    bool held = true;
+    for (const auto& gate : gates) held = held && gate->HeldUntilOpened();
+    gates_held = gates_held && held;
+    return held;
+  };
+  auto engine_of = [&](size_t i) {
+    return std::make_tuple(device.index(), built[i].candidate.choice.engine, built[i].candidate.choice.knobs);
   };
 
-  // Round 1.
-  for (size_t i = 0; i < built.size(); ++i) run(i);
+  // Round 1: the engines that ran here before behind gates, the others not.
+  std::vector<size_t> known, fresh;
+  for (size_t i = 0; i < built.size(); ++i)
+    (loaded->gate_first_round && loaded->engines.count(engine_of(i)) != 0 ? known : fresh).push_back(i);
+  size_t gated_first = known.size();
+  if (!gated(known, kFirstRoundGateLimit)) {
+    gated_first = 0;
+    // Not the GPU's time alone: these count as ungated first runs.
+    loaded->gate_first_round = false;
+    for (size_t i : known) {
+      if (!built[i].gated.empty()) built[i].first = built[i].gated.front();
+      built[i].gated.clear();
+    }
+    fresh.insert(fresh.end(), known.begin(), known.end());
+  }
+  for (size_t i : fresh) run(i);
   float fastest_first = std::numeric_limits<float>::infinity();
   collect([&](size_t i, float ms) {
     built[i].first = ms;
     fastest_first = std::min(fastest_first, ms);
-    ++*timed;
   });
-  // Round 2.
-  std::vector<size_t> order;
-  for (size_t i = 0; i < built.size(); ++i)
-    if (!built[i].failed && built[i].first <= kSlowMargin * fastest_first) order.push_back(i);
-  gated(order);
+  for (size_t i = 0; i < built.size(); ++i) {
+    if (built[i].failed) continue;
+    ++*timed;
+    loaded->engines.insert(engine_of(i));
+  }
+  // Round 2: the ungated ones that are not clearly slow, behind a gate.
+  std::vector<size_t> again;
+  for (size_t i : fresh)
+    if (!built[i].failed && built[i].gated.empty() && built[i].first <= kSlowMargin * fastest_first) again.push_back(i);
+  gated(again, StreamGate::kDefaultLimit);
   // Round 3: the finalists, fastest first, interleaved.
-  auto round2 = [&](size_t i) {
-    return built[i].failed || built[i].gated.empty() ? std::numeric_limits<float>::infinity() : built[i].gated[0];
+  auto fastest_gated = [&](size_t i) {
+    return built[i].failed || built[i].gated.empty() ? std::numeric_limits<float>::infinity() : built[i].gated.front();
   };
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return round2(a) < round2(b); });
+  std::vector<size_t> order(built.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return fastest_gated(a) < fastest_gated(b); });
   std::vector<size_t> finalists;
   for (size_t i : order) {
-    if (finalists.size() == kFinalists || !(round2(i) <= kFinalMargin * round2(order.front()))) break;
+    if (finalists.size() == kFinalists || !(fastest_gated(i) <= kFinalMargin * fastest_gated(order.front()))) break;
     finalists.push_back(i);
   }
   std::vector<size_t> interleaved;
   for (size_t r = 0; r < kFinalRuns && finalists.size() > 1; ++r)
     interleaved.insert(interleaved.end(), finalists.begin(), finalists.end());
-  gated(interleaved);
+  gated(interleaved, StreamGate::kDefaultLimit);
 
   PlanPtr best;
   float best_ms = std::numeric_limits<float>::infinity();
@@ -686,11 +729,11 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
     std::fprintf(stderr,
                  "trainbench: cuDNN tuning: %zu candidates, %zu built (%.1f ms), timed in %.1f ms, %.1f ms in all; "
                  "engine %lld at %.4f ms%s; %zu runtime-compiled built in %.1f ms; best precompiled %.4f ms; "
-                 "%zu timed again, %zu finalists%s\n",
+                 "%zu timed first behind a gate, %zu timed again, %zu finalists%s\n",
                  tried, built.size(), ms(building), ms(Clock::now() - run_start), ms(Clock::now() - began),
                  static_cast<long long>(choice->engine), best_ms, chosen_runtime_compiled ? " (runtime-compiled)" : "",
-                 runtime_compiled, ms(runtime_compiled_building), best_precompiled, order.size(), finalists.size(),
-                 gates_held ? "" : "; a gate let go before it was opened");
+                 runtime_compiled, ms(runtime_compiled_building), best_precompiled, gated_first, again.size(),
+                 finalists.size(), gates_held ? "" : "; a gate let go before it was opened");
   }
   return best;
 }
@@ -773,8 +816,8 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
     if (plan == nullptr) {
       EngineChoice chosen;
       if (benchmark && !Capturing(stream)) {
-        plan = Tune(graph, handle, pointers, device, stream, limit, settings, is_float, tf32, deterministic, &chosen,
-                    &state.counts.timed);
+        plan = Tune(graph, handle, pointers, device, stream, limit, settings, is_float, tf32, deterministic,
+                    &state.loaded, &chosen, &state.counts.timed);
         if (plan != nullptr) {
           ++state.counts.tuned;
           cache.Store(key, chosen);

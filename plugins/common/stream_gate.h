@@ -11,6 +11,9 @@
 // destructor, or `limit` has passed: a gate left shut, or a queue that fills
 // up behind it and blocks the host's next launch, costs at most `limit`,
 // never a hang. Keep what is queued behind one gate small (tens of launches).
+// Queue behind a shut gate only kernels that have run before in the process:
+// a kernel's first launch loads its module (CUDA's lazy loading), which waits
+// for the device, and so for the gate (its limit, then it goes on).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,7 +27,9 @@ namespace trainbench::plugins {
 
 class StreamGate {
  public:
-  explicit StreamGate(cudaStream_t stream, std::chrono::milliseconds limit = std::chrono::milliseconds(1000))
+  static constexpr std::chrono::milliseconds kDefaultLimit{1000};
+
+  explicit StreamGate(cudaStream_t stream, std::chrono::milliseconds limit = kDefaultLimit)
       : state_(std::make_shared<State>()) {
     state_->limit = limit;
     // The host function holds its own reference: it may run after this

@@ -247,8 +247,11 @@ class TuningLog(unittest.TestCase):
     def test_counts_the_rounds_where_the_log_has_them(self):
         line = ("trainbench: cuDNN tuning: 40 candidates, 38 built (10.0 ms), timed in 8.0 ms, 30.0 ms in all; engine 45 "
                 "at 0.0200 ms; 0 runtime-compiled built in 0.0 ms; best precompiled 0.0200 ms; 30 timed again, 4 finalists")
-        out = self.summarise([line, line])
-        self.assertIn("rounds: 76 candidates timed once, 60 timed again behind a gate, 8 finalists timed 3 times more", out)
+        newer = line.replace("; 30 timed again", "; 20 timed first behind a gate, 10 timed again") + \
+            "; a gate let go before it was opened"
+        out = self.summarise([line, newer])
+        self.assertIn("rounds: 76 candidates timed once (20 of them behind a gate), 40 timed again behind a gate, "
+                      "8 finalists timed 3 times more; 1 operations where a gate let go before it was opened", out)
         self.assertNotIn("rounds:", self.summarise(self.LINES))
 
     def test_a_log_without_tuning_says_so(self):
