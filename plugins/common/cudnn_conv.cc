@@ -18,9 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <sstream>
-#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -310,8 +308,30 @@ struct Candidate {
 // engines that convert their inputs down, no tensor cores for float without
 // TF32, nothing nondeterministic when determinism is asked; runtime-compiled
 // engines only when `runtime_compiled`).
+// The knob descriptors Describe reads a configuration's knobs into: one per
+// knob type cuDNN has (44), made once for all the candidates of a problem
+// and filled again for each (made per candidate, they were some 150,000
+// descriptors in a ResNet50's first run).
+class KnobScratch {
+ public:
+  KnobScratch() { Renew(); }
+  void Renew() {
+    knobs_.clear();
+    raw_.clear();
+    for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
+      knobs_.push_back(std::make_unique<Descriptor>(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR));
+      raw_.push_back(knobs_.back()->get());
+    }
+  }
+  std::vector<cudnnBackendDescriptor_t>& raw() { return raw_; }
+
+ private:
+  std::vector<std::unique_ptr<Descriptor> > knobs_;
+  std::vector<cudnnBackendDescriptor_t> raw_;
+};
+
 bool Describe(const Descriptor& config, bool runtime_compiled, bool is_float, bool tf32, bool deterministic,
-              Candidate* candidate) {
+              KnobScratch* scratch, Candidate* candidate) {
   EngineChoice* choice = &candidate->choice;
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t raw_engine = engine.get();
@@ -340,16 +360,16 @@ bool Describe(const Descriptor& config, bool runtime_compiled, bool is_float, bo
     if (is_float && !tf32 && notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) return false;
     if (deterministic && notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return false;
   }
-  std::vector<std::unique_ptr<Descriptor> > knobs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
-    knobs.push_back(std::make_unique<Descriptor>(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR));
-    raw.push_back(knobs.back()->get());
-  }
+  std::vector<cudnnBackendDescriptor_t>& raw = scratch->raw();
   int64_t knob_count = 0;
-  if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                               static_cast<int64_t>(raw.size()), &knob_count, raw.data()) != CUDNN_STATUS_SUCCESS)
-    return false;
+  auto read_knobs = [&] {
+    return cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                    static_cast<int64_t>(raw.size()), &knob_count, raw.data()) == CUDNN_STATUS_SUCCESS;
+  };
+  if (!read_knobs()) {
+    scratch->Renew();  // should a filled descriptor not take new values: new ones
+    if (!read_knobs()) return false;
+  }
   choice->knobs.clear();
   for (int64_t i = 0; i < knob_count && i < static_cast<int64_t>(raw.size()); ++i) {
     cudnnBackendKnobType_t type;
@@ -371,6 +391,7 @@ template <class Visit>
 void ForEachCandidate(const Descriptor& graph, bool runtime_compiled, bool is_float, bool tf32, bool deterministic,
                       Visit&& visit) {
   std::vector<EngineChoice> seen;
+  KnobScratch scratch;
   for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_INSTANT, CUDNN_HEUR_MODE_FALLBACK}) {
     Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     heuristics.SetDescriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
@@ -393,7 +414,7 @@ void ForEachCandidate(const Descriptor& graph, bool runtime_compiled, bool is_fl
       continue;
     for (int64_t i = 0; i < got && i < available; ++i) {
       Candidate candidate{EngineChoice{}, configs[i]};
-      if (!Describe(*configs[i], runtime_compiled, is_float, tf32, deterministic, &candidate)) continue;
+      if (!Describe(*configs[i], runtime_compiled, is_float, tf32, deterministic, &scratch, &candidate)) continue;
       if (std::find(seen.begin(), seen.end(), candidate.choice) != seen.end()) continue;
       seen.push_back(candidate.choice);
       if (!visit(candidate)) return;
@@ -482,14 +503,6 @@ std::unique_ptr<EngineCache> OpenCache(int device) {
   return std::make_unique<EngineCache>(file, machine, Warn);
 }
 
-// What the tunings of a process share: the engines (device, engine index,
-// knobs) that have run, whose kernels are loaded; whether round 1 may still
-// be gated.
-struct Loaded {
-  std::set<std::tuple<int, int64_t, std::vector<std::pair<int64_t, int64_t> > > > engines;
-  bool gate_first_round = true;
-};
-
 // The process's choices and plans.
 struct State {
   std::mutex mutex;
@@ -497,7 +510,6 @@ struct State {
   std::map<std::string, EngineChoice> choices;                     // device + key: chosen in this process or read
   std::map<std::pair<cudnnHandle_t, std::string>, PlanPtr> plans;  // per handle (thread and device)
   Counts counts;
-  Loaded loaded;
 };
 State& GetState() {
   static State* state = new State;  // used until exit, never destroyed
@@ -525,24 +537,22 @@ bool Capturing(cudaStream_t stream) {
 // a run timed while the GPU waits for the host times the host. So the runs
 // that decide are queued behind a StreamGate, which holds the stream until
 // they are all queued (the GPU's time alone). But a kernel's first launch
-// loads its module, which waits for the device: behind a shut gate it would
-// wait for the gate. Hence three rounds:
-//  1. every candidate once: those of an engine (index and knobs) that ran on
-//     this device before, behind gates; the others ungated, back to back
-//     (their times include the loading and the host's launch rate);
-//  2. the ungated ones within kSlowMargin of the fastest of them, once more
-//     behind a gate;
-//  3. the finalists (within kFinalMargin of the fastest gated time, at most
+// loads its module, which waits for the device, so behind a shut gate for
+// the gate; and an engine's kernels for a new shape are new kernels (gating
+// the first round for engines that had run on other shapes let a gate time
+// out in every run on the H200). Hence three rounds:
+//  1. every candidate once, back to back, ungated, one wait at the end: it
+//     loads the kernels, and its times (the loading, the host's launch
+//     rate) only set aside the clearly slow: over kSlowMargin x the fastest;
+//  2. the rest once more, behind gates;
+//  3. the finalists (within kFinalMargin of round 2's fastest, at most
 //     kFinalists of them) kFinalRuns times more, interleaved, behind gates.
-// A candidate counts with the best of its gated runs. Should a gate of
-// round 1 let go before it was opened (an engine whose kernel for this shape
-// was not loaded after all), round 1 is no longer gated in this process.
+// A candidate counts with the best of its gated runs.
 PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, const std::array<void*, 3>& pointers,
              const at::Device& device, cudaStream_t stream, int64_t limit, const Settings& settings, bool is_float,
-             bool tf32, bool deterministic, Loaded* loaded, EngineChoice* choice, int64_t* timed) {
+             bool tf32, bool deterministic, EngineChoice* choice, int64_t* timed) {
   constexpr float kSlowMargin = 4.0f, kFinalMargin = 1.15f;
   constexpr size_t kFinalists = 6, kFinalRuns = 3, kRunsPerGate = 32;
-  constexpr std::chrono::milliseconds kFirstRoundGateLimit{100};
   using Clock = std::chrono::steady_clock;
   const Clock::time_point began = Clock::now();
   struct Built {
@@ -635,57 +645,33 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
     queued.clear();
   };
   // Runs the candidates `order` names (in its order) behind gates of at most
-  // kRunsPerGate runs each; true when every gate held until it was opened.
+  // kRunsPerGate runs each.
   bool gates_held = true;
-  auto gated = [&](const std::vector<size_t>& order, std::chrono::milliseconds gate_limit) {
+  auto gated = [&](const std::vector<size_t>& order) {
     std::vector<std::unique_ptr<StreamGate> > gates;
     for (size_t k = 0; k < order.size(); k += kRunsPerGate) {
-      gates.push_back(std::make_unique<StreamGate>(stream, gate_limit));
+      gates.push_back(std::make_unique<StreamGate>(stream));
       for (size_t j = k; j < std::min(order.size(), k + kRunsPerGate); ++j)
         if (!built[order[j]].failed) run(order[j]);
       gates.back()->Open();
     }
     collect([&](size_t i, float ms) { built[i].gated.push_back(ms); });
-    bool held = true;
-    for (const auto& gate : gates) held = held && gate->HeldUntilOpened();
-    gates_held = gates_held && held;
-    return held;
-  };
-  auto engine_of = [&](size_t i) {
-    return std::make_tuple(device.index(), built[i].candidate.choice.engine, built[i].candidate.choice.knobs);
+    for (const auto& gate : gates) gates_held = gates_held && gate->HeldUntilOpened();
   };
 
-  // Round 1: the engines that ran here before behind gates, the others not.
-  std::vector<size_t> known, fresh;
-  for (size_t i = 0; i < built.size(); ++i)
-    (loaded->gate_first_round && loaded->engines.count(engine_of(i)) != 0 ? known : fresh).push_back(i);
-  size_t gated_first = known.size();
-  if (!gated(known, kFirstRoundGateLimit)) {
-    gated_first = 0;
-    // Not the GPU's time alone: these count as ungated first runs.
-    loaded->gate_first_round = false;
-    for (size_t i : known) {
-      if (!built[i].gated.empty()) built[i].first = built[i].gated.front();
-      built[i].gated.clear();
-    }
-    fresh.insert(fresh.end(), known.begin(), known.end());
-  }
-  for (size_t i : fresh) run(i);
+  // Round 1.
+  for (size_t i = 0; i < built.size(); ++i) run(i);
   float fastest_first = std::numeric_limits<float>::infinity();
   collect([&](size_t i, float ms) {
     built[i].first = ms;
     fastest_first = std::min(fastest_first, ms);
-  });
-  for (size_t i = 0; i < built.size(); ++i) {
-    if (built[i].failed) continue;
     ++*timed;
-    loaded->engines.insert(engine_of(i));
-  }
-  // Round 2: the ungated ones that are not clearly slow, behind a gate.
+  });
+  // Round 2.
   std::vector<size_t> again;
-  for (size_t i : fresh)
-    if (!built[i].failed && built[i].gated.empty() && built[i].first <= kSlowMargin * fastest_first) again.push_back(i);
-  gated(again, StreamGate::kDefaultLimit);
+  for (size_t i = 0; i < built.size(); ++i)
+    if (!built[i].failed && built[i].first <= kSlowMargin * fastest_first) again.push_back(i);
+  gated(again);
   // Round 3: the finalists, fastest first, interleaved.
   auto fastest_gated = [&](size_t i) {
     return built[i].failed || built[i].gated.empty() ? std::numeric_limits<float>::infinity() : built[i].gated.front();
@@ -701,7 +687,7 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
   std::vector<size_t> interleaved;
   for (size_t r = 0; r < kFinalRuns && finalists.size() > 1; ++r)
     interleaved.insert(interleaved.end(), finalists.begin(), finalists.end());
-  gated(interleaved, StreamGate::kDefaultLimit);
+  gated(interleaved);
 
   PlanPtr best;
   float best_ms = std::numeric_limits<float>::infinity();
@@ -729,11 +715,11 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
     std::fprintf(stderr,
                  "trainbench: cuDNN tuning: %zu candidates, %zu built (%.1f ms), timed in %.1f ms, %.1f ms in all; "
                  "engine %lld at %.4f ms%s; %zu runtime-compiled built in %.1f ms; best precompiled %.4f ms; "
-                 "%zu timed first behind a gate, %zu timed again, %zu finalists%s\n",
+                 "%zu timed again, %zu finalists%s\n",
                  tried, built.size(), ms(building), ms(Clock::now() - run_start), ms(Clock::now() - began),
                  static_cast<long long>(choice->engine), best_ms, chosen_runtime_compiled ? " (runtime-compiled)" : "",
-                 runtime_compiled, ms(runtime_compiled_building), best_precompiled, gated_first, again.size(),
-                 finalists.size(), gates_held ? "" : "; a gate let go before it was opened");
+                 runtime_compiled, ms(runtime_compiled_building), best_precompiled, again.size(), finalists.size(),
+                 gates_held ? "" : "; a gate let go before it was opened");
   }
   return best;
 }
@@ -816,8 +802,8 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
     if (plan == nullptr) {
       EngineChoice chosen;
       if (benchmark && !Capturing(stream)) {
-        plan = Tune(graph, handle, pointers, device, stream, limit, settings, is_float, tf32, deterministic,
-                    &state.loaded, &chosen, &state.counts.timed);
+        plan = Tune(graph, handle, pointers, device, stream, limit, settings, is_float, tf32, deterministic, &chosen,
+                    &state.counts.timed);
         if (plan != nullptr) {
           ++state.counts.tuned;
           cache.Store(key, chosen);

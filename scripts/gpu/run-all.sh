@@ -167,10 +167,16 @@ for stage in $STAGES; do
         build-gpu/bin/trainbench run "$OUT/$name.yaml" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
         echo "$name rc=$?"; sed -n '/^model/,$p' "$OUT/$name.log"
       }
-      paper_run paper-10k
-      paper_run paper-synthetic50k "${synthetic[@]}"
-      paper_run paper-10k-stock "${stock[@]}"
-      paper_run paper-synthetic50k-stock "${synthetic[@]}" "${stock[@]}" ;;
+      # PAPER_RUNS: a subset of the four runs, in the order given.
+      for run in ${PAPER_RUNS:-paper-10k paper-synthetic50k paper-10k-stock paper-synthetic50k-stock}; do
+        case $run in
+          paper-10k) paper_run paper-10k ;;
+          paper-synthetic50k) paper_run paper-synthetic50k "${synthetic[@]}" ;;
+          paper-10k-stock) paper_run paper-10k-stock "${stock[@]}" ;;
+          paper-synthetic50k-stock) paper_run paper-synthetic50k-stock "${synthetic[@]}" "${stock[@]}" ;;
+          *) echo "PAPER_RUNS: unknown run $run" ;;
+        esac
+      done ;;
     dp)
       # Data parallelism: one GPU vs two (NCCL), then two GPUs vs one for correctness.
       nvidia-smi topo -m > "$OUT/gpu-topology.txt" 2>&1
