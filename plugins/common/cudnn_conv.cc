@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -308,30 +309,8 @@ struct Candidate {
 // engines that convert their inputs down, no tensor cores for float without
 // TF32, nothing nondeterministic when determinism is asked; runtime-compiled
 // engines only when `runtime_compiled`).
-// The knob descriptors Describe reads a configuration's knobs into: one per
-// knob type cuDNN has (44), made once for all the candidates of a problem
-// and filled again for each (made per candidate, they were some 150,000
-// descriptors in a ResNet50's first run).
-class KnobScratch {
- public:
-  KnobScratch() { Renew(); }
-  void Renew() {
-    knobs_.clear();
-    raw_.clear();
-    for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
-      knobs_.push_back(std::make_unique<Descriptor>(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR));
-      raw_.push_back(knobs_.back()->get());
-    }
-  }
-  std::vector<cudnnBackendDescriptor_t>& raw() { return raw_; }
-
- private:
-  std::vector<std::unique_ptr<Descriptor> > knobs_;
-  std::vector<cudnnBackendDescriptor_t> raw_;
-};
-
 bool Describe(const Descriptor& config, bool runtime_compiled, bool is_float, bool tf32, bool deterministic,
-              KnobScratch* scratch, Candidate* candidate) {
+              Candidate* candidate) {
   EngineChoice* choice = &candidate->choice;
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t raw_engine = engine.get();
@@ -360,16 +339,16 @@ bool Describe(const Descriptor& config, bool runtime_compiled, bool is_float, bo
     if (is_float && !tf32 && notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) return false;
     if (deterministic && notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return false;
   }
-  std::vector<cudnnBackendDescriptor_t>& raw = scratch->raw();
-  int64_t knob_count = 0;
-  auto read_knobs = [&] {
-    return cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                    static_cast<int64_t>(raw.size()), &knob_count, raw.data()) == CUDNN_STATUS_SUCCESS;
-  };
-  if (!read_knobs()) {
-    scratch->Renew();  // should a filled descriptor not take new values: new ones
-    if (!read_knobs()) return false;
+  std::vector<std::unique_ptr<Descriptor> > knobs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
+    knobs.push_back(std::make_unique<Descriptor>(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR));
+    raw.push_back(knobs.back()->get());
   }
+  int64_t knob_count = 0;
+  if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               static_cast<int64_t>(raw.size()), &knob_count, raw.data()) != CUDNN_STATUS_SUCCESS)
+    return false;
   choice->knobs.clear();
   for (int64_t i = 0; i < knob_count && i < static_cast<int64_t>(raw.size()); ++i) {
     cudnnBackendKnobType_t type;
@@ -391,7 +370,6 @@ template <class Visit>
 void ForEachCandidate(const Descriptor& graph, bool runtime_compiled, bool is_float, bool tf32, bool deterministic,
                       Visit&& visit) {
   std::vector<EngineChoice> seen;
-  KnobScratch scratch;
   for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_INSTANT, CUDNN_HEUR_MODE_FALLBACK}) {
     Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     heuristics.SetDescriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
@@ -414,7 +392,7 @@ void ForEachCandidate(const Descriptor& graph, bool runtime_compiled, bool is_fl
       continue;
     for (int64_t i = 0; i < got && i < available; ++i) {
       Candidate candidate{EngineChoice{}, configs[i]};
-      if (!Describe(*configs[i], runtime_compiled, is_float, tf32, deterministic, &scratch, &candidate)) continue;
+      if (!Describe(*configs[i], runtime_compiled, is_float, tf32, deterministic, &candidate)) continue;
       if (std::find(seen.begin(), seen.end(), candidate.choice) != seen.end()) continue;
       seen.push_back(candidate.choice);
       if (!visit(candidate)) return;
@@ -681,7 +659,8 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return fastest_gated(a) < fastest_gated(b); });
   std::vector<size_t> finalists;
   for (size_t i : order) {
-    if (finalists.size() == kFinalists || !(fastest_gated(i) <= kFinalMargin * fastest_gated(order.front()))) break;
+    const float ms = fastest_gated(i);
+    if (finalists.size() == kFinalists || std::isinf(ms) || !(ms <= kFinalMargin * fastest_gated(order.front()))) break;
     finalists.push_back(i);
   }
   std::vector<size_t> interleaved;
