@@ -29,7 +29,8 @@ for model in $MODELS; do
 done
 # The devices (precision, layout, graph), the same labels on both sides;
 # BENCH_LABELS keeps a subset (and the Python side's torch.compile rows only
-# where it names bf16-compile).
+# where it names bf16-compile or fp32-compile: Python's best fp32 figure may
+# be compile's too).
 declare -A DEVICES=(
   [fp32]="{amp: none}"
   [fp32-graph]="{amp: none, cuda_graph: true}"
@@ -37,11 +38,11 @@ declare -A DEVICES=(
   [bf16-cl]="{amp: bf16, channels_last: true}"
   [bf16-cl-graph]="{amp: bf16, channels_last: true, cuda_graph: true}"
 )
-LABELS=${BENCH_LABELS:-fp32 fp32-graph fp32-cl-graph bf16-cl bf16-cl-graph bf16-compile}
+LABELS=${BENCH_LABELS:-fp32 fp32-graph fp32-cl-graph bf16-cl bf16-cl-graph bf16-compile fp32-compile}
 DEVICE_LIST="" BASELINE=""
 for label in $LABELS; do
-  [ "$label" = bf16-compile ] && continue
-  [ -n "${DEVICES[$label]:-}" ] || { echo "BENCH_LABELS: unknown label $label (known: ${!DEVICES[*]} bf16-compile)" >&2; exit 2; }
+  case $label in bf16-compile|fp32-compile) continue ;; esac
+  [ -n "${DEVICES[$label]:-}" ] || { echo "BENCH_LABELS: unknown label $label (known: ${!DEVICES[*]} bf16-compile fp32-compile)" >&2; exit 2; }
   DEVICE_LIST+="  - {plugin: cuda, label: $label, options: ${DEVICES[$label]}}"$'\n'
   BASELINE=${BASELINE:-$label}
 done
@@ -65,6 +66,7 @@ YAML
   "$BUILD/bin/trainbench" run "$OUT/bench-b$bs.yaml" --out "$OUT/trainbench-b$bs" || true
 done
 [ -n "${BENCH_CONFIG_ONLY:-}" ] && exit 0
+COMPILE_FP32=$([[ " $LABELS " == *" fp32-compile "* ]] && echo --compile-fp32 || true)
 python3 "$HERE/pytorch_reference.py" --batches $BATCHES --models $MODELS --compile $COMPILE_MODELS --labels $LABELS \
-  --out "$OUT/pytorch.json"
+  $COMPILE_FP32 --out "$OUT/pytorch.json"
 python3 "$HERE/compare.py" "$OUT" $BATCHES | tee "$OUT/comparison.md"

@@ -13,7 +13,9 @@ LINE = re.compile(
     r"cuDNN tuning: (\d+) candidates, (\d+) built \(([\d.]+) ms\), timed in ([\d.]+) ms, ([\d.]+) ms in all; "
     r"engine (\d+) at ([\d.inf]+) ms( \(runtime-compiled\))?"
     r"(?:; (\d+) runtime-compiled built in ([\d.]+) ms; best precompiled ([\d.inf]+) ms)?"
-    r"(?:; (?:(\d+) timed first behind a gate, )?(\d+) timed again, (\d+) finalists)?")
+    r"(?:; (?:(\d+) timed first behind a gate, )?(\d+) timed again, (\d+) finalists)?"
+    r"(?:.*?; heuristics ([\d.]+) ms instant, ([\d.]+) ms fallback \((\d+) candidates only there\), "
+    r"describing ([\d.]+) ms)?")
 
 
 def summarise(paths):
@@ -34,6 +36,12 @@ def summarise(paths):
                    f"{sum(int(r.group(13)) for r in rounds)} timed again behind a gate, "
                    f"{sum(int(r.group(14)) for r in rounds)} finalists timed 3 times more; "
                    f"{sum('a gate let go' in r.string for r in rounds)} operations where a gate let go before it was opened")
+    split = [r for r in rows if r.group(15) is not None]
+    if split:
+        out.append(f"  gathering candidates: cuDNN's instant heuristics {sum(float(r.group(15)) for r in split) / 1e3:.2f} s, "
+                   f"its fallback list {sum(float(r.group(16)) for r in split) / 1e3:.2f} s "
+                   f"({sum(int(r.group(17)) for r in split)} candidates only there), "
+                   f"describing them {sum(float(r.group(18)) for r in split) / 1e3:.2f} s")
     new = [r for r in rows if r.group(9) is not None]
     if new:
         chosen = [r for r in new if r.group(8)]

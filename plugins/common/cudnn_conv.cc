@@ -363,14 +363,24 @@ bool Describe(const Descriptor& config, bool runtime_compiled, bool is_float, bo
   return true;
 }
 
+// Where the host's time of gathering candidates goes: cuDNN's two heuristic
+// queries and reading each configuration's engine and knobs (for the tuning
+// log), and how many candidates only the fallback list had.
+struct HeuristicsTimes {
+  std::chrono::steady_clock::duration instant{}, fallback{}, describing{};
+  size_t from_fallback = 0;
+};
+
 // Calls `visit` with cuDNN's candidates in its order of preference, as
 // LibTorch gathers them: the instant heuristics, then the fallback list, each
 // engine once; stops when `visit` returns false.
 template <class Visit>
 void ForEachCandidate(const Descriptor& graph, bool runtime_compiled, bool is_float, bool tf32, bool deterministic,
-                      Visit&& visit) {
+                      Visit&& visit, HeuristicsTimes* times = nullptr) {
+  using Clock = std::chrono::steady_clock;
   std::vector<EngineChoice> seen;
   for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_INSTANT, CUDNN_HEUR_MODE_FALLBACK}) {
+    const Clock::time_point query = Clock::now();
     Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     heuristics.SetDescriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
         .Set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
@@ -390,11 +400,17 @@ void ForEachCandidate(const Descriptor& graph, bool runtime_compiled, bool is_fl
     if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                  available, &got, raw.data()) != CUDNN_STATUS_SUCCESS)
       continue;
+    const bool fallback = mode == CUDNN_HEUR_MODE_FALLBACK;
+    if (times != nullptr) (fallback ? times->fallback : times->instant) += Clock::now() - query;
     for (int64_t i = 0; i < got && i < available; ++i) {
       Candidate candidate{EngineChoice{}, configs[i]};
-      if (!Describe(*configs[i], runtime_compiled, is_float, tf32, deterministic, &candidate)) continue;
+      const Clock::time_point describe = Clock::now();
+      const bool described = Describe(*configs[i], runtime_compiled, is_float, tf32, deterministic, &candidate);
+      if (times != nullptr) times->describing += Clock::now() - describe;
+      if (!described) continue;
       if (std::find(seen.begin(), seen.end(), candidate.choice) != seen.end()) continue;
       seen.push_back(candidate.choice);
+      if (times != nullptr && fallback) ++times->from_fallback;
       if (!visit(candidate)) return;
     }
   }
@@ -543,25 +559,29 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
   std::vector<Built> built;
   size_t tried = 0, runtime_compiled = 0;
   Clock::duration building{}, runtime_compiled_building{};
-  ForEachCandidate(*graph.back(), settings.runtime_compiled, is_float, tf32, deterministic, [&](Candidate& candidate) {
-    if (limit > 0 && static_cast<int64_t>(built.size()) >= limit) return false;
-    ++tried;
-    const Clock::time_point one = Clock::now();
-    PlanPtr plan;
-    try {
-      plan = Finalize(graph, candidate.config, handle);
-    } catch (const c10::Error&) {
-      plan = nullptr;  // a descriptor cuDNN refused: not a candidate
-    }
-    const Clock::duration took = Clock::now() - one;
-    building += took;
-    if (candidate.runtime_compiled) {
-      ++runtime_compiled;
-      runtime_compiled_building += took;
-    }
-    if (plan != nullptr) built.push_back({candidate, std::move(plan)});
-    return true;
-  });
+  HeuristicsTimes heuristics;
+  ForEachCandidate(
+      *graph.back(), settings.runtime_compiled, is_float, tf32, deterministic,
+      [&](Candidate& candidate) {
+        if (limit > 0 && static_cast<int64_t>(built.size()) >= limit) return false;
+        ++tried;
+        const Clock::time_point one = Clock::now();
+        PlanPtr plan;
+        try {
+          plan = Finalize(graph, candidate.config, handle);
+        } catch (const c10::Error&) {
+          plan = nullptr;  // a descriptor cuDNN refused: not a candidate
+        }
+        const Clock::duration took = Clock::now() - one;
+        building += took;
+        if (candidate.runtime_compiled) {
+          ++runtime_compiled;
+          runtime_compiled_building += took;
+        }
+        if (plan != nullptr) built.push_back({candidate, std::move(plan)});
+        return true;
+      },
+      &heuristics);
   const Clock::time_point run_start = Clock::now();
 
   // One workspace for every candidate (they run one after another on the
@@ -694,11 +714,13 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
     std::fprintf(stderr,
                  "trainbench: cuDNN tuning: %zu candidates, %zu built (%.1f ms), timed in %.1f ms, %.1f ms in all; "
                  "engine %lld at %.4f ms%s; %zu runtime-compiled built in %.1f ms; best precompiled %.4f ms; "
-                 "%zu timed again, %zu finalists%s\n",
+                 "%zu timed again, %zu finalists%s; heuristics %.1f ms instant, %.1f ms fallback (%zu candidates "
+                 "only there), describing %.1f ms\n",
                  tried, built.size(), ms(building), ms(Clock::now() - run_start), ms(Clock::now() - began),
                  static_cast<long long>(choice->engine), best_ms, chosen_runtime_compiled ? " (runtime-compiled)" : "",
                  runtime_compiled, ms(runtime_compiled_building), best_precompiled, again.size(), finalists.size(),
-                 gates_held ? "" : "; a gate let go before it was opened");
+                 gates_held ? "" : "; a gate let go before it was opened", ms(heuristics.instant),
+                 ms(heuristics.fallback), heuristics.from_fallback, ms(heuristics.describing));
   }
   return best;
 }

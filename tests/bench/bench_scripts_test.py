@@ -254,6 +254,16 @@ class TuningLog(unittest.TestCase):
                       "8 finalists timed 3 times more; 1 operations where a gate let go before it was opened", out)
         self.assertNotIn("rounds:", self.summarise(self.LINES))
 
+    def test_splits_gathering_candidates_where_the_log_has_it(self):
+        line = ("trainbench: cuDNN tuning: 40 candidates, 38 built (10.0 ms), timed in 8.0 ms, 30.0 ms in all; engine 45 "
+                "at 0.0200 ms; 0 runtime-compiled built in 0.0 ms; best precompiled 0.0200 ms; 30 timed again, "
+                "4 finalists; heuristics 550.0 ms instant, 250.0 ms fallback (3 candidates only there), describing 100.0 ms")
+        out = self.summarise([line, line.replace("550.0 ms instant", "450.0 ms instant")])
+        self.assertIn("gathering candidates: cuDNN's instant heuristics 1.00 s, its fallback list 0.50 s "
+                      "(6 candidates only there), describing them 0.20 s", out)
+        self.assertIn("rounds: 76 candidates timed once (0 of them behind a gate), 60 timed again", out)
+        self.assertNotIn("gathering candidates", self.summarise(self.LINES))
+
     def test_a_log_without_tuning_says_so(self):
         self.assertIn("no tuning lines", self.summarise(self.LINES[3:]))
 
