@@ -12,14 +12,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -497,6 +503,79 @@ std::unique_ptr<EngineCache> OpenCache(int device) {
   return std::make_unique<EngineCache>(file, machine, Warn);
 }
 
+// A candidate as ForEachCandidate gives it, without its configuration
+// descriptor (which belongs to the operation graph it was queried on).
+struct Listed {
+  EngineChoice choice;
+  bool runtime_compiled = false;
+};
+
+// cuDNN's candidates for a problem, in ForEachCandidate's order, queried on
+// this thread's handle.
+std::vector<Listed> ListCandidates(const Problem& p, const at::Device& device, bool runtime_compiled, bool is_float,
+                                   bool tf32, bool deterministic) {
+  c10::cuda::CUDAGuard guard(device);
+  const std::vector<DescriptorPtr> graph = Graph(p, Handle(device.index()));
+  std::vector<Listed> listed;
+  ForEachCandidate(*graph.back(), runtime_compiled, is_float, tf32, deterministic, [&](Candidate& candidate) {
+    listed.push_back({candidate.choice, candidate.runtime_compiled});
+    return true;
+  });
+  return listed;
+}
+
+// TRAINBENCH_CUDNN_PREFETCH=1: when a forward convolution is tuned, its two
+// backward problems (the same tensors' shapes and layouts) are sure to
+// follow; a helper thread gathers their candidates meanwhile, on its own
+// cuDNN handle, so that their tuning does not wait for cuDNN's heuristic
+// queries (1.0-1.4 s of a ResNet50's first run on the H200 went to
+// gathering candidates, two thirds of them for backward problems).
+// Experimental, off by default: not yet measured on a GPU.
+bool PrefetchOn() {
+  const char* value = std::getenv("TRAINBENCH_CUDNN_PREFETCH");  // read per forward tuning: a test turns it on
+  return value != nullptr && std::string(value) == "1";
+}
+
+// One helper thread, started on first use and never stopped (as the
+// process's state: CUDA may be gone by the time threads end); it runs the
+// jobs in order.
+class Prefetcher {
+ public:
+  static Prefetcher& Get() {
+    static Prefetcher* prefetcher = new Prefetcher;
+    return *prefetcher;
+  }
+  std::shared_future<std::vector<Listed> > Add(std::function<std::vector<Listed>()> job) {
+    auto task = std::make_shared<std::packaged_task<std::vector<Listed>()> >(std::move(job));
+    std::shared_future<std::vector<Listed> > result = task->get_future().share();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      jobs_.push_back([task] { (*task)(); });
+    }
+    ready_.notify_one();
+    return result;
+  }
+
+ private:
+  Prefetcher() {
+    std::thread([this] {
+      for (;;) {
+        std::function<void()> job;
+        {
+          std::unique_lock<std::mutex> lock(mutex_);
+          ready_.wait(lock, [this] { return !jobs_.empty(); });
+          job = std::move(jobs_.front());
+          jobs_.pop_front();
+        }
+        job();  // a packaged task: what it throws goes to its future
+      }
+    }).detach();
+  }
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()> > jobs_;
+};
+
 // The process's choices and plans.
 struct State {
   std::mutex mutex;
@@ -504,6 +583,8 @@ struct State {
   std::map<std::string, EngineChoice> choices;                     // device + key: chosen in this process or read
   std::map<std::pair<cudnnHandle_t, std::string>, PlanPtr> plans;  // per handle (thread and device)
   Counts counts;
+  // device + key of a backward problem: its candidates, being gathered ahead
+  std::map<std::string, std::shared_future<std::vector<Listed> > > prefetched;
 };
 State& GetState() {
   static State* state = new State;  // used until exit, never destroyed
@@ -544,7 +625,7 @@ bool Capturing(cudaStream_t stream) {
 // A candidate counts with the best of its gated runs.
 PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, const std::array<void*, 3>& pointers,
              const at::Device& device, cudaStream_t stream, int64_t limit, const Settings& settings, bool is_float,
-             bool tf32, bool deterministic, EngineChoice* choice, int64_t* timed) {
+             bool tf32, bool deterministic, const std::vector<Listed>* listed, EngineChoice* choice, int64_t* timed) {
   constexpr float kSlowMargin = 4.0f, kFinalMargin = 1.15f;
   constexpr size_t kFinalists = 6, kFinalRuns = 3, kRunsPerGate = 32;
   using Clock = std::chrono::steady_clock;
@@ -560,28 +641,40 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
   size_t tried = 0, runtime_compiled = 0;
   Clock::duration building{}, runtime_compiled_building{};
   HeuristicsTimes heuristics;
-  ForEachCandidate(
-      *graph.back(), settings.runtime_compiled, is_float, tf32, deterministic,
-      [&](Candidate& candidate) {
-        if (limit > 0 && static_cast<int64_t>(built.size()) >= limit) return false;
-        ++tried;
-        const Clock::time_point one = Clock::now();
-        PlanPtr plan;
-        try {
-          plan = Finalize(graph, candidate.config, handle);
-        } catch (const c10::Error&) {
-          plan = nullptr;  // a descriptor cuDNN refused: not a candidate
-        }
-        const Clock::duration took = Clock::now() - one;
-        building += took;
-        if (candidate.runtime_compiled) {
-          ++runtime_compiled;
-          runtime_compiled_building += took;
-        }
-        if (plan != nullptr) built.push_back({candidate, std::move(plan)});
-        return true;
-      },
-      &heuristics);
+  // Builds a candidate's plan from `keep` (the graph, and what its
+  // configuration was made of); false once `limit` candidates have built.
+  auto consider = [&](Candidate& candidate, const std::vector<DescriptorPtr>& keep) {
+    if (limit > 0 && static_cast<int64_t>(built.size()) >= limit) return false;
+    ++tried;
+    const Clock::time_point one = Clock::now();
+    PlanPtr plan;
+    try {
+      plan = Finalize(keep, candidate.config, handle);
+    } catch (const c10::Error&) {
+      plan = nullptr;  // a descriptor cuDNN refused: not a candidate
+    }
+    const Clock::duration took = Clock::now() - one;
+    building += took;
+    if (candidate.runtime_compiled) {
+      ++runtime_compiled;
+      runtime_compiled_building += took;
+    }
+    if (plan != nullptr) built.push_back({candidate, std::move(plan)});
+    return true;
+  };
+  if (listed != nullptr) {
+    for (const Listed& l : *listed) {
+      const Clock::time_point describe = Clock::now();
+      std::vector<DescriptorPtr> keep = graph;
+      Candidate candidate{l.choice, ConfigOf(l.choice, *graph.back(), &keep), l.runtime_compiled};
+      heuristics.describing += Clock::now() - describe;
+      if (candidate.config != nullptr && !consider(candidate, keep)) break;
+    }
+  } else {
+    ForEachCandidate(
+        *graph.back(), settings.runtime_compiled, is_float, tf32, deterministic,
+        [&](Candidate& candidate) { return consider(candidate, graph); }, &heuristics);
+  }
   const Clock::time_point run_start = Clock::now();
 
   // One workspace for every candidate (they run one after another on the
@@ -715,12 +808,13 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
                  "trainbench: cuDNN tuning: %zu candidates, %zu built (%.1f ms), timed in %.1f ms, %.1f ms in all; "
                  "engine %lld at %.4f ms%s; %zu runtime-compiled built in %.1f ms; best precompiled %.4f ms; "
                  "%zu timed again, %zu finalists%s; heuristics %.1f ms instant, %.1f ms fallback (%zu candidates "
-                 "only there), describing %.1f ms\n",
+                 "only there), describing %.1f ms%s\n",
                  tried, built.size(), ms(building), ms(Clock::now() - run_start), ms(Clock::now() - began),
                  static_cast<long long>(choice->engine), best_ms, chosen_runtime_compiled ? " (runtime-compiled)" : "",
                  runtime_compiled, ms(runtime_compiled_building), best_precompiled, again.size(), finalists.size(),
                  gates_held ? "" : "; a gate let go before it was opened", ms(heuristics.instant),
-                 ms(heuristics.fallback), heuristics.from_fallback, ms(heuristics.describing));
+                 ms(heuristics.fallback), heuristics.from_fallback, ms(heuristics.describing),
+                 listed != nullptr ? "; candidates gathered ahead" : "");
   }
   return best;
 }
@@ -803,8 +897,34 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
     if (plan == nullptr) {
       EngineChoice chosen;
       if (benchmark && !Capturing(stream)) {
-        plan = Tune(graph, handle, pointers, device, stream, limit, settings, is_float, tf32, deterministic, &chosen,
-                    &state.counts.timed);
+        if (PrefetchOn() && p.op == Op::kForward) {
+          // Its backward problems: the same tensors' shapes and layouts.
+          for (const Op op : {Op::kBackwardData, Op::kBackwardFilter}) {
+            Problem q = p;
+            q.op = op;
+            const std::string q_key = Key(q, settings, benchmark, limit, tf32, deterministic);
+            const std::string q_process_key = std::to_string(index) + " " + q_key;
+            if (state.choices.count(q_process_key) != 0 || state.prefetched.count(q_process_key) != 0 ||
+                cache.Find(q_key).has_value())
+              continue;
+            state.prefetched[q_process_key] = Prefetcher::Get().Add(
+                [q, device, runtime_compiled = settings.runtime_compiled, is_float, tf32, deterministic] {
+                  return ListCandidates(q, device, runtime_compiled, is_float, tf32, deterministic);
+                });
+          }
+        }
+        std::optional<std::vector<Listed> > listed;
+        if (auto it = state.prefetched.find(process_key); it != state.prefetched.end()) {
+          try {
+            listed = it->second.get();
+          } catch (const std::exception& e) {
+            Warn(std::string("gathering cuDNN's candidates ahead failed (") + e.what() + "); gathering them now");
+          }
+          state.prefetched.erase(it);
+          if (listed) ++state.counts.gathered_ahead;
+        }
+        plan = Tune(graph, handle, pointers, device, stream, limit, settings, is_float, tf32, deterministic,
+                    listed ? &*listed : nullptr, &chosen, &state.counts.timed);
         if (plan != nullptr) {
           ++state.counts.tuned;
           cache.Store(key, chosen);
@@ -931,6 +1051,7 @@ void ResetForTesting() {
   state.caches.clear();
   state.choices.clear();
   state.plans.clear();
+  state.prefetched.clear();
   state.counts = {};
 }
 

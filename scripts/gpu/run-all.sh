@@ -218,12 +218,14 @@ for stage in $STAGES; do
     # cache; LibTorch's) from a fresh start: empty engine cache and empty
     # CUDA compute cache, then a repeat run on what the first left on disk.
     warmstart)
+      # resnet50-prefetch: trainbench's path with TRAINBENCH_CUDNN_PREFETCH=1.
       for variant in ${WARMSTART_VARIANTS:-resnet50 resnet50-libtorch-conv}; do
-        other=$([ $variant = resnet50 ] && echo "label: resnet50-libtorch-conv" || echo "label: resnet50}")
+        other=$([ $variant != resnet50-libtorch-conv ] && echo "label: resnet50-libtorch-conv" || echo "label: resnet50}")
+        prefetch=$([ $variant = resnet50-prefetch ] && echo 1 || echo 0)
         sed -e "/$other/d" -e "s/^name: .*/name: warm-start-$variant/" bench/configs/warm-start.yaml > "$OUT/ws-$variant.yaml"
         export XDG_CACHE_HOME=$(mktemp -d /tmp/trainbench-cache.XXXXXX) CUDA_CACHE_PATH=$(mktemp -d /tmp/cuda-cache.XXXXXX)
         for run in first repeat; do
-          TRAINBENCH_CUDNN_TUNE_LOG=1 build-gpu/bin/trainbench run "$OUT/ws-$variant.yaml" --out "$OUT/ws-$variant-$run" > "$OUT/ws-$variant-$run.log" 2>&1
+          TRAINBENCH_CUDNN_PREFETCH=$prefetch TRAINBENCH_CUDNN_TUNE_LOG=1 build-gpu/bin/trainbench run "$OUT/ws-$variant.yaml" --out "$OUT/ws-$variant-$run" > "$OUT/ws-$variant-$run.log" 2>&1
           echo "$variant $run run rc=$?"
           python3 -c "import json,sys; [print(' ', c['model'], c['device'], 'samples/s', round(c.get('samples_per_second',0)), 'train', round(c.get('train_seconds',0),2), 's; warm-up', round(c.get('warmup_seconds',0),2), '; whole', round(c.get('time_to_train_seconds',0),2)) for c in json.load(open(sys.argv[1]))['cells']]" "$OUT/ws-$variant-$run/results.json"
         done
@@ -231,7 +233,9 @@ for stage in $STAGES; do
         unset XDG_CACHE_HOME CUDA_CACHE_PATH
       done
       # Where the first run's tuning went (trainbench's path).
-      python3 bench/tuning_log.py "$OUT"/ws-resnet50-first/logs/cell-00-*.log
+      for log in "$OUT"/ws-resnet50{,-prefetch}-first/logs/cell-00-*.log; do
+        [ -f "$log" ] && { echo "$log:"; python3 bench/tuning_log.py "$log"; }
+      done
       ;;
     # Issue 16: the first run from a cold machine, one way of choosing engines
     # per run, each from an empty engine cache and CUDA compute cache: every
