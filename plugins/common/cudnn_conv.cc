@@ -530,7 +530,13 @@ std::vector<Listed> ListCandidates(const Problem& p, const at::Device& device, b
 // cuDNN handle, so that their tuning does not wait for cuDNN's heuristic
 // queries (1.0-1.4 s of a ResNet50's first run on the H200 went to
 // gathering candidates, two thirds of them for backward problems).
-// Experimental, off by default: not yet measured on a GPU.
+// Experimental, off by default: not yet measured on a GPU. To check when it
+// is: a job that nobody takes (a backward problem whose tensors were laid out
+// otherwise than predicted) may still run on the helper when the first CUDA
+// graph capture begins; LibTorch captures in global mode, where a CUDA call
+// the capture forbids on any thread (cudaMalloc, say) breaks it. cuDNN's
+// heuristic queries are believed to be host-only; the helper's handle is
+// made with its first job, at the first forward tuning.
 bool PrefetchOn() {
   const char* value = std::getenv("TRAINBENCH_CUDNN_PREFETCH");  // read per forward tuning: a test turns it on
   return value != nullptr && std::string(value) == "1";
