@@ -4,7 +4,9 @@
 # against the H200's ~790 TFLOP/s bf16 peak.
 #   bench/gpu_vs_pytorch.sh BUILD_DIR OUT_DIR [batch sizes...]
 # BENCH_CONFIG_ONLY=1 writes the experiment files into OUT_DIR and stops (a
-# test validates them on machines without a GPU).
+# test validates them on machines without a GPU). BENCH_MODELS and
+# BENCH_LABELS (below) choose a subset of the rows; BENCH_COMPILE_MODELS the
+# models with torch.compile rows.
 # Both sides: synthetic CIFAR-shaped data resident on the GPU, SGD momentum
 # 0.9, the whole training step (forward, backward, optimizer), warm-up left
 # out; trainbench additionally draws each batch through its on-GPU
