@@ -931,6 +931,9 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
         }
         plan = Tune(graph, handle, pointers, device, stream, limit, settings, is_float, tf32, deterministic,
                     listed ? &*listed : nullptr, &chosen, &state.counts.timed);
+        if (plan == nullptr && listed)  // none of the list built here: cuDNN's own candidates, then
+          plan = Tune(graph, handle, pointers, device, stream, limit, settings, is_float, tf32, deterministic, nullptr,
+                      &chosen, &state.counts.timed);
         if (plan != nullptr) {
           ++state.counts.tuned;
           cache.Store(key, chosen);
