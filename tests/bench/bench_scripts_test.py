@@ -101,7 +101,34 @@ class GpuBenchExperiments(unittest.TestCase):
                                   text)
                 v = validate(os.path.join(out, name))
                 self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
-                self.assertIn("6 model(s) x 4 device(s)", v.stdout + v.stderr)
+                self.assertIn("6 model(s) x 5 device(s)", v.stdout + v.stderr)
+                # PyTorch's best fp32 configuration, on both sides.
+                self.assertIn("{plugin: cuda, label: fp32-cl-graph, options: {amp: none, channels_last: true, cuda_graph: true}}",
+                              text)
+
+    def test_labels_choose_the_rows_and_an_unknown_label_is_refused(self):
+        with tempfile.TemporaryDirectory() as out:
+            env = dict(os.environ, BENCH_CONFIG_ONLY="1", BENCH_MODELS="resnet18",
+                       BENCH_LABELS="bf16-compile fp32-cl-graph bf16-cl-graph")
+            r = subprocess.run(["bash", os.path.join(BENCH, "gpu_vs_pytorch.sh"), "unused-build", out, "128"],
+                               capture_output=True, text=True, env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(out, "bench-b128.yaml")) as f:
+                text = f.read()
+            self.assertEqual(text.count("{plugin: cuda,"), 2, text)
+            self.assertIn("label: fp32-cl-graph", text)
+            self.assertIn("baseline: fp32-cl-graph,", text)  # the first trainbench label
+            self.assertNotIn("label: fp32,", text)
+            env["BENCH_LABELS"] = "fp32-graph fp16-graph"
+            r = subprocess.run(["bash", os.path.join(BENCH, "gpu_vs_pytorch.sh"), "unused-build", out, "128"],
+                               capture_output=True, text=True, env=env)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("BENCH_LABELS: unknown label fp16-graph", r.stderr)
+            env["BENCH_LABELS"] = "bf16-compile"
+            r = subprocess.run(["bash", os.path.join(BENCH, "gpu_vs_pytorch.sh"), "unused-build", out, "128"],
+                               capture_output=True, text=True, env=env)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("names no trainbench device", r.stderr)
 
 
 class ShippedExperiments(unittest.TestCase):
