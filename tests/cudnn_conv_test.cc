@@ -5,8 +5,9 @@
 // engines from the file and times nothing; runtime-compiled engines only
 // when asked; a corrupt or tampered file is rebuilt; heuristics alone store
 // nothing; the path replays in a CUDA graph and follows autocast; the
-// tuning's stream gate holds a stream and lets go. Built where the path is (CUDA and cuDNN headers); skipped without a
-// GPU.
+// tuning's stream gate holds a stream and lets go; the backward problems'
+// candidates can be gathered ahead. Built where the path is (CUDA and cuDNN
+// headers); skipped without a GPU.
 #include "cudnn_conv.h"
 
 #include <ATen/Context.h>
@@ -306,9 +307,6 @@ TEST(CudnnConvWarmStart, ARepeatRunReadsItsEnginesAndTimesNothing) {
   EXPECT_LE(RelativeError(heuristic, first), 1e-2);
 }
 
-// cuDNN's runtime-compiled engines are candidates only when asked
-// (Settings::runtime_compiled), and choices made with and without them are
-// kept apart in the file: one never stands in for the other.
 // TRAINBENCH_CUDNN_PREFETCH=1 (experimental): while a forward convolution is
 // tuned, a helper thread gathers cuDNN's candidates for its two backward
 // problems; their tunings take those lists (three of the four gathered
@@ -335,6 +333,9 @@ TEST(CudnnConvPrefetch, GathersTheBackwardCandidatesAhead) {
   EXPECT_LE(RelativeError(with, without), 1e-2);
 }
 
+// cuDNN's runtime-compiled engines are candidates only when asked
+// (Settings::runtime_compiled), and choices made with and without them are
+// kept apart in the file: one never stands in for the other.
 TEST(CudnnConvRuntimeCompiled, AreCandidatesOnlyWhenAskedAndKeptApart) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
