@@ -307,26 +307,26 @@ TEST(CudnnConvWarmStart, ARepeatRunReadsItsEnginesAndTimesNothing) {
   EXPECT_LE(RelativeError(heuristic, first), 1e-2);
 }
 
-// TRAINBENCH_CUDNN_PREFETCH=1 (experimental): while a forward convolution is
-// tuned, a helper thread gathers cuDNN's candidates for its two backward
-// problems; their tunings take those lists (three of the four gathered
-// here: the first convolution's input needs no gradient), choose among the
-// same candidates, and give LibTorch's results.
+// The prefetch (on unless TRAINBENCH_CUDNN_PREFETCH=0): while a forward
+// convolution is tuned, a helper thread gathers cuDNN's candidates for its
+// two backward problems; their tunings take those lists (three of the four
+// gathered here: the first convolution's input needs no gradient), choose
+// among the same candidates, and give LibTorch's results.
 TEST(CudnnConvPrefetch, GathersTheBackwardCandidatesAhead) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
   Autotuning autotuning;
   const Stack stack = Stack::Random(7, 32, 64, 128);
   const torch::Tensor x = stack.Input(32);
+  ASSERT_EQ(setenv("TRAINBENCH_CUDNN_PREFETCH", "0", 1), 0);
   cudnn_conv::ResetForTesting();
   const torch::Tensor without = stack.Step(x);
+  unsetenv("TRAINBENCH_CUDNN_PREFETCH");
   EXPECT_EQ(cudnn_conv::GetCounts().gathered_ahead, 0);
 
-  ASSERT_EQ(setenv("TRAINBENCH_CUDNN_PREFETCH", "1", 1), 0);
   fs::remove(cudnn_conv::CacheFile());
   cudnn_conv::ResetForTesting();
   const torch::Tensor with = stack.Step(x);
-  unsetenv("TRAINBENCH_CUDNN_PREFETCH");
   const auto counts = cudnn_conv::GetCounts();
   EXPECT_EQ(counts.tuned, 5);
   EXPECT_EQ(counts.gathered_ahead, 3);

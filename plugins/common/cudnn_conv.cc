@@ -524,22 +524,21 @@ std::vector<Listed> ListCandidates(const Problem& p, const at::Device& device, b
   return listed;
 }
 
-// TRAINBENCH_CUDNN_PREFETCH=1: when a forward convolution is tuned, its two
-// backward problems (the same tensors' shapes and layouts) are sure to
-// follow; a helper thread gathers their candidates meanwhile, on its own
-// cuDNN handle, so that their tuning does not wait for cuDNN's heuristic
-// queries (1.0-1.4 s of a ResNet50's first run on the H200 went to
-// gathering candidates, two thirds of them for backward problems).
-// Experimental, off by default: not yet measured on a GPU. To check when it
-// is: a job that nobody takes (a backward problem whose tensors were laid out
-// otherwise than predicted) may still run on the helper when the first CUDA
-// graph capture begins; LibTorch captures in global mode, where a CUDA call
-// the capture forbids on any thread (cudaMalloc, say) breaks it. cuDNN's
-// heuristic queries are believed to be host-only; the helper's handle is
-// made with its first job, at the first forward tuning.
+// The prefetch (on unless TRAINBENCH_CUDNN_PREFETCH=0): when a forward
+// convolution is tuned, its two backward problems (the same tensors' shapes
+// and layouts) are sure to follow; a helper thread gathers their candidates
+// meanwhile, on its own cuDNN handle, so that their tuning does not wait for
+// cuDNN's heuristic queries. On the H200 (session 14) it took ResNet50's first
+// run from 5.02 to 4.77 s of training time (what gathering candidates cost
+// besides the timing: 0.97 -> 0.64 s) at the same rate and the same engines'
+// time. A job that nobody takes (a backward problem whose tensors were laid
+// out otherwise than predicted, or the data gradient of an input that needs
+// none) has run to its end long before a CUDA graph capture: the jobs take
+// milliseconds and run as the first steps tune; cuDNN's heuristic queries are
+// host-only, and the helper's handle is made with its first job.
 bool PrefetchOn() {
-  const char* value = std::getenv("TRAINBENCH_CUDNN_PREFETCH");  // read per forward tuning: a test turns it on
-  return value != nullptr && std::string(value) == "1";
+  const char* value = std::getenv("TRAINBENCH_CUDNN_PREFETCH");  // read per forward tuning: a test turns it off
+  return value == nullptr || std::string(value) != "0";
 }
 
 // One helper thread, started on first use and never stopped (as the

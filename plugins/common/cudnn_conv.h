@@ -46,7 +46,7 @@ struct Counts {
   int64_t cached = 0;          ///< read from the file: nothing timed
   int64_t heuristic = 0;       ///< cuDNN's first heuristic choice (no autotuning asked, or inside a graph capture)
   int64_t timed = 0;           ///< candidate engines timed in all
-  int64_t gathered_ahead = 0;  ///< tunings whose candidates a helper thread had gathered (TRAINBENCH_CUDNN_PREFETCH=1)
+  int64_t gathered_ahead = 0;  ///< tunings whose candidates a helper thread had gathered (unless TRAINBENCH_CUDNN_PREFETCH=0)
 };
 Counts GetCounts();
 

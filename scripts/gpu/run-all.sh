@@ -218,10 +218,10 @@ for stage in $STAGES; do
     # cache; LibTorch's) from a fresh start: empty engine cache and empty
     # CUDA compute cache, then a repeat run on what the first left on disk.
     warmstart)
-      # resnet50-prefetch: trainbench's path with TRAINBENCH_CUDNN_PREFETCH=1.
+      # resnet50-noprefetch: trainbench's path with TRAINBENCH_CUDNN_PREFETCH=0.
       for variant in ${WARMSTART_VARIANTS:-resnet50 resnet50-libtorch-conv}; do
         other=$([ $variant != resnet50-libtorch-conv ] && echo "label: resnet50-libtorch-conv" || echo "label: resnet50}")
-        prefetch=$([ $variant = resnet50-prefetch ] && echo 1 || echo 0)
+        prefetch=$([ $variant = resnet50-noprefetch ] && echo 0 || echo 1)
         sed -e "/$other/d" -e "s/^name: .*/name: warm-start-$variant/" bench/configs/warm-start.yaml > "$OUT/ws-$variant.yaml"
         export XDG_CACHE_HOME=$(mktemp -d /tmp/trainbench-cache.XXXXXX) CUDA_CACHE_PATH=$(mktemp -d /tmp/cuda-cache.XXXXXX)
         for run in first repeat; do
@@ -233,7 +233,7 @@ for stage in $STAGES; do
         unset XDG_CACHE_HOME CUDA_CACHE_PATH
       done
       # Where the first run's tuning went (trainbench's path).
-      for log in "$OUT"/ws-resnet50{,-prefetch}-first/logs/cell-00-*.log; do
+      for log in "$OUT"/ws-resnet50{,-noprefetch}-first/logs/cell-00-*.log; do
         [ -f "$log" ] && { echo "$log:"; python3 bench/tuning_log.py "$log"; }
       done
       ;;
