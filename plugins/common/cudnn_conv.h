@@ -42,11 +42,12 @@ torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<
 
 /// How this process's plans got their engines.
 struct Counts {
-  int64_t tuned = 0;           ///< candidates timed (cuDNN autotuning), then stored in the file
-  int64_t cached = 0;          ///< read from the file: nothing timed
-  int64_t heuristic = 0;       ///< cuDNN's first heuristic choice (no autotuning asked, or inside a graph capture)
-  int64_t timed = 0;           ///< candidate engines timed in all
-  int64_t gathered_ahead = 0;  ///< tunings whose candidates a helper thread had gathered (unless TRAINBENCH_CUDNN_PREFETCH=0)
+  int64_t tuned = 0;      ///< candidates timed (cuDNN autotuning), then stored in the file
+  int64_t cached = 0;     ///< read from the file: nothing timed
+  int64_t heuristic = 0;  ///< cuDNN's first heuristic choice (no autotuning asked, or inside a graph capture)
+  int64_t timed = 0;      ///< candidate engines timed in all
+  int64_t gathered_ahead =
+      0;  ///< tunings whose candidates a helper thread had gathered (unless TRAINBENCH_CUDNN_PREFETCH=0)
 };
 Counts GetCounts();
 
