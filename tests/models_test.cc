@@ -299,6 +299,17 @@ TEST(Models, ResNetEngineCacheConvolutionsOnCudaMatchLibTorchs) {
   }
 }
 
+// The stem's convolution in space-to-depth form against the 7x7 one (both
+// through cuDNN's backend API), in a whole training step, both against fp64;
+// channels_last, where it applies.
+TEST(Models, ResNetStemSpaceToDepthOnCudaMatchesTheSevenBySeven) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string name : {"resnet18", "resnet50"}) {
+    ExpectFusedMatchesComposite(name, "stem_space_to_depth", sdk::Amp::kNone, true, 1e-3, /*truth=*/true);
+    ExpectFusedMatchesComposite(name, "stem_space_to_depth", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true);
+  }
+}
+
 // On the CPU the fused kernels' options change nothing: the same function
 // either way.
 TEST(Models, ResNetFusedOptionsLeaveTheCpuPathAlone) {

@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -269,7 +269,7 @@ for stage in $STAGES; do
       unset XDG_CACHE_HOME ;;
     # The convolutions through cuDNN's backend API (the warm start): their
     # tests and the models' (a subset of `test`).
-    conv) ctest --test-dir build-gpu --output-on-failure -j 4 -R "CudnnConv|EngineCache|Models\." > "$OUT/conv.log" 2>&1
+    conv) ctest --test-dir build-gpu --output-on-failure -j 4 -R "CudnnConv|StemConv|StreamGate|EngineCache|Models\." > "$OUT/conv.log" 2>&1
       echo "conv tests rc=$?"; tail -4 "$OUT/conv.log"; grep -E "FAILED|Failure|error" -A8 "$OUT/conv.log" | head -80 ;;
     # Issue 16: the ResNets' captured step kernel by kernel, bf16 b1024:
     # trainbench (defaults and stock) from its own traces, plain PyTorch
@@ -302,6 +302,18 @@ for stage in $STAGES; do
         done
       done
       python3 bench/kernel_profile.py --compare "$OUT"/kprofile/*.json | tee "$OUT/kprofile/side-by-side.md" ;;
+    # Issue 16: the stem's convolution in space-to-depth form against the 7x7
+    # one, both ResNets at 32 px (batch 1024), then ResNet50 at 224 px (batch
+    # 256), and the convolution alone in plain PyTorch (bench/stem_conv.py).
+    stem)
+      build-gpu/bin/trainbench run bench/configs/stem.yaml --out "$OUT/stem" > "$OUT/stem.log" 2>&1
+      echo "stem rc=$?"; sed -n '/^model/,/^$/p' "$OUT/stem.log"
+      sed -e '/resnet18/d' -e 's/^name: stem/name: stem-224/' -e 's/train_size: 61440, test_size: 1000}/train_size: 15360, test_size: 512, image_size: 224}/' \
+          -e 's/batch_size: 1024/batch_size: 256/' -e 's/eval_batch_size: 1000/eval_batch_size: 256/' bench/configs/stem.yaml > "$OUT/stem-224.yaml"
+      build-gpu/bin/trainbench run "$OUT/stem-224.yaml" --out "$OUT/stem-224" > "$OUT/stem-224.log" 2>&1
+      echo "stem 224 rc=$?"; sed -n '/^model/,/^$/p' "$OUT/stem-224.log"
+      python3 bench/stem_conv.py --batches 128 1024 --size 32 | tee "$OUT/stem-conv.md"
+      python3 bench/stem_conv.py --batches 256 --size 224 | tee -a "$OUT/stem-conv.md" ;;
     # Issue 16: trainbench and plain PyTorch train to the same accuracy.
     parity)
       for seed in ${PARITY_SEEDS:-0 1 2 3}; do

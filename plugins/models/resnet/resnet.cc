@@ -12,6 +12,7 @@
 #include "batch_norm_act.h"
 #include "cudnn_conv.h"
 #include "max_pool.h"
+#include "stem.h"
 #include "trainbench/sdk/autocast.h"
 #include "trainbench/sdk/module_model.h"
 #include "weight_cast.h"
@@ -25,21 +26,25 @@ using torch::nn::Conv2dOptions;
 
 // A convolution without bias (torchvision's names and shapes): on CUDA with
 // `engine_cache`, through cuDNN's backend API with its engine choices kept per
-// machine (plugins/common/cudnn_conv.h); elsewhere LibTorch's.
+// machine (plugins/common/cudnn_conv.h), the imagenet stem's in space-to-depth
+// form with `space_to_depth` (stem.h); elsewhere LibTorch's.
 class ConvImpl : public sdk::CountedConv2dImpl {
  public:
   ConvImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool engine_cache,
-           const cudnn_conv::Settings& settings)
+           const cudnn_conv::Settings& settings, bool space_to_depth = false)
       : sdk::CountedConv2dImpl(Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false)),
         stride_(stride),
         padding_(padding),
         engine_cache_(engine_cache),
+        space_to_depth_(space_to_depth),
         settings_(settings) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
     const torch::Tensor& w = cast_.defined() ? cast_ : weight;
-    if (engine_cache_ && cudnn_conv::Supports(x, w))
+    if (engine_cache_ && cudnn_conv::Supports(x, w)) {
+      if (space_to_depth_ && resnet::StemApplies(x, w, stride_, padding_)) return resnet::StemConv(x, w, settings_);
       return cudnn_conv::Conv2d(x, w, {stride_, stride_}, {padding_, padding_}, settings_);
+    }
     return sdk::CountedConv2dImpl::forward(x);
   }
 
@@ -50,7 +55,7 @@ class ConvImpl : public sdk::CountedConv2dImpl {
 
  private:
   int64_t stride_, padding_;
-  bool engine_cache_;
+  bool engine_cache_, space_to_depth_;
   cudnn_conv::Settings settings_;
   torch::Tensor cast_;
 };
@@ -84,12 +89,14 @@ class WeightCasts {
   std::vector<ConvImpl*> convs_;
 };
 
-// What the blocks share: the fused batch norm and max pool, the engine cache.
+// What the blocks share: the fused batch norm and max pool, the engine cache;
+// and the stem's space-to-depth form.
 struct Paths {
   bool fused_batchnorm;
   bool fused_maxpool;
   bool engine_cache;
   cudnn_conv::Settings conv;
+  bool stem_space_to_depth;
 };
 
 Conv Conv3x3(int64_t in, int64_t out, int64_t stride, const Paths& paths) {
@@ -161,7 +168,8 @@ class ResNetImpl : public torch::nn::Module {
   ResNetImpl(const ResNetSpec& spec, int64_t num_classes, bool imagenet_stem, const Paths& paths)
       : imagenet_stem_(imagenet_stem), fused_(paths.fused_batchnorm), fused_pool_(paths.fused_maxpool) {
     conv1_ = register_module(
-        "conv1", imagenet_stem ? Conv(3, 64, 7, 2, 3, paths.engine_cache, paths.conv) : Conv3x3(3, 64, 1, paths));
+        "conv1", imagenet_stem ? Conv(3, 64, 7, 2, 3, paths.engine_cache, paths.conv, paths.stem_space_to_depth)
+                               : Conv3x3(3, 64, 1, paths));
     bn1_ = register_module("bn1", BatchNorm2d(64));
     int64_t in = 64;
     const int64_t widths[4] = {64, 128, 256, 512};
@@ -226,7 +234,8 @@ std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Option
   const Paths paths{options.GetBool("fused_batchnorm") && resnet::FusedKernelsBuilt(),
                     options.GetBool("fused_maxpool") && resnet::FusedKernelsBuilt(),
                     options.GetBool("cudnn_engine_cache") && cudnn_conv::Built(),
-                    cudnn_conv::Settings{options.GetBool("cudnn_runtime_compiled")}};
+                    cudnn_conv::Settings{options.GetBool("cudnn_runtime_compiled")},
+                    options.GetBool("stem_space_to_depth")};
   return std::make_unique<sdk::ModuleModel<ResNet>>(ResNet(spec, classes, stem == "imagenet", paths),
                                                     std::array<int64_t, 3>{3, size, size}, classes);
 }

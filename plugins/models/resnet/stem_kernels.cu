@@ -1,0 +1,179 @@
+// See stem_kernels.h. One thread per block pixel (its SC channels written as
+// 16-byte packs) or per weight element; nothing is allocated or cleared, so
+// all three can be captured in a CUDA graph.
+#include <cstdint>
+
+#include "../../common/cuda_element.cuh"
+#include "stem_kernels.h"
+
+namespace resnet::kernels {
+namespace {
+
+using trainbench::cuda::FromFloat;
+using trainbench::cuda::Pack;
+using trainbench::cuda::StorePack;
+using trainbench::cuda::ToFloat;
+
+constexpr int kThreads = 256;
+constexpr int kMaxChannels = 16;  // StemChannels(4)
+
+int Blocks(int64_t threads) { return static_cast<int>((threads + kThreads - 1) / kThreads); }
+
+template <typename TX, typename TS, bool kNhwc>
+__global__ void __launch_bounds__(kThreads) BlocksKernel(const TX* __restrict__ x, TS* __restrict__ s, int64_t n, int c,
+                                                         int64_t h, int64_t w, int64_t bh, int64_t bw, int sc) {
+  const int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x;
+  if (i >= n * bh * bw) return;
+  const int64_t bx = i % bw, by = (i / bw) % bh, img = i / (bw * bh);
+  constexpr int kPack = 16 / sizeof(TS);
+  Pack<TS, kMaxChannels> out;
+#pragma unroll
+  for (int ch = 0; ch < kMaxChannels; ++ch) out.v[ch] = FromFloat<TS>(0.f);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int64_t iy = 2 * (by - 2) + r / 2, ix = 2 * (bx - 2) + r % 2;
+    if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+    for (int ch = 0; ch < c; ++ch) {
+      const int64_t at = kNhwc ? ((img * h + iy) * w + ix) * c + ch : ((img * c + ch) * h + iy) * w + ix;
+      out.v[r * c + ch] = FromFloat<TS>(ToFloat<TX>(x[at]));
+    }
+  }
+  const auto* packs = reinterpret_cast<const Pack<TS, kPack>*>(&out);
+  for (int p = 0; p < sc / kPack; ++p) StorePack<TS, kPack>(s, i * sc + p * kPack, packs[p]);
+}
+
+// Element (k, c, ky, kx) of w (K, C, 7, 7) in its layout.
+template <bool kNhwc>
+__device__ __forceinline__ int64_t WeightAt(int64_t k, int c, int ky, int kx, int channels) {
+  return kNhwc ? ((k * 7 + ky) * 7 + kx) * channels + c : ((k * channels + c) * 7 + ky) * 7 + kx;
+}
+
+template <typename T, bool kNhwc>
+__global__ void __launch_bounds__(kThreads)
+    WeightKernel(const T* __restrict__ w, T* __restrict__ blocks, int64_t k, int c, int sc) {
+  const int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x;
+  if (i >= k * 16 * sc) return;
+  const int ch = static_cast<int>(i % sc), jx = static_cast<int>(i / sc % 4), jy = static_cast<int>(i / sc / 4 % 4);
+  const int64_t out = i / (16 * sc);
+  T v = FromFloat<T>(0.f);
+  if (ch < 4 * c) {
+    const int r = ch / c, ky = 2 * jy + r / 2 - 1, kx = 2 * jx + r % 2 - 1;
+    if (ky >= 0 && kx >= 0) v = w[WeightAt<kNhwc>(out, ch % c, ky, kx, c)];
+  }
+  blocks[i] = v;
+}
+
+template <typename T, bool kNhwc>
+__global__ void __launch_bounds__(kThreads)
+    WeightGradKernel(const T* __restrict__ grad_blocks, T* __restrict__ grad_w, int64_t k, int c, int sc) {
+  const int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x;
+  if (i >= k * c * 49) return;
+  // i runs over w's elements in its own layout.
+  int64_t out;
+  int ch, ky, kx;
+  if constexpr (kNhwc) {
+    ch = static_cast<int>(i % c);
+    kx = static_cast<int>(i / c % 7);
+    ky = static_cast<int>(i / c / 7 % 7);
+    out = i / (c * 49);
+  } else {
+    kx = static_cast<int>(i % 7);
+    ky = static_cast<int>(i / 7 % 7);
+    ch = static_cast<int>(i / 49 % c);
+    out = i / (c * 49);
+  }
+  const int jy = (ky + 1) / 2, ry = (ky + 1) % 2, jx = (kx + 1) / 2, rx = (kx + 1) % 2;
+  grad_w[i] = grad_blocks[((out * 4 + jy) * 4 + jx) * sc + (ry * 2 + rx) * c + ch];
+}
+
+template <typename TX, typename TS>
+void LaunchBlocks(const StemProblem& p, const void* x, void* s, cudaStream_t stream) {
+  const int64_t bh = StemBlocksHigh(p), bw = StemBlocksWide(p);
+  const int c = static_cast<int>(p.c), sc = static_cast<int>(StemChannels(p.c));
+  auto kernel = p.x_layout == Layout::kNhwc ? BlocksKernel<TX, TS, true> : BlocksKernel<TX, TS, false>;
+  kernel<<<Blocks(p.n * bh * bw), kThreads, 0, stream>>>(static_cast<const TX*>(x), static_cast<TS*>(s), p.n, c, p.h,
+                                                         p.w, bh, bw, sc);
+}
+
+template <typename TX>
+void LaunchBlocksFrom(const StemProblem& p, const void* x, void* s, cudaStream_t stream) {
+  switch (p.s_dtype) {
+    case DType::kFloat:
+      LaunchBlocks<TX, float>(p, x, s, stream);
+      break;
+    case DType::kBFloat16:
+      LaunchBlocks<TX, __nv_bfloat16>(p, x, s, stream);
+      break;
+    case DType::kHalf:
+      LaunchBlocks<TX, __half>(p, x, s, stream);
+      break;
+  }
+}
+
+template <typename T>
+void LaunchWeight(bool grad, Layout layout, int64_t k, int c, const void* in, void* out, cudaStream_t stream) {
+  const int sc = static_cast<int>(StemChannels(c));
+  const bool nhwc = layout == Layout::kNhwc;
+  if (grad) {
+    auto kernel = nhwc ? WeightGradKernel<T, true> : WeightGradKernel<T, false>;
+    kernel<<<Blocks(k * c * 49), kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), k, c, sc);
+  } else {
+    auto kernel = nhwc ? WeightKernel<T, true> : WeightKernel<T, false>;
+    kernel<<<Blocks(k * 16 * sc), kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), k, c, sc);
+  }
+}
+
+cudaError_t Weight(bool grad, DType dtype, Layout layout, int64_t k, int64_t c, const void* in, void* out,
+                   cudaStream_t stream) {
+  if (k < 1 || k > (int64_t{1} << 30) || c < 1 || c > 4 || in == nullptr || out == nullptr)
+    return cudaErrorInvalidValue;
+  switch (dtype) {
+    case DType::kFloat:
+      LaunchWeight<float>(grad, layout, k, static_cast<int>(c), in, out, stream);
+      break;
+    case DType::kBFloat16:
+      LaunchWeight<__nv_bfloat16>(grad, layout, k, static_cast<int>(c), in, out, stream);
+      break;
+    case DType::kHalf:
+      LaunchWeight<__half>(grad, layout, k, static_cast<int>(c), in, out, stream);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool StemSupported(const StemProblem& p) noexcept {
+  if (p.n < 1 || p.c < 1 || p.c > 4 || p.h < 1 || p.w < 1 || p.h > (1 << 20) || p.w > (1 << 20)) return false;
+  const int64_t limit = int64_t{1} << 40;
+  return p.n <= limit / (p.c * p.h * p.w) && p.n <= limit / (StemChannels(p.c) * StemBlocksHigh(p) * StemBlocksWide(p));
+}
+
+cudaError_t StemBlocks(const StemProblem& p, const void* x, void* s, cudaStream_t stream) noexcept {
+  if (!StemSupported(p) || x == nullptr || s == nullptr || reinterpret_cast<uintptr_t>(s) % 16 != 0)
+    return cudaErrorInvalidValue;
+  switch (p.x_dtype) {
+    case DType::kFloat:
+      LaunchBlocksFrom<float>(p, x, s, stream);
+      break;
+    case DType::kBFloat16:
+      LaunchBlocksFrom<__nv_bfloat16>(p, x, s, stream);
+      break;
+    case DType::kHalf:
+      LaunchBlocksFrom<__half>(p, x, s, stream);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t StemWeight(DType dtype, Layout w_layout, int64_t k, int64_t c, const void* w, void* w_blocks,
+                       cudaStream_t stream) noexcept {
+  return Weight(false, dtype, w_layout, k, c, w, w_blocks, stream);
+}
+
+cudaError_t StemWeightGrad(DType dtype, Layout w_layout, int64_t k, int64_t c, const void* grad_w_blocks, void* grad_w,
+                           cudaStream_t stream) noexcept {
+  return Weight(true, dtype, w_layout, k, c, grad_w_blocks, grad_w, stream);
+}
+
+}  // namespace resnet::kernels
