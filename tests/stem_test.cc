@@ -120,7 +120,7 @@ TEST(StemConvAutocast, TakesAutocastsType) {
 
 // What it leaves to the 7x7 convolution: another geometry, an NCHW image
 // (the output would change the network's layout), an image that needs a
-// gradient, more than 4 channels, fp64, the CPU.
+// gradient, one channel or more than 4, fp64, the CPU.
 TEST(StemConvApplies, OnlyToTheStem) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto cl = at::MemoryFormat::ChannelsLast;
@@ -139,6 +139,10 @@ TEST(StemConvApplies, OnlyToTheStem) {
                                    torch::randn({64, 5, 7, 7}, torch::kCUDA), 2, 3));
   EXPECT_FALSE(resnet::StemApplies(torch::randn({2, 3, 32, 32}, torch::kCUDA).contiguous(cl),
                                    torch::randn({64, 3, 5, 5}, torch::kCUDA), 2, 3));
+  // One channel: NCHW and NHWC are the same memory, so the network's layout
+  // cannot be told from the image (the blocks' would be channels_last).
+  EXPECT_FALSE(resnet::StemApplies(torch::randn({2, 1, 32, 32}, torch::kCUDA).contiguous(cl),
+                                   torch::randn({64, 1, 7, 7}, torch::kCUDA), 2, 3));
   EXPECT_FALSE(resnet::StemApplies(x.to(torch::kDouble), w.to(torch::kDouble), 2, 3));
   EXPECT_FALSE(resnet::StemApplies(x.cpu(), w.cpu(), 2, 3));
   EXPECT_THROW(resnet::StemConv(x.contiguous(), w, {}), std::invalid_argument);

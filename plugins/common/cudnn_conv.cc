@@ -531,11 +531,13 @@ std::vector<Listed> ListCandidates(const Problem& p, const at::Device& device, b
 // cuDNN's heuristic queries. On the H200 (session 14) it took ResNet50's first
 // run from 5.02 to 4.77 s of training time (what gathering candidates cost
 // besides the timing: 0.97 -> 0.64 s) at the same rate and the same engines'
-// time. A job that nobody takes (a backward problem whose tensors were laid
-// out otherwise than predicted, or the data gradient of an input that needs
-// none) has run to its end long before a CUDA graph capture: the jobs take
-// milliseconds and run as the first steps tune; cuDNN's heuristic queries are
-// host-only, and the helper's handle is made with its first job.
+// time. Only the gradients autograd will ask for are gathered (none for an
+// evaluation's forwards, none for the data gradient of an input that needs
+// none). A job that nobody takes (a backward problem whose tensors were laid
+// out otherwise than predicted) has run to its end long before a CUDA graph
+// capture: the jobs take milliseconds and run as the first steps tune;
+// cuDNN's heuristic queries are host-only, and the helper's handle is made
+// with its first job.
 bool PrefetchOn() {
   const char* value = std::getenv("TRAINBENCH_CUDNN_PREFETCH");  // read per forward tuning: a test turns it off
   return value == nullptr || std::string(value) != "0";
@@ -543,7 +545,10 @@ bool PrefetchOn() {
 
 // One helper thread, started on first use and never stopped (as the
 // process's state: CUDA may be gone by the time threads end); it runs the
-// jobs in order.
+// jobs in order. At exit the process waits (a second at most) until the
+// helper is idle: a job still inside cuDNN while the libraries' static state
+// is torn down crashed a worker after its result (session 14, before only
+// forwards whose gradients follow queued jobs).
 class Prefetcher {
  public:
   static Prefetcher& Get() {
@@ -571,14 +576,29 @@ class Prefetcher {
           ready_.wait(lock, [this] { return !jobs_.empty(); });
           job = std::move(jobs_.front());
           jobs_.pop_front();
+          busy_ = true;
         }
         job();  // a packaged task: what it throws goes to its future
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          busy_ = false;
+        }
+        idle_.notify_all();
       }
     }).detach();
+    // Registered after cuDNN's and LibTorch's static state was made, so it
+    // runs before that is destroyed.
+    std::atexit([] {
+      Prefetcher& p = Get();
+      std::unique_lock<std::mutex> lock(p.mutex_);
+      p.jobs_.clear();  // their futures are never waited for after exit began
+      p.idle_.wait_for(lock, std::chrono::seconds(1), [&p] { return !p.busy_; });
+    });
   }
   std::mutex mutex_;
-  std::condition_variable ready_;
+  std::condition_variable ready_, idle_;
   std::deque<std::function<void()> > jobs_;
+  bool busy_ = false;
 };
 
 // The process's choices and plans.
@@ -850,9 +870,11 @@ std::string Name(const Problem& p) {
 }
 
 // Runs one convolution on tensors already laid out in one memory format
-// (ids 1, 2, 3 as in Problem), choosing its engine first if needed.
+// (ids 1, 2, 3 as in Problem), choosing its engine first if needed. For a
+// forward, `backward` says which backward problems will follow (the data's,
+// the filter's gradient): those the prefetch gathers candidates for.
 void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector<int64_t>& geometry, bool channels_last,
-              const Settings& settings) {
+              const Settings& settings, std::array<bool, 2> backward = {false, false}) {
   const at::Device device = tensors[0].device();
   const int index = device.index();
   c10::cuda::CUDAGuard guard(device);
@@ -908,6 +930,7 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
         if (PrefetchOn() && p.op == Op::kForward) {
           // Its backward problems: the same tensors' shapes and layouts.
           for (const Op op : {Op::kBackwardData, Op::kBackwardFilter}) {
+            if (!backward[op == Op::kBackwardData ? 0 : 1]) continue;
             Problem q = p;
             q.op = op;
             const std::string q_key = Key(q, settings, benchmark, limit, tf32, deterministic);
@@ -974,14 +997,18 @@ at::MemoryFormat Format(bool channels_last) {
 
 class ConvFunction : public torch::autograd::Function<ConvFunction> {
  public:
+  // backward_data, backward_filter: whether autograd will ask for x's and
+  // w's gradients (the prefetch's hint; grad mode is off in here).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            std::vector<int64_t> geometry, bool runtime_compiled) {
+                            std::vector<int64_t> geometry, bool runtime_compiled, bool backward_data,
+                            bool backward_filter) {
     const Settings settings{runtime_compiled};
     const bool channels_last = ChannelsLast(x, w);
     const at::MemoryFormat format = Format(channels_last);
     const at::Tensor xc = x.contiguous(format), wc = w.contiguous(format);
     at::Tensor y = at::empty(OutputSize(x, w, geometry), x.options().memory_format(format));
-    if (y.numel() > 0) Convolve(Op::kForward, {xc, wc, y}, geometry, channels_last, settings);
+    if (y.numel() > 0)
+      Convolve(Op::kForward, {xc, wc, y}, geometry, channels_last, settings, {backward_data, backward_filter});
     ctx->save_for_backward({xc, wc});
     ctx->saved_data["geometry"] = geometry;
     ctx->saved_data["channels_last"] = channels_last;
@@ -1007,7 +1034,7 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
       dw = at::empty(w.sizes(), w.options().memory_format(format));
       Convolve(Op::kBackwardFilter, {x, dw, dy}, geometry, channels_last, settings);
     }
-    return {dx, dw, at::Tensor(), at::Tensor()};
+    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -1038,8 +1065,9 @@ torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<
   }
   TORCH_CHECK(input.scalar_type() == weight.scalar_type(), "cuDNN convolution: input ", input.scalar_type(),
               " and weight ", weight.scalar_type(), " differ");
+  const bool grad = torch::GradMode::is_enabled();
   return ConvFunction::apply(input, weight, std::vector<int64_t>{stride[0], stride[1], padding[0], padding[1]},
-                             settings.runtime_compiled);
+                             settings.runtime_compiled, grad && input.requires_grad(), grad && weight.requires_grad());
 }
 
 Counts GetCounts() {

@@ -68,7 +68,7 @@ c10::ScalarType ConvType(const torch::Tensor& x) {
 
 bool StemApplies(const torch::Tensor& x, const torch::Tensor& w, int64_t stride, int64_t padding) {
 #ifdef TRAINBENCH_RESNET_KERNELS
-  if (stride != 2 || padding != 3 || !cudnn_conv::Supports(x, w)) return false;
+  if (stride != 2 || padding != 3 || !cudnn_conv::Supports(x, w) || x.size(1) < 2) return false;
   if (x.requires_grad() && torch::GradMode::is_enabled()) return false;
   if (w.size(2) != 7 || w.size(3) != 7 || !kernels::Takes(x.scalar_type()) || !kernels::Takes(ConvType(x)))
     return false;

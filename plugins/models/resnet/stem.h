@@ -14,7 +14,8 @@ namespace resnet {
 
 /// Whether StemConv takes conv2d(x, w, stride, padding): this build has the
 /// kernels and the cuDNN path; x (N, C, H, W) is a channels_last CUDA image
-/// that needs no gradient (the stem's input; C 1-4); w (K, C, 7, 7) on its
+/// that needs no gradient (the stem's input; C 2-4: with one channel
+/// channels_last cannot be told from NCHW); w (K, C, 7, 7) on its
 /// device; stride 2, padding 3; cudnn_conv::Supports(x, w).
 bool StemApplies(const torch::Tensor& x, const torch::Tensor& w, int64_t stride, int64_t padding);
 
