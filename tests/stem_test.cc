@@ -84,7 +84,7 @@ std::vector<Case> Cases() {
   for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
     cases.push_back({dtype, 16, 3, 32, 32, 64, true});  // the study's images
     cases.push_back({dtype, 3, 3, 33, 17, 64, false});  // odd sizes: the last block half outside
-    cases.push_back({dtype, 5, 1, 7, 9, 5, true});      // one channel, few filters
+    cases.push_back({dtype, 5, 2, 7, 9, 5, true});      // two channels, few filters
     cases.push_back({dtype, 2, 4, 2, 1, 8, false});     // an image smaller than a block
   }
   cases.push_back({torch::kBFloat16, 4, 3, 224, 224, 64, true});  // ImageNet's
