@@ -1,7 +1,7 @@
 // The ResNet stem's convolution in space-to-depth form (plugins/models/resnet/
 // stem.h) against LibTorch's conv2d(x, w, stride 2, padding 3): outputs and
 // weight gradients measured against fp64 for every element type, odd and
-// small images, 1-4 channels, both weight layouts, autocast; what it does not
+// small images, 2-4 channels, both weight layouts, autocast; what it does not
 // take; replays in a CUDA graph. Built where the kernels and the cuDNN path
 // are; skipped without a GPU.
 #include "stem.h"

@@ -62,6 +62,17 @@ struct StemWeight : public torch::autograd::Function<StemWeight> {
 c10::ScalarType ConvType(const torch::Tensor& x) {
   return trainbench::sdk::autocast::Enabled(c10::kCUDA) ? trainbench::sdk::autocast::Type(c10::kCUDA) : x.scalar_type();
 }
+
+// The kernels' problem for a channels_last image x whose types they take.
+kernels::StemProblem ProblemOf(const torch::Tensor& x) {
+  return {kernels::DTypeOf(x.scalar_type()),
+          kernels::DTypeOf(ConvType(x)),
+          kernels::Layout::kNhwc,
+          x.size(0),
+          x.size(1),
+          x.size(2),
+          x.size(3)};
+}
 #endif
 
 }  // namespace
@@ -74,14 +85,7 @@ bool StemApplies(const torch::Tensor& x, const torch::Tensor& w, int64_t stride,
     return false;
   if (x.suggest_memory_format() != c10::MemoryFormat::ChannelsLast || !x.is_contiguous(c10::MemoryFormat::ChannelsLast))
     return false;
-  const kernels::StemProblem problem{kernels::DTypeOf(x.scalar_type()),
-                                     kernels::DTypeOf(ConvType(x)),
-                                     kernels::Layout::kNhwc,
-                                     x.size(0),
-                                     x.size(1),
-                                     x.size(2),
-                                     x.size(3)};
-  return kernels::StemSupported(problem);
+  return kernels::StemSupported(ProblemOf(x));
 #else
   (void)x, (void)w, (void)stride, (void)padding;
   return false;
@@ -93,18 +97,12 @@ torch::Tensor StemConv(const torch::Tensor& x, const torch::Tensor& w, const cud
   if (!StemApplies(x, w, 2, 3)) throw std::invalid_argument("resnet::StemConv: a convolution it does not take");
   const c10::ScalarType type = ConvType(x);
   const c10::cuda::CUDAGuard guard(x.device());
-  const kernels::StemProblem problem{kernels::DTypeOf(x.scalar_type()),
-                                     kernels::DTypeOf(type),
-                                     kernels::Layout::kNhwc,
-                                     x.size(0),
-                                     x.size(1),
-                                     x.size(2),
-                                     x.size(3)};
+  const kernels::StemProblem problem = ProblemOf(x);
   const torch::Tensor blocks = torch::empty(
       {x.size(0), kernels::StemChannels(x.size(1)), kernels::StemBlocksHigh(problem), kernels::StemBlocksWide(problem)},
       x.options().dtype(type).memory_format(c10::MemoryFormat::ChannelsLast));
   C10_CUDA_CHECK(kernels::StemBlocks(problem, x.data_ptr(), blocks.data_ptr(), c10::cuda::getCurrentCUDAStream()));
-  const torch::Tensor w_blocks = StemWeight::apply(w.scalar_type() == type ? w : w.to(type));
+  const torch::Tensor w_blocks = StemWeight::apply(w.to(type));  // w itself when already of that type
   return cudnn_conv::Conv2d(blocks, w_blocks, {1, 1}, {0, 0}, settings);
 #else
   (void)x, (void)w, (void)settings;
