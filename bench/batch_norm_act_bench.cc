@@ -1,11 +1,16 @@
 // The ResNets' fused batch norm (+ ReLU, + residual add) against LibTorch's
 // composite (batch_norm, add, relu), one training forward and backward of each
-// batch-norm shape of ResNet50 at batch 1024 on 32x32 images (imagenet stem),
-// channels_last, bf16 and fp32. Prints microseconds per forward + backward
-// (median of 7 timings of 20 repetitions, CUDA events) and their ratio, then
-// the sum over the network's 53 batch norms.
-//   build-gpu/bin/batch_norm_act_bench [batch]
+// batch-norm shape of ResNet50 (or ResNet18) at batch 1024 on 32x32 images
+// (imagenet stem), channels_last, bf16 and fp32: the composite, the fused
+// path's two kernels each way, and its one kernel each way (where the shape
+// fits on chip). Twenty forward + backward captured in a CUDA graph (the host's
+// launch rate left out, as in a graphed training step); prints microseconds
+// per forward + backward (median of 7 replays, CUDA events) and the ratios,
+// then the sums over the network's batch norms.
+//   build-gpu/bin/batch_norm_act_bench [batch] [resnet50|resnet18]
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/torch.h>
 
@@ -24,19 +29,30 @@ enum class Act { kPlain, kRelu, kAddRelu };
 struct Shape {
   int64_t c, hw;
   Act act;
-  int count;  // how many of ResNet50's batch norms have it
+  int count;  // how many of the network's batch norms have it
 };
 
+constexpr int kRepeats = 20;
+
 double MedianMicros(const std::function<void()>& step) {
-  for (int i = 0; i < 5; ++i) step();
+  for (int i = 0; i < 3; ++i) step();  // the kernels' first-use set-up, outside the capture
+  torch::cuda::synchronize();
+  at::cuda::CUDAGraph graph;
+  {
+    const c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromPool());
+    graph.capture_begin();
+    for (int i = 0; i < kRepeats; ++i) step();
+    graph.capture_end();
+  }
+  graph.replay();
   std::vector<double> times;
   for (int t = 0; t < 7; ++t) {
     at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);
     start.record();
-    for (int i = 0; i < 20; ++i) step();
+    graph.replay();
     stop.record();
     stop.synchronize();
-    times.push_back(start.elapsed_time(stop) * 1000.0 / 20);
+    times.push_back(start.elapsed_time(stop) * 1000.0 / kRepeats);
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
@@ -50,19 +66,30 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int64_t batch = argc > 1 ? std::stoll(argv[1]) : 1024;
-  // ResNet50, 32x32 input, imagenet stem: 16x16 after conv1, 8x8 in layer1.
-  const std::vector<Shape> shapes = {
+  const bool resnet18 = argc > 2 && std::string(argv[2]) == "resnet18";
+  // 32x32 input, imagenet stem: 16x16 after conv1, 8x8 in layer1.
+  const std::vector<Shape> resnet18_shapes = {
+      {64, 16, Act::kRelu, 1},    {64, 8, Act::kRelu, 2},   {64, 8, Act::kAddRelu, 2},  {128, 4, Act::kRelu, 2},
+      {128, 4, Act::kAddRelu, 2}, {128, 4, Act::kPlain, 1}, {256, 2, Act::kRelu, 2},    {256, 2, Act::kAddRelu, 2},
+      {256, 2, Act::kPlain, 1},   {512, 1, Act::kRelu, 2},  {512, 1, Act::kAddRelu, 2}, {512, 1, Act::kPlain, 1},
+  };
+  const std::vector<Shape> resnet50_shapes = {
       {64, 16, Act::kRelu, 1}, {64, 8, Act::kRelu, 6},   {256, 8, Act::kAddRelu, 3},  {256, 8, Act::kPlain, 1},
       {128, 8, Act::kRelu, 1}, {128, 4, Act::kRelu, 7},  {512, 4, Act::kAddRelu, 4},  {512, 4, Act::kPlain, 1},
       {256, 4, Act::kRelu, 1}, {256, 2, Act::kRelu, 11}, {1024, 2, Act::kAddRelu, 6}, {1024, 2, Act::kPlain, 1},
       {512, 2, Act::kRelu, 1}, {512, 1, Act::kRelu, 5},  {2048, 1, Act::kAddRelu, 3}, {2048, 1, Act::kPlain, 1},
   };
+  const std::vector<Shape>& shapes = resnet18 ? resnet18_shapes : resnet50_shapes;
+  int layers = 0;
+  for (const Shape& s : shapes) layers += s.count;
   const char* names[] = {"bn", "bn+relu", "bn+add+relu"};
   for (auto dtype : {torch::kBFloat16, torch::kFloat}) {
-    std::printf("\n%s, batch %lld, channels_last\n", dtype == torch::kFloat ? "fp32" : "bf16",
-                static_cast<long long>(batch));
-    std::printf("| channels | map | op | count | composite us | fused us | ratio |\n|---|---|---|---|---|---|---|\n");
-    double total_composite = 0, total_fused = 0;
+    std::printf("\n%s, %s, batch %lld, channels_last\n", resnet18 ? "ResNet18" : "ResNet50",
+                dtype == torch::kFloat ? "fp32" : "bf16", static_cast<long long>(batch));
+    std::printf(
+        "| channels | map | op | count | composite us | fused, two kernels us | fused, one pass us | two / one | "
+        "composite / best |\n|---|---|---|---|---|---|---|---|---|\n");
+    double totals[3] = {0, 0, 0};
     for (const Shape& s : shapes) {
       const auto cuda = torch::TensorOptions(torch::kCUDA);
       const auto cl = torch::MemoryFormat::ChannelsLast;
@@ -72,20 +99,29 @@ int main(int argc, char** argv) {
       trainbench::sdk::BatchNorm2d bn(s.c);
       bn->to(torch::kCUDA);
       const bool add = s.act == Act::kAddRelu, relu = s.act != Act::kPlain;
-      double micros[2];
-      for (bool fused : {false, true}) {
-        micros[fused] = MedianMicros([&] {
-          torch::Tensor y = resnet::BatchNormAct(*bn, x, add ? r : torch::Tensor(), relu, fused);
-          y.backward(dy);
+      // The gradients returned, not accumulated: the same kernels every repetition.
+      std::vector<torch::Tensor> inputs = {x, bn->weight, bn->bias};
+      if (add) inputs.push_back(r);
+      double micros[3];
+      const bool one_pass = resnet::OnePassApplies(x, relu, add);
+      for (int path = 0; path < 3; ++path) {
+        if (path == 2 && !one_pass) {
+          micros[2] = micros[1];
+          continue;
+        }
+        micros[path] = MedianMicros([&] {
+          torch::Tensor y = resnet::BatchNormAct(*bn, x, add ? r : torch::Tensor(), relu, path > 0, path == 2);
+          torch::autograd::grad({y}, inputs, {dy});
         });
       }
-      std::printf("| %lld | %lldx%lld | %s | %d | %.1f | %.1f | %.2f |\n", static_cast<long long>(s.c),
+      std::printf("| %lld | %lldx%lld | %s | %d | %.1f | %.1f | %s | %.2f | %.2f |\n", static_cast<long long>(s.c),
                   static_cast<long long>(s.hw), static_cast<long long>(s.hw), names[static_cast<int>(s.act)], s.count,
-                  micros[0], micros[1], micros[0] / micros[1]);
-      total_composite += s.count * micros[0];
-      total_fused += s.count * micros[1];
+                  micros[0], micros[1], one_pass ? std::to_string(micros[2]).substr(0, 6).c_str() : "-",
+                  micros[1] / micros[2], micros[0] / std::min(micros[1], micros[2]));
+      for (int path = 0; path < 3; ++path) totals[path] += s.count * micros[path];
     }
-    std::printf("| all 53 | | | | %.0f | %.0f | %.2f |\n", total_composite, total_fused, total_composite / total_fused);
+    std::printf("| all %d | | | | %.0f | %.0f | %.0f | %.2f | %.2f |\n", layers, totals[0], totals[1], totals[2],
+                totals[1] / totals[2], totals[0] / totals[2]);
   }
   return 0;
 }

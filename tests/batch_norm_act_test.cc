@@ -29,6 +29,7 @@ struct Case {
   bool channels_last;
   std::vector<int64_t> shape;
   Act act;
+  bool one_pass = true;  // channels_last: false runs the two kernels each way
 };
 
 using trainbench::testing::RelativeError;
@@ -41,11 +42,11 @@ struct Step {
 };
 
 Step RunStep(BatchNorm2d& bn, const torch::Tensor& base, const torch::Tensor& skip, const torch::Tensor& upstream,
-             Act act, bool fused) {
+             Act act, bool fused, bool one_pass = true) {
   torch::Tensor x = base.clone().requires_grad_(), r = skip.clone().requires_grad_();
   const bool add = act == Act::kAddRelu;
   Step out;
-  out.y = resnet::BatchNormAct(*bn, x, add ? r : torch::Tensor(), act != Act::kNone, fused);
+  out.y = resnet::BatchNormAct(*bn, x, add ? r : torch::Tensor(), act != Act::kNone, fused, one_pass);
   out.y.backward(upstream);
   out.dx = x.grad();
   out.dr = add ? r.grad() : torch::zeros({1});
@@ -98,7 +99,7 @@ TEST_P(BatchNormAct, EqualsTheCompositeInTrainingAndEvaluation) {
 
   for (int step = 0; step < 2; ++step) {  // twice: the running statistics move on from their first update
     const torch::Tensor upstream = torch::randn(c.shape, cuda).to(c.dtype).contiguous(format);
-    const Step fused = RunStep(fused_bn, base, skip, upstream, c.act, true);
+    const Step fused = RunStep(fused_bn, base, skip, upstream, c.act, true, c.one_pass);
     const Step ref = RunStep(ref_bn, base, skip, upstream, c.act, false);
     const Step truth =
         RunStep(truth_bn, base.to(torch::kDouble), skip.to(torch::kDouble), upstream.to(torch::kDouble), c.act, false);
@@ -150,6 +151,22 @@ std::vector<Case> Cases() {
       cases.push_back({dtype, cl, {64, 64, 32, 32}, Act::kRelu});    // 4M elements: many blocks per channel
     }
   }
+  // channels_last with full packs: one kernel each way where the tensor fits
+  // (the cases above, with 2, 4 and 8 rows per thread), and the same shapes
+  // with the two kernels.
+  const size_t one_pass_cases = cases.size();
+  for (size_t i = 0; i < one_pass_cases; ++i) {
+    if (!cases[i].channels_last) continue;
+    Case two = cases[i];
+    two.one_pass = false;
+    cases.push_back(two);
+  }
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    cases.push_back({dtype, true, {256, 64, 8, 8}, Act::kAddRelu});   // ResNet18's layer1 at batch 256
+    cases.push_back({dtype, true, {1024, 64, 8, 8}, Act::kAddRelu});  // and at 1024: 8 rows per thread (bf16)
+    cases.push_back({dtype, true, {8, 512, 4, 4}, Act::kRelu});       // eight channel tiles
+    cases.push_back({dtype, true, {3, 40, 7, 5}, Act::kAddRelu});     // rows not a multiple of a block's
+  }
   return cases;
 }
 
@@ -159,6 +176,7 @@ std::string Name(const ::testing::TestParamInfo<Case>& info) {
   name += c.channels_last ? "ChannelsLast" : "Nchw";
   name += c.act == Act::kNone ? "Plain" : c.act == Act::kRelu ? "Relu" : "AddRelu";
   for (int64_t s : c.shape) name += "_" + std::to_string(s);
+  if (!c.one_pass) name += "_TwoKernels";
   return name;
 }
 
@@ -178,6 +196,23 @@ TEST(BatchNormActPaths, CompositeWhereTheKernelsDoNotApply) {
   EXPECT_EQ(resnet::BatchNormAct(*bn, x, x.detach(), false, true).grad_fn()->name().find("Fused"), std::string::npos);
   BatchNorm2d on_cpu(8);
   EXPECT_EQ(resnet::BatchNormAct(*on_cpu, x.cpu(), {}, true, true).grad_fn()->name().find("Fused"), std::string::npos);
+}
+
+// Where one kernel each way is planned: channels_last tensors of full
+// 16-byte packs whose elements fit in the registers of blocks resident at
+// once; not NCHW, narrow channel counts or a tensor too large.
+TEST(BatchNormActPaths, OnePassWhereTheTensorFits) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+  EXPECT_TRUE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, bf16).contiguous(cl), true, false));
+  EXPECT_TRUE(
+      resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, bf16.dtype(torch::kFloat)).contiguous(cl), true, true));
+  EXPECT_TRUE(resnet::OnePassApplies(torch::empty({2, 2048, 2, 2}, bf16).contiguous(cl), false, false));
+  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, bf16), true, false));                // NCHW
+  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 6, 8, 8}, bf16).contiguous(cl), true, false));  // pairs
+  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({256, 256, 32, 32}, bf16).contiguous(cl), true, false));
+  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, torch::kFloat).contiguous(cl), true, false));  // CPU
 }
 
 TEST(BatchNormActGraph, ReplaysInACudaGraph) {

@@ -278,6 +278,17 @@ TEST(Models, ResNetFusedBatchNormOnCudaMatchesTheCompositeBf16ChannelsLast) {
     ExpectFusedMatchesComposite(name, "fused_batchnorm", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true);
 }
 
+// The batch norms as one kernel each way (batchnorm_one_pass, default on)
+// against the two kernels, in a whole training step; at batch 64 every
+// channels_last batch norm of both ResNets is planned in one pass.
+TEST(Models, ResNetOnePassBatchNormOnCudaMatchesTheTwoKernels) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string name : {"resnet18", "resnet50"}) {
+    ExpectFusedMatchesComposite(name, "batchnorm_one_pass", sdk::Amp::kNone, false, 1e-3, /*truth=*/true);
+    ExpectFusedMatchesComposite(name, "batchnorm_one_pass", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true);
+  }
+}
+
 // The stem's max pool (this plugin's kernels) against LibTorch's, in a whole
 // training step: the same maxima, so the same function up to the rest of the
 // step's rounding.

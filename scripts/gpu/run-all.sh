@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -314,6 +314,19 @@ for stage in $STAGES; do
       echo "stem 224 rc=$?"; sed -n '/^model/,/^$/p' "$OUT/stem-224.log"
       python3 bench/stem_conv.py --batches 128 1024 --size 32 | tee "$OUT/stem-conv.md"
       python3 bench/stem_conv.py --batches 256 --size 224 | tee -a "$OUT/stem-conv.md" ;;
+    # Issue 16: the batch norms as one kernel each way against two, both
+    # ResNets side by side at each of ONEPASS_BATCHES (default 1024 128), and
+    # the batch norms alone per shape (bench/batch_norm_act_bench.cc).
+    onepass)
+      for batch in ${ONEPASS_BATCHES:-1024 128}; do
+        sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-one-pass/name: bn-one-pass-b$batch/" \
+            bench/configs/bn-one-pass.yaml > "$OUT/onepass-b$batch.yaml"
+        build-gpu/bin/trainbench run "$OUT/onepass-b$batch.yaml" --out "$OUT/onepass-b$batch" > "$OUT/onepass-b$batch.log" 2>&1
+        echo "onepass b$batch rc=$?"; sed -n '/^model/,/^$/p' "$OUT/onepass-b$batch.log"
+        [ "${ONEPASS_KERNELS:-1}" = 0 ] || for model in resnet18 resnet50; do
+          build-gpu/bin/batch_norm_act_bench $batch $model | tee -a "$OUT/onepass-kernels-b$batch.md"
+        done
+      done ;;
     # Issue 16: trainbench and plain PyTorch train to the same accuracy.
     parity)
       for seed in ${PARITY_SEEDS:-0 1 2 3}; do

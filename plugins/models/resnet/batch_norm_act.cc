@@ -31,14 +31,15 @@ using torch::autograd::variable_list;
 // channels_last when x is (a 1x1 map is both: the same memory either way).
 bool IsNhwc(const torch::Tensor& x) { return x.is_contiguous(c10::MemoryFormat::ChannelsLast); }
 
-kernels::BnProblem Problem(const torch::Tensor& x, bool nhwc, bool relu, bool residual) {
+kernels::BnProblem Problem(const torch::Tensor& x, bool nhwc, bool relu, bool residual, bool one_pass = true) {
   return kernels::BnProblem{kernels::DTypeOf(x.scalar_type()),
                             nhwc ? kernels::Layout::kNhwc : kernels::Layout::kNchw,
                             x.size(0),
                             x.size(1),
                             x.size(2) * x.size(3),
                             relu,
-                            residual};
+                            residual,
+                            one_pass};
 }
 
 bool IsFloatOn(const torch::Tensor& t, const torch::Tensor& x) {
@@ -73,11 +74,12 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& bias, const torch::Tensor& residual,
                                const torch::Tensor& running_mean, const torch::Tensor& running_var,
-                               const torch::Tensor& num_batches_tracked, double eps, double momentum, bool relu) {
+                               const torch::Tensor& num_batches_tracked, double eps, double momentum, bool relu,
+                               bool one_pass) {
     const c10::cuda::CUDAGuard guard(x.device());
     const bool nhwc = IsNhwc(x);
     const torch::Tensor r = Present(residual) ? residual.contiguous(Format(nhwc)) : torch::Tensor();
-    const kernels::BnProblem problem = Problem(x, nhwc, relu, r.defined());
+    const kernels::BnProblem problem = Problem(x, nhwc, relu, r.defined(), one_pass);
     const auto f32 = x.options().dtype(torch::kFloat).memory_format(c10::MemoryFormat::Contiguous);
     // x's own strides (a 1x1 map's NCHW and NHWC are the same memory): the
     // convolutions after it see what they would see after the composite.
@@ -106,6 +108,7 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     else
       ctx->save_for_backward({x, weight, bias, mean, invstd});
     ctx->saved_data["relu"] = relu;
+    ctx->saved_data["one_pass"] = one_pass;
     return y;
   }
 
@@ -115,7 +118,8 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     const bool residual = saved.size() > 5;
     const c10::cuda::CUDAGuard guard(x.device());
     const bool nhwc = IsNhwc(x);
-    const kernels::BnProblem problem = Problem(x, nhwc, ctx->saved_data["relu"].toBool(), residual);
+    const kernels::BnProblem problem =
+        Problem(x, nhwc, ctx->saved_data["relu"].toBool(), residual, ctx->saved_data["one_pass"].toBool());
     const torch::Tensor dy = grads[0].to(x.scalar_type()).contiguous(Format(nhwc));
     torch::Tensor dx = torch::empty_like(x);
     torch::Tensor dr = residual ? torch::empty_like(x) : torch::Tensor();
@@ -140,6 +144,7 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
             dw,
             db,
             dr,
+            torch::Tensor(),
             torch::Tensor(),
             torch::Tensor(),
             torch::Tensor(),
@@ -175,8 +180,19 @@ bool FusedKernelsBuilt() noexcept {
 #endif
 }
 
+bool OnePassApplies(const torch::Tensor& x, bool relu, bool residual) {
+#ifdef TRAINBENCH_RESNET_KERNELS
+  if (!x.is_cuda() || x.dim() != 4 || !kernels::Takes(x.scalar_type())) return false;
+  const c10::cuda::CUDAGuard guard(x.device());
+  return kernels::OnePass(Problem(x, IsNhwc(x), relu, residual));
+#else
+  (void)x, (void)relu, (void)residual;
+  return false;
+#endif
+}
+
 torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu,
-                           bool fused) {
+                           bool fused, bool one_pass) {
 #ifdef TRAINBENCH_RESNET_KERNELS
   if (fused && FusedApplies(bn, x, residual, relu)) {
     const bool batch_statistics = bn.is_training() || !bn.options.track_running_stats();
@@ -201,11 +217,11 @@ torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const to
                                       OrAbsent(track ? bn.running_mean : torch::Tensor(), bn.weight),
                                       OrAbsent(track ? bn.running_var : torch::Tensor(), bn.weight),
                                       OrAbsent(counter_on_device ? bn.num_batches_tracked : torch::Tensor(), bn.weight),
-                                      bn.options.eps(), momentum, relu);
+                                      bn.options.eps(), momentum, relu, one_pass);
     }
   }
 #else
-  (void)fused;
+  (void)fused, (void)one_pass;
 #endif
   return Composite(bn, x, residual, relu);
 }

@@ -18,8 +18,14 @@ bool FusedKernelsBuilt() noexcept;
 /// channels_last, a module with fp32 affine parameters and a momentum, and
 /// statistics of this rank alone (not cross-rank); in training mode it
 /// updates the running statistics as the module would. Anything else, and
-/// `fused` false, goes the composite way.
+/// `fused` false, goes the composite way. `one_pass`: training on
+/// channels_last tensors that fit on chip as one kernel each way (see
+/// batch_norm_act_kernels.h), else always two.
 torch::Tensor BatchNormAct(trainbench::sdk::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual,
-                           bool relu, bool fused);
+                           bool relu, bool fused, bool one_pass = true);
+
+/// Whether a training step of `x` (CUDA, 4-d) would run one kernel each way
+/// with `one_pass` on this device (for tests and benchmarks).
+bool OnePassApplies(const torch::Tensor& x, bool relu, bool residual);
 
 }  // namespace resnet

@@ -43,6 +43,15 @@ constexpr int kMaxSplits = 256;
 constexpr int kReduceBlocksPerSm = 4;
 constexpr int kReduceRowsPerThread = 4;
 
+// The one-pass kernels (OnePassNhwc): blocks per SM they are built to fit
+// (all of a launch's blocks must be resident at once: they wait for each
+// other), the rows a thread keeps in registers, and how long a block waits
+// for the others before it stops the kernel (a launch that cannot be resident
+// then fails with an error instead of hanging the device).
+constexpr int kOnePassBlocksPerSm = 2;
+constexpr int kOnePassRows[] = {2, 4, 8};
+constexpr long long kWaitLimitNs = 20'000'000'000LL;
+
 constexpr int kMaxTiles = 4096;           // counters per device: channel tiles of one reduction
 constexpr int kForwardCoefficients = 2;   // scale, shift
 constexpr int kBackwardCoefficients = 6;  // k1, k2, k3, mean, scale, shift
@@ -222,6 +231,76 @@ __device__ bool LastBlockOfTile(const Params& p, int tile) {
   return last;
 }
 
+// What an NHWC reduction's thread keeps for its kVec channels (from c0):
+// forward, each channel's first value (the sums are of x - ref); backward,
+// the mean, and the forward's affine constants where ReLU's mask is
+// recomputed from x.
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
+__device__ __forceinline__ void ReductionConstants(const Params& p, int c0, float (&ref)[kVec], float (&scale)[kVec],
+                                                   float (&shift)[kVec]) {
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    if constexpr (kBackward) {
+      ref[j] = p.mean[c0 + j];
+      if constexpr (kRelu && !kResidual)
+        Affine(p.weight[c0 + j], p.bias[c0 + j], ref[j], p.invstd[c0 + j], scale[j], shift[j]);
+    } else {
+      ref[j] = ToFloat(static_cast<const T*>(p.x)[c0 + j]);
+    }
+  }
+}
+
+// One pack of a row into an NHWC reduction's sums. Forward: of d and d^2
+// (d = x - ref); backward: of dz and dz (x - mean), returning dz (dy masked
+// by ReLU; exact in T, being dy or 0), the residual's gradient. gv and yv
+// (dy and y) are read backward only, yv with a residual only.
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
+__device__ __forceinline__ Pack<T, kVec> Accumulate(const Pack<T, kVec>& xv, const Pack<T, kVec>& gv,
+                                                    const Pack<T, kVec>& yv, const float (&ref)[kVec],
+                                                    const float (&scale)[kVec], const float (&shift)[kVec],
+                                                    float (&a0)[kVec], float (&a1)[kVec]) {
+  Pack<T, kVec> dzv{};
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const float xf = ToFloat(xv.v[j]);
+    if constexpr (!kBackward) {
+      const float d = xf - ref[j];
+      a0[j] += d;
+      a1[j] = fmaf(d, d, a1[j]);
+    } else {
+      const float dz = MaskedGrad<T, kRelu, kResidual>(ToFloat(gv.v[j]), xf, ToFloat(yv.v[j]), scale[j], shift[j]);
+      dzv.v[j] = FromFloat<T>(dz);
+      a0[j] += dz;
+      a1[j] = fmaf(dz, xf - ref[j], a1[j]);
+    }
+  }
+  return dzv;
+}
+
+// An NHWC block's sums per channel into its row of the partial sums: row 0's
+// threads add the ty rows of the tile's `count` channels (from `first`).
+template <int kVec>
+__device__ __forceinline__ void WriteBlockSums(const Params& p, const float (&a0)[kVec], const float (&a1)[kVec],
+                                               int ty, int tile_c, int first, int count) {
+  __shared__ float sums[2][kThreads * kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    sums[0][threadIdx.x * kVec + j] = a0[j];
+    sums[1][threadIdx.x * kVec + j] = a1[j];
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < count) {
+    float s0 = 0.f, s1 = 0.f;
+    for (int r = 0; r < ty; ++r) {
+      s0 += sums[0][r * tile_c + threadIdx.x];
+      s1 += sums[1][r * tile_c + threadIdx.x];
+    }
+    float* q = p.partials + (static_cast<int64_t>(blockIdx.y) * p.c + first + threadIdx.x) * 2;
+    q[0] = s0;
+    q[1] = s1;
+  }
+}
+
 // NHWC reduction. Forward: sums of d and d^2 (d = x - the channel's first
 // value); backward: of dz and dz (x - mean), writing dr = dz with a residual.
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
@@ -235,16 +314,7 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Param
   if (active) {
     const T* x = static_cast<const T*>(p.x);
     float ref[kVec], scale[kVec] = {}, shift[kVec] = {};
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      if constexpr (kBackward) {
-        ref[j] = p.mean[c0 + j];
-        if constexpr (kRelu && !kResidual)
-          Affine(p.weight[c0 + j], p.bias[c0 + j], ref[j], p.invstd[c0 + j], scale[j], shift[j]);
-      } else {
-        ref[j] = ToFloat(x[c0 + j]);
-      }
-    }
+    ReductionConstants<T, kVec, kBackward, kRelu, kResidual>(p, c0, ref, scale, shift);
     const int64_t step = static_cast<int64_t>(gridDim.y) * ty;
     // Several loads in flight per thread (four rows forward, two rows of two
     // or three tensors backward): a reduction has no stores to overlap with.
@@ -252,51 +322,17 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Param
     for (int64_t r = static_cast<int64_t>(blockIdx.y) * ty + lane_r; r < p.rows; r += step) {
       const int64_t at = r * p.c + c0;
       const Pack<T, kVec> xv = LoadPack<T, kVec>(x, at);
-      if constexpr (!kBackward) {
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          const float d = ToFloat(xv.v[j]) - ref[j];
-          a0[j] += d;
-          a1[j] = fmaf(d, d, a1[j]);
-        }
-      } else {
-        const Pack<T, kVec> gv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
-        Pack<T, kVec> yv{};
-        if constexpr (kResidual) yv = LoadPack<T, kVec>(static_cast<const T*>(p.y), at);
-        Pack<T, kVec> dzv;
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          const float xf = ToFloat(xv.v[j]);
-          const float dz = MaskedGrad<T, kRelu, kResidual>(ToFloat(gv.v[j]), xf, ToFloat(yv.v[j]), scale[j], shift[j]);
-          dzv.v[j] = FromFloat<T>(dz);
-          a0[j] += dz;
-          a1[j] = fmaf(dz, xf - ref[j], a1[j]);
-        }
-        if constexpr (kResidual) StorePack<T, kVec>(static_cast<T*>(p.grad_residual), at, dzv);
-      }
+      Pack<T, kVec> gv{}, yv{};
+      if constexpr (kBackward) gv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
+      if constexpr (kBackward && kResidual) yv = LoadPack<T, kVec>(static_cast<const T*>(p.y), at);
+      const Pack<T, kVec> dzv = Accumulate<T, kVec, kBackward, kRelu, kResidual>(xv, gv, yv, ref, scale, shift, a0, a1);
+      if constexpr (kBackward && kResidual) StorePack<T, kVec>(static_cast<T*>(p.grad_residual), at, dzv);
     }
   }
-  // The block's sums per channel: row 0's threads add the ty rows.
-  __shared__ float sums[2][kThreads * kVec];
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) {
-    sums[0][threadIdx.x * kVec + j] = a0[j];
-    sums[1][threadIdx.x * kVec + j] = a1[j];
-  }
-  __syncthreads();
   const int tile_c = tx * kVec;
   const int first = blockIdx.x * tile_c;
   const int count = min(tile_c, p.c - first);
-  if (static_cast<int>(threadIdx.x) < count) {
-    float s0 = 0.f, s1 = 0.f;
-    for (int r = 0; r < ty; ++r) {
-      s0 += sums[0][r * tile_c + threadIdx.x];
-      s1 += sums[1][r * tile_c + threadIdx.x];
-    }
-    float* q = p.partials + (static_cast<int64_t>(blockIdx.y) * p.c + first + threadIdx.x) * 2;
-    q[0] = s0;
-    q[1] = s1;
-  }
+  WriteBlockSums<kVec>(p, a0, a1, ty, tile_c, first, count);
   if (!LastBlockOfTile(p, blockIdx.x)) return;
   FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1);
   if (threadIdx.x == 0) {
@@ -375,6 +411,11 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNchw(Param
   }
 }
 
+// dx from dz and the backward's coefficients (k1, k2, k3, mean).
+__device__ __forceinline__ float BackwardDx(const float* k, float x, float dz) {
+  return k[0] * dz + k[1] * (x - k[3]) + k[2];
+}
+
 // One element of the element-wise passes. Forward: y = act(x * scale +
 // shift [+ r]); backward: dx = k1 dz + k2 (x - mean) + k3.
 template <typename T, bool kBackward, bool kRelu, bool kResidual>
@@ -387,7 +428,7 @@ struct Elementwise {
     } else {
       // With a residual the reduction stored dz (masked); else dz from dy.
       const float dz = kResidual ? y_or_dz : MaskedGrad<T, kRelu, false>(dy, x, 0.f, k[4], k[5]);
-      return k[0] * dz + k[1] * (x - k[3]) + k[2];
+      return BackwardDx(k, x, dz);
     }
   }
 };
@@ -425,6 +466,139 @@ __global__ void __launch_bounds__(kThreads) ElementwiseNhwc(Params p, int tx) {
     for (int j = 0; j < kVec; ++j) {
       out.v[j] = FromFloat<T>(Elementwise<T, kBackward, kRelu, kResidual>::Apply(
           k[j], ToFloat(xv.v[j]), ToFloat(rv.v[j]), ToFloat(gv.v[j]), ToFloat(dzv.v[j])));
+    }
+    StorePack<T, kVec>(static_cast<T*>(p.out), at, out);
+  }
+}
+
+__device__ __forceinline__ long long GlobalNanoseconds() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// The blocks of one channel tile wait for each other: the last to arrive
+// finishes the tile (FinishTile: every block's partial sums, the per-channel
+// coefficients) and then lets the others go on. The tile's counter counts
+// arrivals (to splits), the release (+ splits) and departures (+ splits); the
+// last block to leave sets it back to zero for the next kernel. Every block
+// of the launch must be resident at once (Plan sizes the grid so).
+template <typename T, bool kBackward>
+__device__ void FinishTileTogether(const Params& p, int first, int count) {
+  __shared__ bool last;
+  int* counter = &p.counters[blockIdx.x];
+  const int splits = static_cast<int>(gridDim.y);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (last) {
+    __threadfence();
+    FinishTile<T, kBackward>(p, first, count, splits, /*ref_stride=*/1);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if (!kBackward && blockIdx.x == 0 && p.batches != nullptr) ++*p.batches;
+      atomicAdd(counter, splits);
+    }
+  } else if (threadIdx.x == 0) {
+    const long long start = GlobalNanoseconds();
+    while (*static_cast<volatile int*>(counter) < 2 * splits) {
+      __nanosleep(64);
+      if (GlobalNanoseconds() - start > kWaitLimitNs) __trap();  // not resident together: an error, not a hang
+    }
+  }
+  __syncthreads();
+  __threadfence();
+  if (threadIdx.x == 0 && atomicAdd(counter, 1) == 3 * splits - 1) atomicExch(counter, 0);
+}
+
+__host__ __device__ constexpr bool SharedX(bool backward, int rows) { return backward && rows > 4; }
+__host__ __device__ constexpr int SharedXBytes(bool backward, int rows) {
+  return SharedX(backward, rows) ? rows * kThreads * 16 : 0;
+}
+
+// Statistics and the element-wise pass in one kernel, for NHWC tensors whose
+// elements fit in the registers of blocks resident together: each thread
+// reads its kRows rows of x (and dy backward) once, adds them into the
+// reduction, waits with the tile's other blocks for the per-channel
+// coefficients, and writes y (dx) from what it holds. Against the two
+// kernels: one launch and one read of each input fewer. The arithmetic is the
+// two kernels' own, so the results are the same bits.
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows>
+__global__ void __launch_bounds__(kThreads, kOnePassBlocksPerSm) OnePassNhwc(Params p, int tx) {
+  const int ty = kThreads / tx;
+  const int lane_c = threadIdx.x % tx, lane_r = threadIdx.x / tx;
+  const int c0 = (blockIdx.x * tx + lane_c) * kVec;
+  const bool active = c0 < p.c && lane_r < ty;
+  const int64_t step = static_cast<int64_t>(gridDim.y) * ty;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * ty + lane_r;
+  const T* x = static_cast<const T*>(p.x);
+  // Backward with 8 rows, x waits in shared memory (registers would spill).
+  constexpr bool kSharedX = SharedX(kBackward, kRows);
+  extern __shared__ uint4 shared_x[];                  // [kRows][kThreads] packs when kSharedX
+  Pack<T, kVec> xs[kSharedX ? 1 : kRows], dzs[kRows];  // dzs: backward only
+  auto x_at = [&](int i) -> Pack<T, kVec>& {
+    return kSharedX ? reinterpret_cast<Pack<T, kVec>*>(shared_x)[i * kThreads + threadIdx.x] : xs[kSharedX ? 0 : i];
+  };
+  float a0[kVec] = {}, a1[kVec] = {};
+  if (active) {
+    float ref[kVec], scale[kVec] = {}, shift[kVec] = {};
+    ReductionConstants<T, kVec, kBackward, kRelu, kResidual>(p, c0, ref, scale, shift);
+    // Every load of a chunk of rows issued before its first add (chunks of
+    // four where x waits in shared memory: the registers hold dz meanwhile).
+    constexpr int kChunk = kSharedX ? 4 : kRows;
+#pragma unroll
+    for (int i0 = 0; i0 < kRows; i0 += kChunk) {
+      Pack<T, kVec> gs[kChunk], ys[kChunk];
+#pragma unroll
+      for (int i = i0; i < i0 + kChunk; ++i) {
+        const int64_t at = (row0 + i * step) * p.c + c0;
+        if (row0 + i * step >= p.rows) continue;
+        x_at(i) = LoadPack<T, kVec>(x, at);
+        if constexpr (kBackward) gs[i - i0] = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
+        if constexpr (kBackward && kResidual) ys[i - i0] = LoadPack<T, kVec>(static_cast<const T*>(p.y), at);
+      }
+#pragma unroll
+      for (int i = i0; i < i0 + kChunk; ++i) {
+        if (row0 + i * step >= p.rows) continue;
+        dzs[i] = Accumulate<T, kVec, kBackward, kRelu, kResidual>(x_at(i), gs[i - i0], ys[i - i0], ref, scale, shift,
+                                                                  a0, a1);
+        if constexpr (kBackward && kResidual)
+          StorePack<T, kVec>(static_cast<T*>(p.grad_residual), (row0 + i * step) * p.c + c0, dzs[i]);
+      }
+    }
+  }
+  const int tile_c = tx * kVec;
+  const int first = blockIdx.x * tile_c;
+  WriteBlockSums<kVec>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first));
+  FinishTileTogether<T, kBackward>(p, first, min(tile_c, p.c - first));
+  if (!active) return;
+  constexpr int kK = kBackward ? 4 : kForwardCoefficients;  // backward: k1, k2, k3, mean
+  constexpr int kStride = Coefficients(kBackward);
+  float k[kVec][kK];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+#pragma unroll
+    for (int q = 0; q < kK; ++q) k[j][q] = __ldcg(p.coef + (c0 + j) * kStride + q);  // another block's writes
+  }
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int64_t at = (row0 + i * step) * p.c + c0;
+    if (row0 + i * step >= p.rows) continue;
+    Pack<T, kVec> out;
+    if constexpr (kBackward) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        out.v[j] = FromFloat<T>(BackwardDx(k[j], ToFloat(x_at(i).v[j]), ToFloat(dzs[i].v[j])));
+    } else {
+      Pack<T, kVec> rv{};
+      if constexpr (kResidual) rv = LoadPack<T, kVec>(static_cast<const T*>(p.residual), at);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        out.v[j] = FromFloat<T>(
+            Elementwise<T, false, kRelu, kResidual>::Apply(k[j], ToFloat(x_at(i).v[j]), ToFloat(rv.v[j]), 0.f, 0.f));
+      }
     }
     StorePack<T, kVec>(static_cast<T*>(p.out), at, out);
   }
@@ -480,13 +654,15 @@ int* DeviceCounters() {
 
 // How a problem is cut into blocks.
 struct Geometry {
-  int vec = 1;          // elements per pack
-  int tx = 1;           // NHWC reduction: threads along a row's packs (ty = kThreads / tx rows)
-  int tiles = 1;        // channel tiles of a reduction (NCHW: the channels)
-  int splits = 1;       // reduction blocks per tile
-  int elem_tx = 1;      // NHWC element-wise pass: threads along a row's packs
-  int elem_tiles = 1;   // its channel tiles
-  int rows_blocks = 1;  // its blocks per tile
+  int vec = 1;              // elements per pack
+  int tx = 1;               // NHWC reduction: threads along a row's packs (ty = kThreads / tx rows)
+  int tiles = 1;            // channel tiles of a reduction (NCHW: the channels)
+  int splits = 1;           // reduction blocks per tile
+  int elem_tx = 1;          // NHWC element-wise pass: threads along a row's packs
+  int elem_tiles = 1;       // its channel tiles
+  int rows_blocks = 1;      // its blocks per tile
+  int one_pass_rows = 0;    // NHWC, OnePassNhwc: rows per thread (0: the two kernels)
+  int one_pass_splits = 0;  // its blocks per tile
 };
 
 int WidestPack(int64_t extent, int bytes) {
@@ -526,6 +702,18 @@ Geometry Plan(const BnProblem& pr) {
     const int64_t elem_ty = kThreads / g.elem_tx;
     g.rows_blocks = static_cast<int>(
         std::clamp<int64_t>((rows + 4 * elem_ty - 1) / (4 * elem_ty), 1, std::max<int64_t>(1, 8 * sms / g.elem_tiles)));
+    // One kernel each way where the fewest rows per thread that let every
+    // block be resident at once do (full 16-byte packs only).
+    if (pr.one_pass && g.vec == 16 / ElementBytes(pr.dtype)) {
+      for (int rows_per_thread : kOnePassRows) {
+        const int64_t splits = (rows + ty * rows_per_thread - 1) / (ty * rows_per_thread);
+        if (splits * g.tiles <= int64_t{kOnePassBlocksPerSm} * sms) {
+          g.one_pass_rows = rows_per_thread;
+          g.one_pass_splits = static_cast<int>(splits);
+          break;
+        }
+      }
+    }
   } else {
     g.vec = WidestPack(pr.s, ElementBytes(pr.dtype));
     g.tiles = static_cast<int>(pr.c);
@@ -538,9 +726,62 @@ Geometry Plan(const BnProblem& pr) {
   return g;
 }
 
+// Blocks of `kernel` one multiprocessor holds at once, per device, asked once.
+// `dynamic_shared`: its bytes of dynamic shared memory (allowed here, once
+// per device, beyond the default limit).
+template <typename Kernel>
+int ResidentBlocks(Kernel kernel, int dynamic_shared) {
+  static std::array<int, kMaxDevices> blocks{};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
+  if (blocks[device] == 0) {
+    int n = 0;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_shared) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, dynamic_shared) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: the two kernels run instead
+      n = -1;
+    }
+    blocks[device] = n > 0 ? n : -1;
+  }
+  return blocks[device];
+}
+
+// OnePassNhwc with kRows rows per thread, if every block of its grid can be
+// resident at once; false where it cannot (then the two kernels run).
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows>
+bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
+  const auto kernel = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows>;
+  constexpr int kShared = SharedXBytes(kBackward, kRows);
+  if (static_cast<int64_t>(ResidentBlocks(kernel, kShared)) * SmCount() <
+      static_cast<int64_t>(g.tiles) * g.one_pass_splits)
+    return false;
+  kernel<<<dim3(g.tiles, g.one_pass_splits), kThreads, kShared, stream>>>(p, g.tx);
+  return true;
+}
+
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
+bool LaunchOnePassRows(const Geometry& g, const Params& p, cudaStream_t stream) {
+  if constexpr (kVec * sizeof(T) != 16) {
+    return false;
+  } else {
+    static_assert(kOnePassRows[0] == 2 && kOnePassRows[1] == 4 && kOnePassRows[2] == 8);
+    switch (g.one_pass_rows) {
+      case 2:
+        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 2>(g, p, stream);
+      case 4:
+        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 4>(g, p, stream);
+      case 8:
+        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 8>(g, p, stream);
+      default:
+        return false;
+    }
+  }
+}
+
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
 void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
   if (pr.layout == Layout::kNhwc) {
+    if (LaunchOnePassRows<T, kVec, kBackward, kRelu, kResidual>(g, p, stream)) return;
     ReduceNhwc<T, kVec, kBackward, kRelu, kResidual><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p, g.tx);
     ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual>
         <<<dim3(g.elem_tiles, g.rows_blocks), kThreads, 0, stream>>>(p, g.elem_tx);
@@ -654,9 +895,11 @@ bool Supported(const BnProblem& pr) noexcept {
   return pr.n <= (int64_t{1} << 40) / (pr.c * pr.s);
 }
 
+bool OnePass(const BnProblem& pr) noexcept { return Supported(pr) && Plan(pr).one_pass_rows > 0; }
+
 int64_t WorkspaceFloats(const BnProblem& pr) noexcept {
   const Geometry g = Plan(pr);
-  return pr.c * kBackwardCoefficients + static_cast<int64_t>(g.splits) * pr.c * 2;
+  return pr.c * kBackwardCoefficients + static_cast<int64_t>(std::max(g.splits, g.one_pass_splits)) * pr.c * 2;
 }
 
 bool PrepareDevice(cudaStream_t stream) noexcept {

@@ -21,7 +21,11 @@
 // Against the eager composite (batch_norm, add, relu) this moves each element
 // 3 times forward instead of 5 (8 with the residual) and 5 times backward
 // instead of 7 (7 instead of 8 with the residual), in 4 kernels instead of 6
-// to 8. The statistics kernels finish in their last block (a counter per
+// to 8. NHWC tensors that fit in the registers of the blocks one launch can
+// keep resident (the ResNets' layers at batch 1024 and 32 px, but ResNet50's
+// widest) go in one kernel each way, both passes' arithmetic unchanged: each
+// element read once, the blocks of a channel tile waiting for each other
+// between the statistics and the element-wise pass. The statistics kernels finish in their last block (a counter per
 // channel tile, reset by that block), so no kernel of this file allocates or
 // clears memory: all of them can be captured in a CUDA graph.
 //
@@ -42,7 +46,17 @@ struct BnProblem {
   int64_t n, c, s;  ///< batch, channels, H * W
   bool relu;        ///< act is ReLU (else the identity)
   bool residual;    ///< r is added before act (with relu only)
+  /// NHWC training: statistics and the element-wise pass as one kernel each
+  /// way where the tensor fits in the registers of blocks resident together
+  /// (OnePassNhwc); false: always the two kernels.
+  bool one_pass = true;
 };
+
+/// Whether a training forward and backward of `problem` are planned as one
+/// kernel each on the current device (its multiprocessors decide; a kernel
+/// whose blocks the device cannot keep resident together still falls back to
+/// the two).
+bool OnePass(const BnProblem& problem) noexcept;
 
 /// Whether these kernels take the problem (channels and sizes in range,
 /// a residual only with ReLU, more than one value per channel).

@@ -89,10 +89,21 @@ class WeightCasts {
   std::vector<ConvImpl*> convs_;
 };
 
+// How the batch norms run (batch_norm_act.h): fused, and then one kernel
+// each way where the tensor fits on chip.
+struct BnPath {
+  bool fused, one_pass;
+};
+
+torch::Tensor BatchNormAct(BatchNorm2d& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu,
+                           BnPath path) {
+  return resnet::BatchNormAct(*bn, x, residual, relu, path.fused, path.one_pass);
+}
+
 // What the blocks share: the fused batch norm and max pool, the engine cache;
 // and the stem's space-to-depth form.
 struct Paths {
-  bool fused_batchnorm;
+  BnPath batchnorm;
   bool fused_maxpool;
   bool engine_cache;
   cudnn_conv::Settings conv;
@@ -110,7 +121,7 @@ Conv Conv1x1(int64_t in, int64_t out, int64_t stride, const Paths& paths) {
 class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(int64_t in, int64_t width, int64_t stride, bool bottleneck, const Paths& paths)
-      : bottleneck_(bottleneck), fused_(paths.fused_batchnorm) {
+      : bottleneck_(bottleneck), bn_(paths.batchnorm) {
     const int64_t out = bottleneck ? width * 4 : width;
     if (bottleneck) {
       conv1_ = register_module("conv1", Conv1x1(in, width, 1, paths));
@@ -141,22 +152,23 @@ class BlockImpl : public torch::nn::Module {
   // transposing it back. Batch normalisation's backward does not read its
   // output, so overwriting it is safe.
   torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = resnet::BatchNormAct(*bn1_, conv1_(x), {}, /*relu=*/true, fused_);
-    sdk::BatchNorm2dImpl* last = bn2_.get();
+    torch::Tensor y = BatchNormAct(bn1_, conv1_(x), {}, /*relu=*/true, bn_);
+    BatchNorm2d* last = &bn2_;
     if (bottleneck_) {
-      y = resnet::BatchNormAct(*bn2_, conv2_(y), {}, /*relu=*/true, fused_);
+      y = BatchNormAct(bn2_, conv2_(y), {}, /*relu=*/true, bn_);
       y = conv3_(y);
-      last = bn3_.get();
+      last = &bn3_;
     } else {
       y = conv2_(y);
     }
     const torch::Tensor identity =
-        downsample_ ? resnet::BatchNormAct(*downsample_bn_, downsample_conv_(x), {}, /*relu=*/false, fused_) : x;
-    return resnet::BatchNormAct(*last, y, identity, /*relu=*/true, fused_);
+        downsample_ ? BatchNormAct(downsample_bn_, downsample_conv_(x), {}, /*relu=*/false, bn_) : x;
+    return BatchNormAct(*last, y, identity, /*relu=*/true, bn_);
   }
 
  private:
-  bool bottleneck_, fused_;
+  bool bottleneck_;
+  BnPath bn_;
   Conv conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr}, downsample_conv_{nullptr};
   BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr}, downsample_bn_{nullptr};
   torch::nn::Sequential downsample_{nullptr};  // (downsample_conv_, downsample_bn_), torchvision's names
@@ -166,7 +178,7 @@ TORCH_MODULE(Block);
 class ResNetImpl : public torch::nn::Module {
  public:
   ResNetImpl(const ResNetSpec& spec, int64_t num_classes, bool imagenet_stem, const Paths& paths)
-      : imagenet_stem_(imagenet_stem), fused_(paths.fused_batchnorm), fused_pool_(paths.fused_maxpool) {
+      : imagenet_stem_(imagenet_stem), bn_(paths.batchnorm), fused_pool_(paths.fused_maxpool) {
     conv1_ = register_module(
         "conv1", imagenet_stem ? Conv(3, 64, 7, 2, 3, paths.engine_cache, paths.conv, paths.stem_space_to_depth)
                                : Conv3x3(3, 64, 1, paths));
@@ -190,7 +202,7 @@ class ResNetImpl : public torch::nn::Module {
 
   torch::Tensor forward(const torch::Tensor& input) {
     const WeightCasts casts(convs_, input);
-    torch::Tensor x = resnet::BatchNormAct(*bn1_, conv1_(input), {}, /*relu=*/true, fused_);
+    torch::Tensor x = BatchNormAct(bn1_, conv1_(input), {}, /*relu=*/true, bn_);
     if (imagenet_stem_) {
       x = resnet::MaxPool2d(x, /*kernel=*/3, /*stride=*/2, /*padding=*/1, fused_pool_);
     }
@@ -214,7 +226,9 @@ class ResNetImpl : public torch::nn::Module {
     }
   }
 
-  bool imagenet_stem_, fused_, fused_pool_;
+  bool imagenet_stem_;
+  BnPath bn_;
+  bool fused_pool_;
   std::vector<ConvImpl*> convs_;  // every convolution (owned by the modules below)
   Conv conv1_{nullptr};
   BatchNorm2d bn1_{nullptr};
@@ -231,11 +245,11 @@ std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Option
   const std::string stem = options.GetString("stem");
   if (stem != "imagenet" && stem != "cifar")
     throw std::invalid_argument("stem must be 'imagenet' or 'cifar', not '" + stem + "'");
-  const Paths paths{options.GetBool("fused_batchnorm") && resnet::FusedKernelsBuilt(),
-                    options.GetBool("fused_maxpool") && resnet::FusedKernelsBuilt(),
-                    options.GetBool("cudnn_engine_cache") && cudnn_conv::Built(),
-                    cudnn_conv::Settings{options.GetBool("cudnn_runtime_compiled")},
-                    options.GetBool("stem_space_to_depth")};
+  const Paths paths{
+      BnPath{options.GetBool("fused_batchnorm") && resnet::FusedKernelsBuilt(), options.GetBool("batchnorm_one_pass")},
+      options.GetBool("fused_maxpool") && resnet::FusedKernelsBuilt(),
+      options.GetBool("cudnn_engine_cache") && cudnn_conv::Built(),
+      cudnn_conv::Settings{options.GetBool("cudnn_runtime_compiled")}, options.GetBool("stem_space_to_depth")};
   return std::make_unique<sdk::ModuleModel<ResNet>>(ResNet(spec, classes, stem == "imagenet", paths),
                                                     std::array<int64_t, 3>{3, size, size}, classes);
 }

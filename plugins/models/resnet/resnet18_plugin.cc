@@ -10,5 +10,5 @@ std::unique_ptr<trainbench::sdk::Model> Make(const trainbench::sdk::Options& opt
 }
 }  // namespace
 
-TRAINBENCH_MODEL_PLUGIN("resnet18", "1.3.0", "ResNet18 (torchvision architecture)", trainbench::plugins::kResNetParams,
+TRAINBENCH_MODEL_PLUGIN("resnet18", "1.4.0", "ResNet18 (torchvision architecture)", trainbench::plugins::kResNetParams,
                         Make)

@@ -10,5 +10,5 @@ std::unique_ptr<trainbench::sdk::Model> Make(const trainbench::sdk::Options& opt
 }
 }  // namespace
 
-TRAINBENCH_MODEL_PLUGIN("resnet50", "1.3.0", "ResNet50 (torchvision architecture, v1.5)",
+TRAINBENCH_MODEL_PLUGIN("resnet50", "1.4.0", "ResNet50 (torchvision architecture, v1.5)",
                         trainbench::plugins::kResNetParams, Make)
