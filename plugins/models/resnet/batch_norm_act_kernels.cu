@@ -52,7 +52,11 @@ constexpr int kOnePassBlocksPerSm = 2;
 constexpr int kOnePassRows[] = {2, 4, 8};
 constexpr long long kWaitLimitNs = 20'000'000'000LL;
 
-constexpr int kMaxTiles = 4096;           // counters per device: channel tiles of one reduction
+constexpr int kMaxTiles = 4096;  // counters per device: channel tiles of one reduction
+// Per device, after the counters: OnePassNhwc's release words, one per tile
+// (16 KiB away from the counters, so the blocks that poll them do not slow
+// the counters' atomics).
+constexpr int kCounterWords = 2 * kMaxTiles;
 constexpr int kForwardCoefficients = 2;   // scale, shift
 constexpr int kBackwardCoefficients = 6;  // k1, k2, k3, mean, scale, shift
 
@@ -479,15 +483,19 @@ __device__ __forceinline__ long long GlobalNanoseconds() {
 
 // The blocks of one channel tile wait for each other: the last to arrive
 // finishes the tile (FinishTile: every block's partial sums, the per-channel
-// coefficients) and then lets the others go on. The tile's counter counts
-// arrivals (to splits), the release (+ splits) and departures (+ splits); the
-// last block to leave sets it back to zero for the next kernel. Every block
-// of the launch must be resident at once (Plan sizes the grid so).
+// coefficients), sets the tile's counter back to zero (every block has
+// arrived) and releases the others by advancing the tile's release word,
+// which they read before arriving and poll until it moves: it only ever
+// counts up, so nothing needs resetting after the kernel. Every block of the
+// launch must be resident at once (Plan sizes the grid so).
 template <typename T, bool kBackward>
 __device__ void FinishTileTogether(const Params& p, int first, int count) {
   __shared__ bool last;
   int* counter = &p.counters[blockIdx.x];
+  int* release = &p.counters[kMaxTiles + blockIdx.x];
   const int splits = static_cast<int>(gridDim.y);
+  int generation = 0;
+  if (threadIdx.x == 0) generation = *static_cast<volatile int*>(release);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
@@ -499,18 +507,19 @@ __device__ void FinishTileTogether(const Params& p, int first, int count) {
     __syncthreads();
     if (threadIdx.x == 0) {
       if (!kBackward && blockIdx.x == 0 && p.batches != nullptr) ++*p.batches;
-      atomicAdd(counter, splits);
+      *counter = 0;
+      __threadfence();
+      atomicAdd(release, 1);
     }
   } else if (threadIdx.x == 0) {
     const long long start = GlobalNanoseconds();
-    while (*static_cast<volatile int*>(counter) < 2 * splits) {
-      __nanosleep(64);
+    while (*static_cast<volatile int*>(release) == generation) {
+      __nanosleep(128);
       if (GlobalNanoseconds() - start > kWaitLimitNs) __trap();  // not resident together: an error, not a hang
     }
   }
   __syncthreads();
   __threadfence();
-  if (threadIdx.x == 0 && atomicAdd(counter, 1) == 3 * splits - 1) atomicExch(counter, 0);
 }
 
 __host__ __device__ constexpr bool SharedX(bool backward, int rows) { return backward && rows > 4; }
@@ -702,15 +711,19 @@ Geometry Plan(const BnProblem& pr) {
     const int64_t elem_ty = kThreads / g.elem_tx;
     g.rows_blocks = static_cast<int>(
         std::clamp<int64_t>((rows + 4 * elem_ty - 1) / (4 * elem_ty), 1, std::max<int64_t>(1, 8 * sms / g.elem_tiles)));
-    // One kernel each way where the fewest rows per thread that let every
-    // block be resident at once do (full 16-byte packs only).
+    // One kernel each way (full 16-byte packs only) with the fewest rows per
+    // thread that fit the grid in one block per multiprocessor, else in the
+    // kOnePassBlocksPerSm that every such kernel fits: fewer blocks wait for
+    // each other, and the last one adds fewer partial sums.
     if (pr.one_pass && g.vec == 16 / ElementBytes(pr.dtype)) {
-      for (int rows_per_thread : kOnePassRows) {
-        const int64_t splits = (rows + ty * rows_per_thread - 1) / (ty * rows_per_thread);
-        if (splits * g.tiles <= int64_t{kOnePassBlocksPerSm} * sms) {
-          g.one_pass_rows = rows_per_thread;
-          g.one_pass_splits = static_cast<int>(splits);
-          break;
+      for (int per_sm = 1; per_sm <= kOnePassBlocksPerSm && g.one_pass_rows == 0; ++per_sm) {
+        for (int rows_per_thread : kOnePassRows) {
+          const int64_t splits = (rows + ty * rows_per_thread - 1) / (ty * rows_per_thread);
+          if (splits * g.tiles <= int64_t{per_sm} * sms) {
+            g.one_pass_rows = rows_per_thread;
+            g.one_pass_splits = static_cast<int>(splits);
+            break;
+          }
         }
       }
     }
@@ -728,9 +741,10 @@ Geometry Plan(const BnProblem& pr) {
 
 // Blocks of `kernel` one multiprocessor holds at once, per device, asked once.
 // `dynamic_shared`: its bytes of dynamic shared memory (allowed here, once
-// per device, beyond the default limit).
-template <typename Kernel>
-int ResidentBlocks(Kernel kernel, int dynamic_shared) {
+// per device, beyond the default limit). `kernel` is the template argument,
+// so each kernel has its own record.
+template <auto kernel>
+int ResidentBlocks(int dynamic_shared) {
   static std::array<int, kMaxDevices> blocks{};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
@@ -750,9 +764,9 @@ int ResidentBlocks(Kernel kernel, int dynamic_shared) {
 // resident at once; false where it cannot (then the two kernels run).
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows>
 bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
-  const auto kernel = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows>;
+  constexpr auto kernel = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows>;
   constexpr int kShared = SharedXBytes(kBackward, kRows);
-  if (static_cast<int64_t>(ResidentBlocks(kernel, kShared)) * SmCount() <
+  if (static_cast<int64_t>(ResidentBlocks<kernel>(kShared)) * SmCount() <
       static_cast<int64_t>(g.tiles) * g.one_pass_splits)
     return false;
   kernel<<<dim3(g.tiles, g.one_pass_splits), kThreads, kShared, stream>>>(p, g.tx);
@@ -910,12 +924,12 @@ bool PrepareDevice(cudaStream_t stream) noexcept {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &status) != cudaSuccess || status != cudaStreamCaptureStatusNone) return false;
   int* p = nullptr;
-  if (cudaMalloc(&p, kMaxTiles * sizeof(int)) != cudaSuccess) return false;
-  if (cudaMemsetAsync(p, 0, kMaxTiles * sizeof(int), stream) != cudaSuccess) {
+  if (cudaMalloc(&p, kCounterWords * sizeof(int)) != cudaSuccess) return false;
+  if (cudaMemsetAsync(p, 0, kCounterWords * sizeof(int), stream) != cudaSuccess) {
     cudaFree(p);
     return false;
   }
-  counters[device] = p;  // kept for the process's life (16 KiB)
+  counters[device] = p;  // kept for the process's life (32 KiB)
   return true;
 }
 
