@@ -162,10 +162,11 @@ std::vector<Case> Cases() {
     cases.push_back(two);
   }
   for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
-    cases.push_back({dtype, true, {256, 64, 8, 8}, Act::kAddRelu});   // ResNet18's layer1 at batch 256
-    cases.push_back({dtype, true, {1024, 64, 8, 8}, Act::kAddRelu});  // and at 1024: 8 rows per thread (bf16)
-    cases.push_back({dtype, true, {8, 512, 4, 4}, Act::kRelu});       // eight channel tiles
-    cases.push_back({dtype, true, {3, 40, 7, 5}, Act::kAddRelu});     // rows not a multiple of a block's
+    cases.push_back({dtype, true, {256, 64, 8, 8}, Act::kAddRelu});  // too many blocks per tile: two kernels
+    // 8 rows per thread (x in shared memory backward): 2048 rows in bf16, 1024 in fp32.
+    cases.push_back({dtype, true, {dtype == torch::kFloat ? 16 : 32, 64, 8, 8}, Act::kAddRelu});
+    cases.push_back({dtype, true, {8, 512, 4, 4}, Act::kRelu});    // eight channel tiles
+    cases.push_back({dtype, true, {3, 40, 7, 5}, Act::kAddRelu});  // rows not a multiple of a block's
   }
   return cases;
 }
@@ -199,8 +200,9 @@ TEST(BatchNormActPaths, CompositeWhereTheKernelsDoNotApply) {
 }
 
 // Where one kernel each way is planned: channels_last tensors of full
-// 16-byte packs whose elements fit in the registers of blocks resident at
-// once; not NCHW, narrow channel counts or a tensor too large.
+// 16-byte packs whose elements fit in the registers of at most 8 blocks per
+// channel tile (256 threads, 8 rows each); not NCHW, narrow channel counts or
+// a larger tensor.
 TEST(BatchNormActPaths, OnePassWhereTheTensorFits) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto cl = torch::MemoryFormat::ChannelsLast;
@@ -209,8 +211,10 @@ TEST(BatchNormActPaths, OnePassWhereTheTensorFits) {
   EXPECT_TRUE(
       resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, bf16.dtype(torch::kFloat)).contiguous(cl), true, true));
   EXPECT_TRUE(resnet::OnePassApplies(torch::empty({2, 2048, 2, 2}, bf16).contiguous(cl), false, false));
-  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, bf16), true, false));                // NCHW
-  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 6, 8, 8}, bf16).contiguous(cl), true, false));  // pairs
+  EXPECT_TRUE(resnet::OnePassApplies(torch::empty({32, 64, 8, 8}, bf16).contiguous(cl), true, true));   // 8 blocks
+  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({64, 64, 8, 8}, bf16).contiguous(cl), true, true));  // 16
+  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, bf16), true, false));                 // NCHW
+  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 6, 8, 8}, bf16).contiguous(cl), true, false));   // pairs
   EXPECT_FALSE(resnet::OnePassApplies(torch::empty({256, 256, 32, 32}, bf16).contiguous(cl), true, false));
   EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, torch::kFloat).contiguous(cl), true, false));  // CPU
 }

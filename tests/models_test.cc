@@ -279,8 +279,9 @@ TEST(Models, ResNetFusedBatchNormOnCudaMatchesTheCompositeBf16ChannelsLast) {
 }
 
 // The batch norms as one kernel each way (batchnorm_one_pass, default on)
-// against the two kernels, in a whole training step; at batch 64 every
-// channels_last batch norm of both ResNets is planned in one pass.
+// against the two kernels, in a whole training step; at batch 64 the
+// channels_last batch norms of layers 2-4 are planned in one pass (the stem's
+// and layer 1's in two).
 TEST(Models, ResNetOnePassBatchNormOnCudaMatchesTheTwoKernels) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   for (const std::string name : {"resnet18", "resnet50"}) {

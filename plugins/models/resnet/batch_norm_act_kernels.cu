@@ -50,6 +50,7 @@ constexpr int kReduceRowsPerThread = 4;
 // then fails with an error instead of hanging the device).
 constexpr int kOnePassBlocksPerSm = 2;
 constexpr int kOnePassRows[] = {2, 4, 8};
+constexpr int kOnePassMaxSplits = 8;
 constexpr long long kWaitLimitNs = 20'000'000'000LL;
 
 constexpr int kMaxTiles = 4096;  // counters per device: channel tiles of one reduction
@@ -691,6 +692,18 @@ int MaxSplits() {
   return value;
 }
 
+// At most this many blocks per channel tile in a one-pass kernel: 8, or
+// TRAINBENCH_BN_ONE_PASS_MAX_SPLITS (1-1024) for a benchmark that sweeps it
+// (read once).
+int OnePassMaxSplits() {
+  static const int value = [] {
+    const char* s = std::getenv("TRAINBENCH_BN_ONE_PASS_MAX_SPLITS");
+    const int v = s != nullptr ? std::atoi(s) : 0;
+    return v >= 1 && v <= 1024 ? v : kOnePassMaxSplits;
+  }();
+  return value;
+}
+
 Geometry Plan(const BnProblem& pr) {
   Geometry g;
   const int max_splits = MaxSplits();
@@ -713,13 +726,16 @@ Geometry Plan(const BnProblem& pr) {
         std::clamp<int64_t>((rows + 4 * elem_ty - 1) / (4 * elem_ty), 1, std::max<int64_t>(1, 8 * sms / g.elem_tiles)));
     // One kernel each way (full 16-byte packs only) with the fewest rows per
     // thread that fit the grid in one block per multiprocessor, else in the
-    // kOnePassBlocksPerSm that every such kernel fits: fewer blocks wait for
-    // each other, and the last one adds fewer partial sums.
+    // kOnePassBlocksPerSm that every such kernel fits, with at most
+    // OnePassMaxSplits() blocks per channel tile: on an H200 the one kernel
+    // lost to the two wherever more blocks shared a tile (a cost that grew
+    // with them, about 0.17 us per block and kernel, cause not found) and won
+    // by 1.1-1.5x where 2-8 did.
     if (pr.one_pass && g.vec == 16 / ElementBytes(pr.dtype)) {
       for (int per_sm = 1; per_sm <= kOnePassBlocksPerSm && g.one_pass_rows == 0; ++per_sm) {
         for (int rows_per_thread : kOnePassRows) {
           const int64_t splits = (rows + ty * rows_per_thread - 1) / (ty * rows_per_thread);
-          if (splits * g.tiles <= int64_t{per_sm} * sms) {
+          if (splits <= OnePassMaxSplits() && splits * g.tiles <= int64_t{per_sm} * sms) {
             g.one_pass_rows = rows_per_thread;
             g.one_pass_splits = static_cast<int>(splits);
             break;

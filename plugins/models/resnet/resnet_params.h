@@ -18,9 +18,9 @@ inline const TbParamSpec kResNetParams[] = {
      "LibTorch's batch_norm, add and relu)",
      nullptr, 0, 0, 0},
     {"batchnorm_one_pass", TB_PARAM_BOOL, "true",
-     "with fused_batchnorm, in training on channels_last tensors that fit in the GPU's registers (ResNet18's "
-     "layers at batch 1024 and 32 px), statistics and normalisation as one kernel each way, each element read "
-     "once (false: the two kernels each way)",
+     "with fused_batchnorm, in training on channels_last tensors small enough for a few blocks per channel tile "
+     "(the ResNets' layers 2-4 at batch 128 and 32 px), statistics and normalisation as one kernel each way, each "
+     "element read once (false: the two kernels each way)",
      nullptr, 0, 0, 0},
     {"fused_maxpool", TB_PARAM_BOOL, "true",
      "on CUDA, the imagenet stem's max pool as this plugin's kernels (the window's maximum kept as a byte; the "
