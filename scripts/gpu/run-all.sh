@@ -6,7 +6,10 @@
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
-# still brings back the stages it finished, as a few files.
+# still brings back the stages it finished, as a few files, and the one it
+# was in as <n>-<stage>-cut.tar.gz. The bench stage with its default labels
+# (bf16 and fp32, both batches) takes more than 400 s: BENCH_BATCHES=1024 or
+# 128 for one call each.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 RESULTS=${OUT:-$PWD/gpu-out}
@@ -16,6 +19,10 @@ n=0
 pack() {  # pack NAME: move everything in $OUT into $RESULTS/NAME.tar.gz
   tar -czf "$RESULTS/$1.tar.gz" -C "$OUT" . && rm -rf "${OUT:?}"/*
 }
+# Cut short (`timeout` signals the whole process group): what the running
+# stage has written so far comes back too, as <n>-<stage>-cut.tar.gz.
+stage=build
+trap 'echo "$stage: cut short"; pack "$((n + 1))-$stage-cut"; exit 124' TERM INT
 # The captured training step of trainbench and of plain PyTorch, as Graphviz
 # files under $OUT/graphs, for ResNet18 bf16 at batch 128, and their kernels
 # compared (bench/graph_kernels.py) into $OUT/graph-kernels$1.txt; $2, when
