@@ -681,26 +681,25 @@ int WidestPack(int64_t extent, int bytes) {
   return 1;
 }
 
-// kMaxSplits, or TRAINBENCH_BN_MAX_SPLITS (1-1024) for a benchmark that
-// compares geometries in one process's lifetime (read once).
+// A block count from the environment variable `name` (1-1024), else
+// `fallback`: for a benchmark that sweeps a geometry (each caller reads it once).
+int SplitsSetting(const char* name, int fallback) {
+  const char* s = std::getenv(name);
+  const int v = s != nullptr ? std::atoi(s) : 0;
+  return v >= 1 && v <= 1024 ? v : fallback;
+}
+
+// Blocks per channel tile of a reduction: at most kMaxSplits, or
+// TRAINBENCH_BN_MAX_SPLITS.
 int MaxSplits() {
-  static const int value = [] {
-    const char* s = std::getenv("TRAINBENCH_BN_MAX_SPLITS");
-    const int v = s != nullptr ? std::atoi(s) : 0;
-    return v >= 1 && v <= 1024 ? v : kMaxSplits;
-  }();
+  static const int value = SplitsSetting("TRAINBENCH_BN_MAX_SPLITS", kMaxSplits);
   return value;
 }
 
-// At most this many blocks per channel tile in a one-pass kernel: 8, or
-// TRAINBENCH_BN_ONE_PASS_MAX_SPLITS (1-1024) for a benchmark that sweeps it
-// (read once).
+// Blocks per channel tile of a one-pass kernel: at most kOnePassMaxSplits,
+// or TRAINBENCH_BN_ONE_PASS_MAX_SPLITS.
 int OnePassMaxSplits() {
-  static const int value = [] {
-    const char* s = std::getenv("TRAINBENCH_BN_ONE_PASS_MAX_SPLITS");
-    const int v = s != nullptr ? std::atoi(s) : 0;
-    return v >= 1 && v <= 1024 ? v : kOnePassMaxSplits;
-  }();
+  static const int value = SplitsSetting("TRAINBENCH_BN_ONE_PASS_MAX_SPLITS", kOnePassMaxSplits);
   return value;
 }
 
