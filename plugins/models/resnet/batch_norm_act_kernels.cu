@@ -534,7 +534,8 @@ __host__ __device__ constexpr int SharedXBytes(bool backward, int rows) {
 // reduction, waits with the tile's other blocks for the per-channel
 // coefficients, and writes y (dx) from what it holds. Against the two
 // kernels: one launch and one read of each input fewer. The arithmetic is the
-// two kernels' own, so the results are the same bits.
+// two kernels' own code; only the order in which the statistics' sums are
+// added differs (other rows per thread and blocks per tile).
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows>
 __global__ void __launch_bounds__(kThreads, kOnePassBlocksPerSm) OnePassNhwc(Params p, int tx) {
   const int ty = kThreads / tx;

@@ -23,11 +23,12 @@
 // instead of 7 (7 instead of 8 with the residual), in 4 kernels instead of 6
 // to 8. NHWC tensors small enough for at most 8 blocks per channel tile (the
 // ResNets' layers 2-4 at batch 128 and 32 px) go in one kernel each way, both
-// passes' arithmetic unchanged: each element read once, the blocks of a
-// channel tile waiting for each other between the statistics and the
-// element-wise pass. The statistics kernels finish in their last block (a
-// counter per channel tile, reset by that block), so no kernel of this file
-// allocates or clears memory: all of them can be captured in a CUDA graph.
+// passes' arithmetic unchanged but for the order of the sums: each element
+// read once, the blocks of a channel tile waiting for each other between the
+// statistics and the element-wise pass. The statistics kernels finish in
+// their last block (a counter per channel tile, reset by that block), so no
+// kernel of this file allocates or clears memory: all of them can be captured
+// in a CUDA graph.
 //
 // The counters are per device (PrepareDevice): the kernels of this file run
 // one at a time on a device (one stream), as a training step does.
