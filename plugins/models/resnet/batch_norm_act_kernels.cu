@@ -236,6 +236,15 @@ __device__ bool LastBlockOfTile(const Params& p, int tile) {
   return last;
 }
 
+// Thread 0 of a tile's last block, once the tile is finished: the tile's
+// counter back to zero for the next kernel, and the batch counted (forward,
+// tile 0).
+template <bool kBackward>
+__device__ __forceinline__ void CloseTile(const Params& p, int tile) {
+  p.counters[tile] = 0;
+  if (!kBackward && tile == 0 && p.batches != nullptr) ++*p.batches;
+}
+
 // What an NHWC reduction's thread keeps for its kVec channels (from c0):
 // forward, each channel's first value (the sums are of x - ref); backward,
 // the mean, and the forward's affine constants where ReLU's mask is
@@ -340,10 +349,7 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Param
   WriteBlockSums<kVec>(p, a0, a1, ty, tile_c, first, count);
   if (!LastBlockOfTile(p, blockIdx.x)) return;
   FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1);
-  if (threadIdx.x == 0) {
-    p.counters[blockIdx.x] = 0;
-    if (!kBackward && blockIdx.x == 0 && p.batches != nullptr) ++*p.batches;
-  }
+  if (threadIdx.x == 0) CloseTile<kBackward>(p, blockIdx.x);
 }
 
 // NCHW reduction: blockIdx.x is the channel; packs of kVec elements of one
@@ -410,10 +416,7 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNchw(Param
   }
   if (!LastBlockOfTile(p, c)) return;
   FinishTile<T, kBackward>(p, c, 1, gridDim.y, /*ref_stride=*/p.s);
-  if (threadIdx.x == 0) {
-    p.counters[c] = 0;
-    if (!kBackward && c == 0 && p.batches != nullptr) ++*p.batches;
-  }
+  if (threadIdx.x == 0) CloseTile<kBackward>(p, c);
 }
 
 // dx from dz and the backward's coefficients (k1, k2, k3, mean).
@@ -491,24 +494,15 @@ __device__ __forceinline__ long long GlobalNanoseconds() {
 // launch must be resident at once (Plan sizes the grid so).
 template <typename T, bool kBackward>
 __device__ void FinishTileTogether(const Params& p, int first, int count) {
-  __shared__ bool last;
-  int* counter = &p.counters[blockIdx.x];
   int* release = &p.counters[kMaxTiles + blockIdx.x];
-  const int splits = static_cast<int>(gridDim.y);
   int generation = 0;
   if (threadIdx.x == 0) generation = *static_cast<volatile int*>(release);
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
-  __syncthreads();
-  if (last) {
-    __threadfence();
-    FinishTile<T, kBackward>(p, first, count, splits, /*ref_stride=*/1);
+  if (LastBlockOfTile(p, blockIdx.x)) {
+    FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-      if (!kBackward && blockIdx.x == 0 && p.batches != nullptr) ++*p.batches;
-      *counter = 0;
+      CloseTile<kBackward>(p, blockIdx.x);
       __threadfence();
       atomicAdd(release, 1);
     }
