@@ -114,10 +114,11 @@ int main(int argc, char** argv) {
           torch::autograd::grad({y}, inputs, {dy});
         });
       }
+      char one_pass_us[16] = "-";
+      if (one_pass) std::snprintf(one_pass_us, sizeof one_pass_us, "%.1f", micros[2]);
       std::printf("| %lld | %lldx%lld | %s | %d | %.1f | %.1f | %s | %.2f | %.2f |\n", static_cast<long long>(s.c),
                   static_cast<long long>(s.hw), static_cast<long long>(s.hw), names[static_cast<int>(s.act)], s.count,
-                  micros[0], micros[1], one_pass ? std::to_string(micros[2]).substr(0, 6).c_str() : "-",
-                  micros[1] / micros[2], micros[0] / std::min(micros[1], micros[2]));
+                  micros[0], micros[1], one_pass_us, micros[1] / micros[2], micros[0] / std::min(micros[1], micros[2]));
       for (int path = 0; path < 3; ++path) totals[path] += s.count * micros[path];
     }
     std::printf("| all %d | | | | %.0f | %.0f | %.0f | %.2f | %.2f |\n", layers, totals[0], totals[1], totals[2],
