@@ -152,8 +152,8 @@ std::vector<Case> Cases() {
     }
   }
   // channels_last with full packs: one kernel each way where the tensor fits
-  // (the cases above, with 2, 4 and 8 rows per thread), and the same shapes
-  // with the two kernels.
+  // (the smaller cases above; the larger ones fall back to two kernels), and
+  // the same shapes with the two kernels.
   const size_t one_pass_cases = cases.size();
   for (size_t i = 0; i < one_pass_cases; ++i) {
     if (!cases[i].channels_last) continue;
