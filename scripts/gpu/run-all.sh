@@ -324,14 +324,21 @@ for stage in $STAGES; do
     # Issue 16: the batch norms as one kernel each way against two, both
     # ResNets side by side at each of ONEPASS_BATCHES (default 1024 128), and
     # the batch norms alone per shape (bench/batch_norm_act_bench.cc).
+    # ONEPASS_MAX_ROWS: the runs again with that cap on the one-pass
+    # kernels' rows per thread (TRAINBENCH_BN_ONE_PASS_MAX_ROWS; "default"
+    # is the plugin's own).
     onepass)
-      for batch in ${ONEPASS_BATCHES:-1024 128}; do
-        sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-one-pass/name: bn-one-pass-b$batch/" \
-            bench/configs/bn-one-pass.yaml > "$OUT/onepass-b$batch.yaml"
-        build-gpu/bin/trainbench run "$OUT/onepass-b$batch.yaml" --out "$OUT/onepass-b$batch" > "$OUT/onepass-b$batch.log" 2>&1
-        echo "onepass b$batch rc=$?"; sed -n '/^model/,/^$/p' "$OUT/onepass-b$batch.log"
-        [ "${ONEPASS_KERNELS:-1}" = 0 ] || for model in resnet18 resnet50; do
-          build-gpu/bin/batch_norm_act_bench $batch $model | tee -a "$OUT/onepass-kernels-b$batch.md"
+      for rows in ${ONEPASS_MAX_ROWS:-default}; do
+        cap=$([ "$rows" = default ] || echo "TRAINBENCH_BN_ONE_PASS_MAX_ROWS=$rows")
+        for batch in ${ONEPASS_BATCHES:-1024 128}; do
+          name=onepass-rows$rows-b$batch
+          sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-one-pass/name: bn-one-pass-b$batch/" \
+              bench/configs/bn-one-pass.yaml > "$OUT/$name.yaml"
+          env $cap build-gpu/bin/trainbench run "$OUT/$name.yaml" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+          echo "$name rc=$?"; sed -n '/^model/,/^$/p' "$OUT/$name.log"
+          [ "${ONEPASS_KERNELS:-1}" = 0 ] || for model in resnet18 resnet50; do
+            env $cap build-gpu/bin/batch_norm_act_bench $batch $model | tee -a "$OUT/$name-kernels.md"
+          done
         done
       done ;;
     # Issue 16: trainbench and plain PyTorch train to the same accuracy.

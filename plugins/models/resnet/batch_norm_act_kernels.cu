@@ -47,9 +47,14 @@ constexpr int kReduceRowsPerThread = 4;
 // (all of a launch's blocks must be resident at once: they wait for each
 // other), the rows a thread keeps in registers, and how long a block waits
 // for the others before it stops the kernel (a launch that cannot be resident
-// then fails with an error instead of hanging the device).
+// then fails with an error instead of hanging the device). 8 rows per thread
+// lost to the two kernels in 8 of the 10 shapes where the planner chose them
+// (ResNets at batch 128 and 1024, bf16 and fp32, H200, session 15's per-shape
+// tables: 0.73-0.96x): few blocks, each with little parallelism, for the
+// whole tensor; they stay built for a sweep (kOnePassMaxRows, settable).
 constexpr int kOnePassBlocksPerSm = 2;
 constexpr int kOnePassRows[] = {2, 4, 8};
+constexpr int kOnePassMaxRows = 4;
 constexpr int kOnePassMaxSplits = 8;
 constexpr long long kWaitLimitNs = 20'000'000'000LL;
 
@@ -676,9 +681,9 @@ int WidestPack(int64_t extent, int bytes) {
   return 1;
 }
 
-// A block count from the environment variable `name` (1-1024), else
-// `fallback`: for a benchmark that sweeps a geometry (each caller reads it once).
-int SplitsSetting(const char* name, int fallback) {
+// A count from the environment variable `name` (1-1024), else `fallback`:
+// for a benchmark that sweeps a geometry (each caller reads it once).
+int CountSetting(const char* name, int fallback) {
   const char* s = std::getenv(name);
   const int v = s != nullptr ? std::atoi(s) : 0;
   return v >= 1 && v <= 1024 ? v : fallback;
@@ -687,14 +692,21 @@ int SplitsSetting(const char* name, int fallback) {
 // Blocks per channel tile of a reduction: at most kMaxSplits, or
 // TRAINBENCH_BN_MAX_SPLITS.
 int MaxSplits() {
-  static const int value = SplitsSetting("TRAINBENCH_BN_MAX_SPLITS", kMaxSplits);
+  static const int value = CountSetting("TRAINBENCH_BN_MAX_SPLITS", kMaxSplits);
   return value;
 }
 
 // Blocks per channel tile of a one-pass kernel: at most kOnePassMaxSplits,
 // or TRAINBENCH_BN_ONE_PASS_MAX_SPLITS.
 int OnePassMaxSplits() {
-  static const int value = SplitsSetting("TRAINBENCH_BN_ONE_PASS_MAX_SPLITS", kOnePassMaxSplits);
+  static const int value = CountSetting("TRAINBENCH_BN_ONE_PASS_MAX_SPLITS", kOnePassMaxSplits);
+  return value;
+}
+
+// Rows per thread of a one-pass kernel: at most kOnePassMaxRows, or
+// TRAINBENCH_BN_ONE_PASS_MAX_ROWS (8 brings the 8-row kernels back).
+int OnePassMaxRows() {
+  static const int value = CountSetting("TRAINBENCH_BN_ONE_PASS_MAX_ROWS", kOnePassMaxRows);
   return value;
 }
 
@@ -719,15 +731,17 @@ Geometry Plan(const BnProblem& pr) {
     g.rows_blocks = static_cast<int>(
         std::clamp<int64_t>((rows + 4 * elem_ty - 1) / (4 * elem_ty), 1, std::max<int64_t>(1, 8 * sms / g.elem_tiles)));
     // One kernel each way (full 16-byte packs only) with the fewest rows per
-    // thread that fit the grid in one block per multiprocessor, else in the
-    // kOnePassBlocksPerSm that every such kernel fits, with at most
-    // OnePassMaxSplits() blocks per channel tile: on an H200 the one kernel
-    // lost to the two wherever more blocks shared a tile (a cost that grew
-    // with them, about 0.17 us per block and kernel, cause not found) and won
-    // by 1.1-1.5x where 2-8 did.
+    // thread (at most OnePassMaxRows()) that fit the grid in one block per
+    // multiprocessor, else in the kOnePassBlocksPerSm that every such kernel
+    // fits, with at most OnePassMaxSplits() blocks per channel tile: on an
+    // H200 the one kernel lost to the two wherever more blocks shared a tile
+    // (a cost that grew with them, about 0.17 us per block and kernel, cause
+    // not found) and won by 1.1-1.5x where 2-8 did, with 2 or 4 rows per
+    // thread (8 rows lost: kOnePassMaxRows).
     if (pr.one_pass && g.vec == 16 / ElementBytes(pr.dtype)) {
       for (int per_sm = 1; per_sm <= kOnePassBlocksPerSm && g.one_pass_rows == 0; ++per_sm) {
         for (int rows_per_thread : kOnePassRows) {
+          if (rows_per_thread > OnePassMaxRows()) break;
           const int64_t splits = (rows + ty * rows_per_thread - 1) / (ty * rows_per_thread);
           if (splits <= OnePassMaxSplits() && splits * g.tiles <= int64_t{per_sm} * sms) {
             g.one_pass_rows = rows_per_thread;
