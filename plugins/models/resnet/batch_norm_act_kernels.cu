@@ -48,10 +48,11 @@ constexpr int kReduceRowsPerThread = 4;
 // other), the rows a thread keeps in registers, and how long a block waits
 // for the others before it stops the kernel (a launch that cannot be resident
 // then fails with an error instead of hanging the device). 8 rows per thread
-// lost to the two kernels in 8 of the 10 shapes where the planner chose them
-// (ResNets at batch 128 and 1024, bf16 and fp32, H200, session 15's per-shape
-// tables: 0.73-0.96x): few blocks, each with little parallelism, for the
-// whole tensor; they stay built for a sweep (kOnePassMaxRows, settable).
+// lost to the two kernels in 14 of the 15 shapes and ops where the planner
+// chose them (the ResNets at batch 128 and 1024, bf16 and fp32, H200, session
+// 15's per-shape tables: 0.73-0.99x): few blocks, each with little
+// parallelism, for the whole tensor; they stay built for a sweep
+// (kOnePassMaxRows, settable).
 constexpr int kOnePassBlocksPerSm = 2;
 constexpr int kOnePassRows[] = {2, 4, 8};
 constexpr int kOnePassMaxRows = 4;
