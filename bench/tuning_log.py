@@ -9,6 +9,9 @@ cost and win.
 import re
 import sys
 
+# Older formats still parse: without the runtime-compiled counts, and with
+# "N timed first behind a gate" (written between d175792 and 2469c4a, when
+# round 1 ran behind stream gates).
 LINE = re.compile(
     r"cuDNN tuning: (\d+) candidates, (\d+) built \(([\d.]+) ms\), timed in ([\d.]+) ms, ([\d.]+) ms in all; "
     r"engine (\d+) at ([\d.inf]+) ms( \(runtime-compiled\))?"
