@@ -80,9 +80,13 @@ def stored_best(model, prec, bs):
                    if k.startswith(f"{model}/{prec}") and k.endswith(f"/b{bs}")})
     return max(stored.items(), key=lambda kv: kv[1])
 
+# Issue 16's targets over the same figure: the ResNets at least 1.3x in bf16
+# and 1.15x in fp32 (SimpleCNN has none).
+MARGIN = {"fp32": 1.15, "bf16": 1.3}
+
 print()
-print("| model | precision | batch | trainbench best | Python best (this run) | Python best (stored, source) | ratio to the higher | goal |")
-print("|---|---|---|---|---|---|---|---|")
+print("| model | precision | batch | trainbench best | Python best (this run) | Python best (stored, source) | ratio to the higher | goal | issue 16 (1.3x bf16, 1.15x fp32) |")
+print("|---|---|---|---|---|---|---|---|---|")
 for bs in batches:
     cells = CELLS[bs]
     for model in [m for m in ("simple_cnn", "resnet18", "resnet50") if any(c["model"] == m for c in cells)]:
@@ -93,4 +97,6 @@ for bs in batches:
             src, stored = stored_best(model, prec, bs)
             target = max(run_best, stored)
             ratio = ours / target if target else 0
-            print(f"| {model} | {prec} | {bs} | {ours:.0f} | {run_best:.0f} | {stored:.0f} ({src}) | {ratio:.2f} | {'met' if ratio >= 1 else 'not met'} |")
+            margin = "-" if model == "simple_cnn" else "met" if ratio >= MARGIN[prec] else "not met"
+            print(f"| {model} | {prec} | {bs} | {ours:.0f} | {run_best:.0f} | {stored:.0f} ({src}) | {ratio:.2f} | "
+                  f"{'met' if ratio >= 1 else 'not met'} | {margin} |")
