@@ -65,10 +65,16 @@ training: {epochs: 1, batch_size: $bs, augment: true, optimizer: {name: sgd, lr:
 measurement: {warmup_steps: 20, max_steps: $steps, baseline: $BASELINE, eval_batch_size: 1000}
 YAML
   [ -n "${BENCH_CONFIG_ONLY:-}" ] && continue
+  # Both sides and the comparison one batch size at a time: a call cut short
+  # by its time limit keeps every batch size it finished, compared.
   "$BUILD/bin/trainbench" run "$OUT/bench-b$bs.yaml" --out "$OUT/trainbench-b$bs" || true
+  COMPILE_FP32=$([[ " $LABELS " == *" fp32-compile "* ]] && echo --compile-fp32 || true)
+  python3 "$HERE/pytorch_reference.py" --batches $bs --models $MODELS --compile $COMPILE_MODELS --labels $LABELS \
+    $COMPILE_FP32 --out "$OUT/pytorch-b$bs.json"
+  DONE="${DONE:-}${DONE:+ }$bs"
+  python3 -c 'import json, sys; json.dump({k: v for f in sys.argv[2:] for k, v in json.load(open(f)).items()}, open(sys.argv[1], "w"), indent=1)' \
+    "$OUT/pytorch.json" $(for b in $DONE; do [ -f "$OUT/pytorch-b$b.json" ] && echo "$OUT/pytorch-b$b.json"; done)
+  python3 "$HERE/compare.py" "$OUT" $DONE > "$OUT/comparison.md"
 done
 [ -n "${BENCH_CONFIG_ONLY:-}" ] && exit 0
-COMPILE_FP32=$([[ " $LABELS " == *" fp32-compile "* ]] && echo --compile-fp32 || true)
-python3 "$HERE/pytorch_reference.py" --batches $BATCHES --models $MODELS --compile $COMPILE_MODELS --labels $LABELS \
-  $COMPILE_FP32 --out "$OUT/pytorch.json"
-python3 "$HERE/compare.py" "$OUT" $BATCHES | tee "$OUT/comparison.md"
+cat "$OUT/comparison.md"
