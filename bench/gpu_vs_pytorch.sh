@@ -51,6 +51,7 @@ done
 DEVICE_LIST=${DEVICE_LIST%$'\n'}
 [ -n "$BASELINE" ] || { echo "BENCH_LABELS names no trainbench device" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
+COMPILE_FP32=$([[ " $LABELS " == *" fp32-compile "* ]] && echo --compile-fp32 || true)
 mkdir -p "$OUT"
 for bs in $BATCHES; do
   steps=$(( bs >= 1024 ? 60 : 200 ))
@@ -68,12 +69,11 @@ YAML
   # Both sides and the comparison one batch size at a time: a call cut short
   # by its time limit keeps every batch size it finished, compared.
   "$BUILD/bin/trainbench" run "$OUT/bench-b$bs.yaml" --out "$OUT/trainbench-b$bs" || true
-  COMPILE_FP32=$([[ " $LABELS " == *" fp32-compile "* ]] && echo --compile-fp32 || true)
   python3 "$HERE/pytorch_reference.py" --batches $bs --models $MODELS --compile $COMPILE_MODELS --labels $LABELS \
     $COMPILE_FP32 --out "$OUT/pytorch-b$bs.json"
   DONE="${DONE:-}${DONE:+ }$bs"
   python3 -c 'import json, sys; json.dump({k: v for f in sys.argv[2:] for k, v in json.load(open(f)).items()}, open(sys.argv[1], "w"), indent=1)' \
-    "$OUT/pytorch.json" $(for b in $DONE; do [ -f "$OUT/pytorch-b$b.json" ] && echo "$OUT/pytorch-b$b.json"; done)
+    "$OUT/pytorch.json" $(for b in $DONE; do echo "$OUT/pytorch-b$b.json"; done)
   python3 "$HERE/compare.py" "$OUT" $DONE > "$OUT/comparison.md"
 done
 [ -n "${BENCH_CONFIG_ONLY:-}" ] && exit 0

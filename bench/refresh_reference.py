@@ -75,13 +75,14 @@ def main():
         fail(f"{args.reference}: no 'results' object; is this the fair reference?")
     changed = 0
     for path in args.files:
+        source = source_name(path)
         for key, value in sorted(figures(path).items()):
-            old = results.get(key, {}).get("samples_per_second", 0) if isinstance(results.get(key), dict) else 0
+            entry = results.get(key)
+            old = entry.get("samples_per_second", 0) if isinstance(entry, dict) else 0
             if round(value) <= old:
                 continue
-            print(f"{key}: {old:.0f} -> {value:.0f} ({source_name(path)})" if old else
-                  f"{key}: new, {value:.0f} ({source_name(path)})")
-            results[key] = {"samples_per_second": round(value), "source": source_name(path), "date": args.date}
+            print(f"{key}: {old:.0f} -> {value:.0f} ({source})" if old else f"{key}: new, {value:.0f} ({source})")
+            results[key] = {"samples_per_second": round(value), "source": source, "date": args.date}
             changed += 1
     print(f"{changed} figure(s) raised or added" + (" (dry run: nothing written)" if args.dry_run else ""))
     if changed and not args.dry_run:

@@ -36,19 +36,23 @@ def cell(model, device, sps, tflops=1.0, status="ok"):
 
 
 class CompareAgainstTheBestPythonFigure(unittest.TestCase):
-    def test_each_row_is_against_the_fastest_python_configuration(self):
+    def compare(self, batch, pytorch, cells):
+        """compare.py over one batch size's Python figures and trainbench cells."""
         with tempfile.TemporaryDirectory() as out:
-            write(os.path.join(out, "pytorch.json"),
-                  {"resnet50/fp32/b128": 4000, "resnet50/fp32-graph/b128": 27000,
-                   "resnet50/bf16-cl/b128": 4200, "resnet50/bf16-cl-graph/b128": 36000,
-                   "resnet50/bf16-compile/b128": 45000})
-            os.makedirs(os.path.join(out, "trainbench-b128"))
-            write(os.path.join(out, "trainbench-b128", "results.json"),
-                  {"cells": [cell("resnet50", "fp32-graph", 27000), cell("resnet50", "bf16-cl-graph", 36000),
-                             cell("resnet50", "bf16-cl", 0, status="failed")]})
-            r = subprocess.run([sys.executable, os.path.join(BENCH, "compare.py"), out, "128"],
+            write(os.path.join(out, "pytorch.json"), pytorch)
+            os.makedirs(os.path.join(out, f"trainbench-b{batch}"))
+            write(os.path.join(out, f"trainbench-b{batch}", "results.json"), {"cells": cells})
+            r = subprocess.run([sys.executable, os.path.join(BENCH, "compare.py"), out, str(batch)],
                                capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
+        return r
+
+    def test_each_row_is_against_the_fastest_python_configuration(self):
+        r = self.compare(128, {"resnet50/fp32/b128": 4000, "resnet50/fp32-graph/b128": 27000,
+                               "resnet50/bf16-cl/b128": 4200, "resnet50/bf16-cl-graph/b128": 36000,
+                               "resnet50/bf16-compile/b128": 45000},
+                         [cell("resnet50", "fp32-graph", 27000), cell("resnet50", "bf16-cl-graph", 36000),
+                          cell("resnet50", "bf16-cl", 0, status="failed")])
         rows = [l for l in r.stdout.splitlines() if l.startswith("| resnet50 | bf16-cl-graph | 128 |")]
         self.assertEqual(len(rows), 1, r.stdout)
         # Same configuration: 1.00; against the best (torch.compile): 36000 / 45000.
@@ -65,14 +69,7 @@ class CompareAgainstTheBestPythonFigure(unittest.TestCase):
         table measures against the stored one and names it."""
         with open(os.path.join(BENCH, "reference", "h200-pytorch-2.11-fair.json")) as f:
             stored = json.load(f)["results"]["resnet50/bf16-compile/b1024"]["samples_per_second"]
-        with tempfile.TemporaryDirectory() as out:
-            write(os.path.join(out, "pytorch.json"), {"resnet50/bf16-cl-graph/b1024": 100000})
-            os.makedirs(os.path.join(out, "trainbench-b1024"))
-            write(os.path.join(out, "trainbench-b1024", "results.json"),
-                  {"cells": [cell("resnet50", "bf16-cl-graph", stored / 2)]})
-            r = subprocess.run([sys.executable, os.path.join(BENCH, "compare.py"), out, "1024"],
-                               capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.compare(1024, {"resnet50/bf16-cl-graph/b1024": 100000}, [cell("resnet50", "bf16-cl-graph", stored / 2)])
         goal = [l for l in r.stdout.splitlines() if l.startswith("| resnet50 | bf16 | 1024 |")]
         self.assertEqual(len(goal), 1, r.stdout)
         self.assertIn(f"| 100000 | {stored} (fair bf16-compile) | 0.50 | not met | not met |", goal[0])
@@ -85,15 +82,9 @@ class CompareAgainstTheBestPythonFigure(unittest.TestCase):
             fair = json.load(f)["results"]
         best = {p: max(v["samples_per_second"] for k, v in fair.items() if k.startswith(f"resnet18/{p}") and k.endswith("/b128"))
                 for p in ("bf16", "fp32")}
-        with tempfile.TemporaryDirectory() as out:
-            write(os.path.join(out, "pytorch.json"), {"resnet18/bf16-cl-graph/b128": 1000, "resnet18/fp32-cl-graph/b128": 1000})
-            os.makedirs(os.path.join(out, "trainbench-b128"))
-            write(os.path.join(out, "trainbench-b128", "results.json"),
-                  {"cells": [cell("resnet18", "bf16-cl-graph", best["bf16"] * 1.25),
-                             cell("resnet18", "fp32-cl-graph", best["fp32"] * 1.16)]})
-            r = subprocess.run([sys.executable, os.path.join(BENCH, "compare.py"), out, "128"],
-                               capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stderr)
+        r = self.compare(128, {"resnet18/bf16-cl-graph/b128": 1000, "resnet18/fp32-cl-graph/b128": 1000},
+                         [cell("resnet18", "bf16-cl-graph", best["bf16"] * 1.25),
+                          cell("resnet18", "fp32-cl-graph", best["fp32"] * 1.16)])
         rows = {l.split("|")[2].strip(): l for l in r.stdout.splitlines() if l.startswith("| resnet18 | ") and "| 128 |" in l
                 and l.count("|") == 10}
         self.assertIn("| 1.25 | met | not met |", rows["bf16"])
