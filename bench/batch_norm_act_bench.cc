@@ -6,7 +6,13 @@
 // fits on chip). Twenty forward + backward captured in a CUDA graph (the host's
 // launch rate left out, as in a graphed training step); prints microseconds
 // per forward + backward (median of 7 replays, CUDA events) and the ratios,
-// then the sums over the network's batch norms.
+// then the sums over the network's batch norms. A second table takes the
+// fused two kernels apart: the training forward alone, the evaluation
+// forward (the element-wise pass alone), and the backward (forward +
+// backward less the forward), each with the bandwidth its kernels' minimal
+// traffic implies (bytes read and written over time: forward x twice, the
+// residual, y; evaluation x, the residual, y; backward x and dy twice, with a
+// residual y read and its gradient written, dx).
 //   build-gpu/bin/batch_norm_act_bench [batch] [resnet50|resnet18]
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -90,6 +96,10 @@ int main(int argc, char** argv) {
         "| channels | map | op | count | composite us | fused, two kernels us | fused, one pass us | two / one | "
         "composite / best |\n|---|---|---|---|---|---|---|---|---|\n");
     double totals[3] = {0, 0, 0};
+    std::string passes =
+        "| channels | map | op | count | forward us | TB/s | evaluation us | TB/s | backward us | TB/s |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n";
+    double pass_totals[3] = {0, 0, 0};
     for (const Shape& s : shapes) {
       const auto cuda = torch::TensorOptions(torch::kCUDA);
       const auto cl = torch::MemoryFormat::ChannelsLast;
@@ -120,9 +130,32 @@ int main(int argc, char** argv) {
                   static_cast<long long>(s.hw), static_cast<long long>(s.hw), names[static_cast<int>(s.act)], s.count,
                   micros[0], micros[1], one_pass_us, micros[1] / micros[2], micros[0] / std::min(micros[1], micros[2]));
       for (int path = 0; path < 3; ++path) totals[path] += s.count * micros[path];
+      // The fused two kernels pass by pass.
+      const torch::Tensor residual = add ? r : torch::Tensor();
+      const double forward = MedianMicros([&] { resnet::BatchNormAct(*bn, x, residual, relu, true, false); });
+      bn->eval();
+      const double evaluation = MedianMicros([&] {
+        const torch::NoGradGuard no_grad;
+        resnet::BatchNormAct(*bn, x, residual, relu, true, false);
+      });
+      bn->train();
+      const double backward = micros[1] - forward;
+      const double tensor = static_cast<double>(x.numel()) * x.element_size();
+      const double bytes[3] = {(3 + add) * tensor, (2 + add) * tensor, (5 + 2 * add) * tensor};
+      const double us[3] = {forward, evaluation, backward};
+      char row[256];
+      std::snprintf(row, sizeof row, "| %lld | %lldx%lld | %s | %d | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n",
+                    static_cast<long long>(s.c), static_cast<long long>(s.hw), static_cast<long long>(s.hw),
+                    names[static_cast<int>(s.act)], s.count, us[0], bytes[0] / us[0] * 1e-6, us[1],
+                    bytes[1] / us[1] * 1e-6, us[2], bytes[2] / us[2] * 1e-6);
+      passes += row;
+      for (int i = 0; i < 3; ++i) pass_totals[i] += s.count * us[i];
     }
     std::printf("| all %d | | | | %.0f | %.0f | %.0f | %.2f | %.2f |\n", layers, totals[0], totals[1], totals[2],
                 totals[1] / totals[2], totals[0] / totals[2]);
+    std::printf("\nThe fused two kernels pass by pass (%s)\n%s| all %d | | | | %.0f | | %.0f | | %.0f | |\n",
+                dtype == torch::kFloat ? "fp32" : "bf16", passes.c_str(), layers, pass_totals[0], pass_totals[1],
+                pass_totals[2]);
   }
   return 0;
 }

@@ -51,8 +51,10 @@ if cpu:
 # cuDNN by default (the device option tf32, PyTorch's allow_tf32), so the
 # plain fp32 units' 67 TFLOP/s gave ResNet18's fp32 rows over 100%.
 PEAK_BF16, PEAK_FP32 = 790.0, 495.0
-for k in sorted(k for k in py if "-compile/" in k):
-    print(f"PyTorch torch.compile (reduce-overhead, channels_last, fused SGD eager) {k}: {py[k]:.0f} samples/s")
+for k in sorted(k for k in py if "-compile" in k):
+    how = ("compile's kernels, the whole step with fused SGD in one CUDA graph" if "-compile-graph/" in k
+           else "reduce-overhead, fused SGD eager")
+    print(f"PyTorch torch.compile (channels_last, {how}) {k}: {py[k]:.0f} samples/s")
 print()
 cell_table("precision", "% of peak", 0, 1,
            lambda c, tf: f"{100 * tf / (PEAK_FP32 if c['device'].startswith('fp32') else PEAK_BF16):.1f}%",

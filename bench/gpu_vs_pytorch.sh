@@ -31,8 +31,9 @@ for model in $MODELS; do
 done
 # The devices (precision, layout, graph), the same labels on both sides;
 # BENCH_LABELS keeps a subset (and the Python side's torch.compile rows only
-# where it names bf16-compile or fp32-compile: Python's best fp32 figure may
-# be compile's too).
+# where it names them: bf16-compile and fp32-compile, reduce-overhead mode;
+# bf16-compile-graph and fp32-compile-graph, compile's kernels with the whole
+# step captured by hand. Python's best fp32 figure may be compile's too).
 declare -A DEVICES=(
   [fp32]="{amp: none}"
   [fp32-graph]="{amp: none, cuda_graph: true}"
@@ -40,18 +41,19 @@ declare -A DEVICES=(
   [bf16-cl]="{amp: bf16, channels_last: true}"
   [bf16-cl-graph]="{amp: bf16, channels_last: true, cuda_graph: true}"
 )
-LABELS=${BENCH_LABELS:-fp32 fp32-graph fp32-cl-graph bf16-cl bf16-cl-graph bf16-compile fp32-compile}
+COMPILE_LABELS="bf16-compile fp32-compile bf16-compile-graph fp32-compile-graph"
+LABELS=${BENCH_LABELS:-fp32 fp32-graph fp32-cl-graph bf16-cl bf16-cl-graph $COMPILE_LABELS}
 DEVICE_LIST="" BASELINE=""
 for label in $LABELS; do
-  case $label in bf16-compile|fp32-compile) continue ;; esac
-  [ -n "${DEVICES[$label]:-}" ] || { echo "BENCH_LABELS: unknown label $label (known: ${!DEVICES[*]} bf16-compile fp32-compile)" >&2; exit 2; }
+  [[ " $COMPILE_LABELS " == *" $label "* ]] && continue
+  [ -n "${DEVICES[$label]:-}" ] || { echo "BENCH_LABELS: unknown label $label (known: ${!DEVICES[*]} $COMPILE_LABELS)" >&2; exit 2; }
   DEVICE_LIST+="  - {plugin: cuda, label: $label, options: ${DEVICES[$label]}}"$'\n'
   BASELINE=${BASELINE:-$label}
 done
 DEVICE_LIST=${DEVICE_LIST%$'\n'}
 [ -n "$BASELINE" ] || { echo "BENCH_LABELS names no trainbench device" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
-COMPILE_FP32=$([[ " $LABELS " == *" fp32-compile "* ]] && echo --compile-fp32 || true)
+COMPILE_FP32=$([[ " $LABELS " == *" fp32-compile"[\ -]* ]] && echo --compile-fp32 || true)
 mkdir -p "$OUT"
 for bs in $BATCHES; do
   steps=$(( bs >= 1024 ? 60 : 200 ))

@@ -2,9 +2,12 @@
 configuration: the same models (an identical SimpleCNN, torchvision ResNets),
 SGD momentum 0.9 with PyTorch's fused CUDA kernel (fused=True), synthetic data
 on the GPU, fp32 and bf16 autocast + channels_last, eager and with the whole
-step captured in a CUDA graph, and torch.compile(mode="reduce-overhead") with
-channels_last; each figure the best of --repeats timings. Prints and writes
-samples/s per configuration.
+step captured in a CUDA graph, torch.compile(mode="reduce-overhead") with
+channels_last (the fused SGD step eager after the compiled forward and
+backward), and torch.compile's kernels with the whole step (forward,
+backward, fused SGD) captured in one CUDA graph by hand (labels
+*-compile-graph: no host work per step at all); each figure the best of
+--repeats timings. Prints and writes samples/s per configuration.
   --image-size 224 --classes 1000: ImageNet-size inputs (ResNets only)."""
 import argparse, json, time
 import torch, torch.nn as nn, torchvision
@@ -49,21 +52,32 @@ def timed(run, steps, bs, sync=torch.cuda.synchronize, repeats=None):
         best = max(best, bs * steps / (time.perf_counter() - t))
     return best
 
-def bench(name, bs, amp, cl, graph, steps, warm, graph_dump=None):
+def bench(name, bs, amp, cl, graph, steps, warm, graph_dump=None, compiled=False, model_cl=True):
+    """Eager or captured; with `compiled`, the forward and the loss through
+    torch.compile's default mode (Inductor's kernels, no CUDA graphs of its
+    own: the capture here takes the whole step), channels_last input and,
+    with `model_cl`, model."""
     m, opt, x, y, lossf = setup(name, bs, cl)
-    def body():
+    if compiled and not model_cl: m = m.to(memory_format=torch.contiguous_format)
+    def forward(x, y):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-            loss = lossf(m(x), y)
-        loss.backward(); opt.step()
+            return lossf(m(x), y)
+    if compiled: forward = torch.compile(forward)
+    def body():
+        forward(x, y).backward(); opt.step()
     def step():
         opt.zero_grad(set_to_none=True); body()
     if graph:
         # As ../shared/baselines/pytorch_python_graph_compile.py: gradients set
         # to None before capture, so the graph has no zeroing kernels.
         s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
+        t = time.perf_counter()
         with torch.cuda.stream(s):
             for _ in range(warm): step()
         torch.cuda.current_stream().wait_stream(s)
+        if compiled:
+            torch.cuda.synchronize()
+            print(f"  (compile and warm-up: {time.perf_counter() - t:.0f} s)", flush=True)
         g = torch.cuda.CUDAGraph(keep_graph=True) if graph_dump else torch.cuda.CUDAGraph()
         opt.zero_grad(set_to_none=True)
         with torch.cuda.graph(g): body()
@@ -96,17 +110,23 @@ def bench_compiled(name, bs, steps, warm, amp=True, model_cl=True):
     print(f"  (compile and warm-up: {time.perf_counter() - t:.0f} s)", flush=True)
     return timed(step, steps, bs)
 
-def bench_compiled_best(name, bs, steps, warm, amp=True):
-    """bench_compiled with a channels_last model; where Inductor fails on it
-    (PyTorch 2.11 has asserted on a 3x3 weight gradient's channels_last
-    strides), with the input alone channels_last. Returns (samples/s, how)."""
+def bench_compiled_best(name, bs, steps, warm, amp=True, graph=False):
+    """bench_compiled (or, with `graph`, bench's compiled forward with the
+    whole step captured by hand) with a channels_last model; where Inductor
+    fails on it (PyTorch 2.11 has asserted on a 3x3 weight gradient's
+    channels_last strides), with the input alone channels_last. Returns
+    (samples/s, how)."""
+    def run(model_cl):
+        if graph:
+            return bench(name, bs, amp, True, True, steps, max(warm, 15), compiled=True, model_cl=model_cl)
+        return bench_compiled(name, bs, steps, warm, amp, model_cl=model_cl)
     try:
-        return bench_compiled(name, bs, steps, warm, amp, model_cl=True), "model and input channels_last"
+        return run(True), "model and input channels_last"
     except Exception as e:  # noqa: BLE001 - Inductor's failures have many types
         print(f"  (channels_last model failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}; "
               "retrying with the input alone channels_last)", flush=True)
         torch._dynamo.reset()
-        return bench_compiled(name, bs, steps, warm, amp, model_cl=False), "input channels_last only"
+        return run(False), "input channels_last only"
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(); p.add_argument("--batches", type=int, nargs="+", default=[128, 1024])
@@ -115,7 +135,7 @@ if __name__ == "__main__":
     p.add_argument("--compile", nargs="*", default=None, metavar="MODEL",
                    help="time torch.compile(mode='reduce-overhead') for these models (default: every model; "
                         "none: --compile with no model)")
-    p.add_argument("--compile-fp32", action="store_true", help="torch.compile rows in fp32 too")
+    p.add_argument("--compile-fp32", action="store_true", help="torch.compile rows in fp32 too (fp32-compile, fp32-compile-graph)")
     p.add_argument("--repeats", type=int, default=3, help="each figure is the best of this many timings")
     p.add_argument("--image-size", type=int, default=32); p.add_argument("--classes", type=int, default=10)
     p.add_argument("--graph-dump", help="write each captured graph as PREFIX-MODEL-PRECISION-bN.dot")
@@ -142,13 +162,14 @@ if __name__ == "__main__":
                 print(f"pytorch {name:11s} {label:14s} b{bs:<5d} {r:12.0f} samples/s", flush=True)
                 json.dump(res, open(a.out, "w"), indent=1)
             if name in compile_models:
-                for label, amp in (("bf16-compile", True), ("fp32-compile", False)):
-                    if label == "fp32-compile" and not a.compile_fp32: continue
+                for label, amp, graph in (("bf16-compile", True, False), ("fp32-compile", False, False),
+                                          ("bf16-compile-graph", True, True), ("fp32-compile-graph", False, True)):
+                    if label.startswith("fp32") and not a.compile_fp32: continue
                     if a.labels and label not in a.labels: continue
                     # A row that fails (Inductor has failed on channels_last
                     # backward strides) is recorded as failed; the others stand.
                     try:
-                        r, how = bench_compiled_best(name, bs, steps, warm, amp)
+                        r, how = bench_compiled_best(name, bs, steps, warm, amp, graph)
                         if how != "model and input channels_last": notes[f"{name}/{label}/b{bs}"] = how
                     except Exception as e:  # noqa: BLE001 - any failure of that row
                         errors[f"{name}/{label}/b{bs}"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"

@@ -6,6 +6,7 @@
 // Built only where the kernels are (a LibTorch with CUDA); skipped without a GPU.
 #include "batch_norm_act.h"
 
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -169,6 +170,9 @@ std::vector<Case> Cases() {
     cases.push_back({dtype, true, {dtype == torch::kFloat ? 16 : 32, 64, 8, 8}, Act::kAddRelu});
     cases.push_back({dtype, true, {8, 512, 4, 4}, Act::kRelu});    // eight channel tiles
     cases.push_back({dtype, true, {3, 40, 7, 5}, Act::kAddRelu});  // rows not a multiple of a block's
+    // 64 channels over 65,536 rows: tiles narrower than 64 channels on a
+    // device of more than 64 multiprocessors (ReduceTileChannels).
+    cases.push_back({dtype, true, {256, 64, 16, 16}, Act::kAddRelu});
   }
   return cases;
 }
@@ -219,6 +223,30 @@ TEST(BatchNormActPaths, OnePassWhereTheTensorFits) {
   EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 6, 8, 8}, bf16).contiguous(cl), true, false));   // pairs
   EXPECT_FALSE(resnet::OnePassApplies(torch::empty({256, 256, 32, 32}, bf16).contiguous(cl), true, false));
   EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, torch::kFloat).contiguous(cl), true, false));  // CPU
+}
+
+// The reductions' channel tiles: 64 channels, narrower only where 64-channel
+// tiles of at most 256 blocks each would leave the device short of 4 blocks
+// per multiprocessor (64 channels over many rows), and never under 4 packs of
+// 16 bytes.
+TEST(BatchNormActPaths, NarrowerTilesOnlyWhereTheDeviceWouldNotFill) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  EXPECT_EQ(resnet::ReduceTileChannels(torch::empty({8, 64, 8, 8}, bf16).contiguous(cl)), 64);
+  EXPECT_EQ(resnet::ReduceTileChannels(torch::empty({1024, 256, 8, 8}, bf16).contiguous(cl)), 64);
+  EXPECT_EQ(resnet::ReduceTileChannels(torch::empty({8, 64, 8, 8}, bf16)), 0);  // NCHW
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    const int tile = resnet::ReduceTileChannels(torch::empty({1024, 64, 16, 16}, bf16.dtype(dtype)).contiguous(cl));
+    // 256 blocks per tile: 64 channels fill 4 per multiprocessor up to 64 of them.
+    if (sms <= 64) {
+      EXPECT_EQ(tile, 64);
+    } else {
+      EXPECT_LT(tile, 64);
+      EXPECT_GE(tile, 4 * 16 / static_cast<int>(torch::elementSize(dtype)));
+    }
+  }
 }
 
 TEST(BatchNormActGraph, ReplaysInACudaGraph) {

@@ -209,33 +209,41 @@ class GpuBenchExperiments(unittest.TestCase):
             self.assertIn("names no trainbench device", r.stderr)
 
 
+    def standins(self, d, python):
+        """gpu_vs_pytorch.sh and compare.py copied under `d`, beside stand-ins
+        for trainbench (one bf16-cl-graph cell, 1500 samples/s) and for
+        pytorch_reference.py (`python`: its source; no GPU here). Returns the
+        script's path."""
+        bench = os.path.join(d, "bench")
+        os.makedirs(os.path.join(d, "build", "bin"))
+        os.makedirs(bench)
+        for name in ("gpu_vs_pytorch.sh", "compare.py"):
+            with open(os.path.join(BENCH, name)) as src, open(os.path.join(bench, name), "w") as dst:
+                dst.write(src.read())
+        os.symlink(os.path.join(os.path.abspath(BENCH), "reference"), os.path.join(bench, "reference"))
+        with open(os.path.join(bench, "pytorch_reference.py"), "w") as f:
+            f.write(python)
+        trainbench = os.path.join(d, "build", "bin", "trainbench")
+        with open(trainbench, "w") as f:
+            f.write("#!/bin/sh\nmkdir -p \"$4\"\n"
+                    "echo '{\"cells\": [{\"model\": \"resnet18\", \"device\": \"bf16-cl-graph\", \"status\": \"ok\", "
+                    "\"samples_per_second\": 1500.0, \"achieved_tflops\": 1.0}]}' > \"$4/results.json\"\n")
+        os.chmod(trainbench, 0o755)
+        return os.path.join(bench, "gpu_vs_pytorch.sh")
+
     def test_each_batch_size_is_compared_as_soon_as_both_sides_ran(self):
         """Both sides one batch size at a time: when the Python side fails at
         the second (as a call cut short by its limit would), the first batch
         size's comparison is already written. Stand-ins for trainbench and
         pytorch_reference.py (no GPU here), the real compare.py."""
         with tempfile.TemporaryDirectory() as d:
-            bench = os.path.join(d, "bench")
-            os.makedirs(os.path.join(d, "build", "bin"))
-            os.makedirs(bench)
-            for name in ("gpu_vs_pytorch.sh", "compare.py"):
-                with open(os.path.join(BENCH, name)) as src, open(os.path.join(bench, name), "w") as dst:
-                    dst.write(src.read())
-            os.symlink(os.path.join(os.path.abspath(BENCH), "reference"), os.path.join(bench, "reference"))
-            with open(os.path.join(bench, "pytorch_reference.py"), "w") as f:
-                f.write("import json, sys\n"
-                        "a = sys.argv; b = a[a.index('--batches') + 1]; out = a[a.index('--out') + 1]\n"
-                        "sys.exit('no GPU for ' + b) if b == '1024' else None\n"
-                        "json.dump({f'resnet18/bf16-cl-graph/b{b}': 1000.0}, open(out, 'w'))\n")
-            trainbench = os.path.join(d, "build", "bin", "trainbench")
-            with open(trainbench, "w") as f:
-                f.write("#!/bin/sh\nmkdir -p \"$4\"\n"
-                        "echo '{\"cells\": [{\"model\": \"resnet18\", \"device\": \"bf16-cl-graph\", \"status\": \"ok\", "
-                        "\"samples_per_second\": 1500.0, \"achieved_tflops\": 1.0}]}' > \"$4/results.json\"\n")
-            os.chmod(trainbench, 0o755)
+            script = self.standins(d, "import json, sys\n"
+                                      "a = sys.argv; b = a[a.index('--batches') + 1]; out = a[a.index('--out') + 1]\n"
+                                      "sys.exit('no GPU for ' + b) if b == '1024' else None\n"
+                                      "json.dump({f'resnet18/bf16-cl-graph/b{b}': 1000.0}, open(out, 'w'))\n")
             out = os.path.join(d, "out")
             env = dict(os.environ, BENCH_MODELS="resnet18", BENCH_LABELS="bf16-cl-graph")
-            r = subprocess.run(["bash", os.path.join(bench, "gpu_vs_pytorch.sh"), os.path.join(d, "build"), out, "128", "1024"],
+            r = subprocess.run(["bash", script, os.path.join(d, "build"), out, "128", "1024"],
                                capture_output=True, text=True, env=env)
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("no GPU for 1024", r.stderr)
@@ -244,6 +252,34 @@ class GpuBenchExperiments(unittest.TestCase):
             self.assertIn("| resnet18 | bf16-cl-graph | 128 | 1500 | 1000 | 1.50 |", table)
             self.assertNotIn("| 1024 |", table)
             self.assertTrue(os.path.exists(os.path.join(out, "trainbench-b1024", "results.json")))
+
+    def test_the_hand_captured_compile_rows_reach_the_python_side_and_can_be_the_best(self):
+        """bf16-compile-graph and fp32-compile-graph are Python-only labels:
+        no trainbench device for them, --labels passes them on (fp32's with
+        --compile-fp32), and the comparison takes such a row as Python's best."""
+        with tempfile.TemporaryDirectory() as d:
+            script = self.standins(d, "import json, sys\n"
+                                      "a = sys.argv; out = a[a.index('--out') + 1]\n"
+                                      "json.dump(a[1:], open(out + '.argv', 'w'))\n"
+                                      "json.dump({'resnet18/bf16-cl-graph/b128': 1000.0,"
+                                      " 'resnet18/bf16-compile-graph/b128': 1200.0}, open(out, 'w'))\n")
+            out = os.path.join(d, "out")
+            env = dict(os.environ, BENCH_MODELS="resnet18",
+                       BENCH_LABELS="bf16-cl-graph bf16-compile-graph fp32-compile-graph")
+            r = subprocess.run(["bash", script, os.path.join(d, "build"), out, "128"],
+                               capture_output=True, text=True, env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(out, "bench-b128.yaml")) as f:
+                self.assertEqual(f.read().count("{plugin: cuda,"), 1)
+            with open(os.path.join(out, "pytorch-b128.json.argv")) as f:
+                argv = json.load(f)
+            labels = argv[argv.index("--labels") + 1:argv.index("--labels") + 4]
+            self.assertEqual(labels, ["bf16-cl-graph", "bf16-compile-graph", "fp32-compile-graph"])
+            self.assertIn("--compile-fp32", argv)
+            with open(os.path.join(out, "comparison.md")) as f:
+                table = f.read()
+            self.assertIn("| 1500 | 1000 | 1.50 | 1200 (bf16-compile-graph) | 1.25 |", table)
+            self.assertIn("whole step with fused SGD in one CUDA graph", table)
 
 
 class ShippedExperiments(unittest.TestCase):

@@ -191,6 +191,17 @@ bool OnePassApplies(const torch::Tensor& x, bool relu, bool residual) {
 #endif
 }
 
+int ReduceTileChannels(const torch::Tensor& x) {
+#ifdef TRAINBENCH_RESNET_KERNELS
+  if (!x.is_cuda() || x.dim() != 4 || !kernels::Takes(x.scalar_type()) || !IsNhwc(x)) return 0;
+  const c10::cuda::CUDAGuard guard(x.device());
+  return kernels::ReduceTileChannels(Problem(x, true, true, false));
+#else
+  (void)x;
+  return 0;
+#endif
+}
+
 torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu,
                            bool fused, bool one_pass) {
 #ifdef TRAINBENCH_RESNET_KERNELS

@@ -28,4 +28,9 @@ torch::Tensor BatchNormAct(trainbench::sdk::BatchNorm2dImpl& bn, const torch::Te
 /// with `one_pass` on this device (for tests and benchmarks).
 bool OnePassApplies(const torch::Tensor& x, bool relu, bool residual);
 
+/// Channels per tile of the fused training reductions of `x` (CUDA,
+/// channels_last) on its device; 0 where the fused kernels do not take it or
+/// are not built (for tests and benchmarks).
+int ReduceTileChannels(const torch::Tensor& x);
+
 }  // namespace resnet

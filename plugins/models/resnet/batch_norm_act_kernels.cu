@@ -38,7 +38,12 @@ constexpr int kThreads = 256;
 // keep the memory system busy: with two, the reductions read at a third to a
 // half of the element-wise passes' rate (ResNet50 bf16 b1024 kernel trace,
 // 2026-12-02).
+// Where a tile of 64 channels cannot fill the device within kMaxSplits
+// blocks (64 channels over many rows: the ResNets' stem and layer1 at batch
+// 1024), the tiles narrow, down to kMinReduceTx packs (64 bytes of a row, two
+// sectors), until they do.
 constexpr int kReduceTileChannels = 64;
+constexpr int kMinReduceTx = 4;
 constexpr int kMaxSplits = 256;
 constexpr int kReduceBlocksPerSm = 4;
 constexpr int kReduceRowsPerThread = 4;
@@ -666,7 +671,7 @@ int* DeviceCounters() {
 // How a problem is cut into blocks.
 struct Geometry {
   int vec = 1;              // elements per pack
-  int tx = 1;               // NHWC reduction: threads along a row's packs (ty = kThreads / tx rows)
+  int tx = 1;               // NHWC reduction and one pass: threads along a row's packs (ty = kThreads / tx rows)
   int tiles = 1;            // channel tiles of a reduction (NCHW: the channels)
   int splits = 1;           // reduction blocks per tile
   int elem_tx = 1;          // NHWC element-wise pass: threads along a row's packs
@@ -704,6 +709,15 @@ int OnePassMaxSplits() {
   return value;
 }
 
+// Channels of an NHWC reduction's tile: kReduceTileChannels, narrowed where
+// the device would not fill, or TRAINBENCH_BN_TILE_CHANNELS (always that
+// many, at most 64: 64 is the geometry before the narrowing, for a
+// side-by-side).
+int TileChannelsSetting() {
+  static const int value = std::min(CountSetting("TRAINBENCH_BN_TILE_CHANNELS", 0), kReduceTileChannels);
+  return value;
+}
+
 // Rows per thread of a one-pass kernel: at most kOnePassMaxRows, or
 // TRAINBENCH_BN_ONE_PASS_MAX_ROWS (8 brings the 8-row kernels back).
 int OnePassMaxRows() {
@@ -719,13 +733,22 @@ Geometry Plan(const BnProblem& pr) {
   if (pr.layout == Layout::kNhwc) {
     g.vec = WidestPack(pr.c, ElementBytes(pr.dtype));
     const int64_t packs = pr.c / g.vec;
-    g.tx = static_cast<int>(std::clamp<int64_t>(kReduceTileChannels / g.vec, 1, packs));
-    g.tiles = static_cast<int>((packs + g.tx - 1) / g.tx);
+    const int forced = TileChannelsSetting();
+    const int64_t want = int64_t{kReduceBlocksPerSm} * sms;
+    g.tx = static_cast<int>(std::clamp<int64_t>((forced > 0 ? forced : kReduceTileChannels) / g.vec, 1, packs));
+    for (;;) {
+      g.tiles = static_cast<int>((packs + g.tx - 1) / g.tx);
+      const int64_t rows_per_block = int64_t{kReduceRowsPerThread} * (kThreads / g.tx);
+      const int64_t needed = (rows + rows_per_block - 1) / rows_per_block;
+      g.splits = static_cast<int>(
+          std::clamp<int64_t>(needed, 1, std::max<int64_t>(1, std::min<int64_t>(max_splits, want / g.tiles))));
+      // Narrower tiles only where kMaxSplits, not the rows or the device,
+      // held the grid below `want` blocks.
+      const bool capped = needed > g.splits && g.splits == max_splits && int64_t{g.tiles} * g.splits < want;
+      if (forced > 0 || !capped || g.tx % 2 != 0 || g.tx / 2 < kMinReduceTx) break;
+      g.tx /= 2;
+    }
     const int64_t ty = kThreads / g.tx;
-    const int64_t rows_per_block = kReduceRowsPerThread * ty;
-    g.splits = static_cast<int>(
-        std::clamp<int64_t>((rows + rows_per_block - 1) / rows_per_block, 1,
-                            std::max<int64_t>(1, std::min(max_splits, kReduceBlocksPerSm * sms / g.tiles))));
     g.elem_tx = static_cast<int>(std::min<int64_t>(packs, 32));
     g.elem_tiles = static_cast<int>((packs + g.elem_tx - 1) / g.elem_tx);
     const int64_t elem_ty = kThreads / g.elem_tx;
@@ -935,6 +958,12 @@ bool Supported(const BnProblem& pr) noexcept {
 }
 
 bool OnePass(const BnProblem& pr) noexcept { return Supported(pr) && Plan(pr).one_pass_rows > 0; }
+
+int ReduceTileChannels(const BnProblem& pr) noexcept {
+  if (!Supported(pr) || pr.layout != Layout::kNhwc) return 0;
+  const Geometry g = Plan(pr);
+  return g.tx * g.vec;
+}
 
 int64_t WorkspaceFloats(const BnProblem& pr) noexcept {
   const Geometry g = Plan(pr);

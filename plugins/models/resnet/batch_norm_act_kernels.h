@@ -59,6 +59,10 @@ struct BnProblem {
 /// the two).
 bool OnePass(const BnProblem& problem) noexcept;
 
+/// Channels per tile of the NHWC training reductions planned on the current
+/// device: 64, fewer where 64-channel tiles would leave it short of blocks
+/// (for tests and benchmarks).
+int ReduceTileChannels(const BnProblem& problem) noexcept;
 /// Whether these kernels take the problem (channels and sizes in range,
 /// a residual only with ReLU, more than one value per channel).
 bool Supported(const BnProblem& problem) noexcept;
