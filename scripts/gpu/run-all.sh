@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass tiles firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass geometry firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -344,22 +344,29 @@ for stage in $STAGES; do
           done
         done
       done ;;
-    # Issue 16: the batch norm's reductions with narrower channel tiles where
-    # 64-channel tiles leave the H200 short of blocks (the default) against
-    # 64-channel tiles (TRAINBENCH_BN_TILE_CHANNELS=64): whole steps, ABA
-    # (bench/configs/bn-tiles.yaml), then per shape and per pass.
-    tiles)
-      i=0
-      for setting in default 64 default; do
-        i=$((i + 1)); cap=$([ "$setting" = default ] || echo "TRAINBENCH_BN_TILE_CHANNELS=$setting")
-        env $cap build-gpu/bin/trainbench run bench/configs/bn-tiles.yaml --out "$OUT/tiles-$i-$setting" > "$OUT/tiles-$i-$setting.log" 2>&1
-        echo "tiles $i ($setting) rc=$?"; sed -n '/^model/,/^$/p' "$OUT/tiles-$i-$setting.log"
+    # Issue 16: the batch norm kernels' geometry against session 16's (64-
+    # channel reduction tiles, element-wise grids sized for 8 blocks per SM):
+    # whole steps at each of GEOMETRY_BATCHES (default 1024 128), ABA
+    # (bench/configs/bn-geometry.yaml), then per shape and per pass at 1024.
+    # Settings: default, tiles64 (TRAINBENCH_BN_TILE_CHANNELS=64), elem8
+    # (TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8), session16 (both).
+    geometry)
+      declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
+        [elem8]="TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8"
+        [session16]="TRAINBENCH_BN_TILE_CHANNELS=64 TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8")
+      for batch in ${GEOMETRY_BATCHES:-1024 128}; do
+        i=0
+        for setting in ${GEOMETRY_STEPS:-default session16 default}; do
+          i=$((i + 1)); name=geometry-b$batch-$i-$setting
+          sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-geometry/name: bn-geometry-b$batch/" bench/configs/bn-geometry.yaml > "$OUT/$name.yaml"
+          env ${GEOMETRY[$setting]} build-gpu/bin/trainbench run "$OUT/$name.yaml" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+          echo "$name rc=$?"; sed -n '/^model/,/^$/p' "$OUT/$name.log"
+        done
       done
-      for setting in default 64; do
-        cap=$([ "$setting" = default ] || echo "TRAINBENCH_BN_TILE_CHANNELS=$setting")
+      for setting in ${GEOMETRY_SHAPES:-default session16 tiles64 elem8}; do
         for model in resnet18 resnet50; do
-          env $cap build-gpu/bin/batch_norm_act_bench 1024 $model > "$OUT/tiles-kernels-$setting-$model.md"
-          echo "per shape, tiles $setting, $model"; cat "$OUT/tiles-kernels-$setting-$model.md"
+          env ${GEOMETRY[$setting]} build-gpu/bin/batch_norm_act_bench 1024 $model > "$OUT/geometry-kernels-$setting-$model.md"
+          echo "per shape, $setting, $model"; grep -E "^(Res|The|\| all)" "$OUT/geometry-kernels-$setting-$model.md"
         done
       done ;;
     # Issue 16: trainbench and plain PyTorch train to the same accuracy.

@@ -676,7 +676,7 @@ struct Geometry {
   int splits = 1;           // reduction blocks per tile
   int elem_tx = 1;          // NHWC element-wise pass: threads along a row's packs
   int elem_tiles = 1;       // its channel tiles
-  int rows_blocks = 1;      // its blocks per tile
+  int rows_blocks = 1;      // its blocks per tile, at most (ElementwiseRowBlocks: one wave)
   int one_pass_rows = 0;    // NHWC, OnePassNhwc: rows per thread (0: the two kernels)
   int one_pass_splits = 0;  // its blocks per tile
 };
@@ -808,6 +808,28 @@ int ResidentBlocks(int dynamic_shared) {
   return blocks[device];
 }
 
+// Blocks per SM an element-wise grid is sized for: the kernel's own
+// occupancy, or TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM (8: the grid before
+// it followed the occupancy, for a side-by-side).
+int ElementwiseBlocksPerSmSetting() {
+  static const int value = CountSetting("TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM", 0);
+  return value;
+}
+
+// Blocks per channel tile of an NHWC element-wise pass (`kernel`): the
+// rows' share, at most one wave of the blocks the device holds at once.
+// Sized for 8 per SM, the bf16 passes (43-80 registers a thread: 3-5 blocks
+// per SM) ran as a full wave and a partial one, and reached two thirds of
+// the fp32 passes' bandwidth on the same shapes (H200, ResNet50 at batch
+// 1024, session 17).
+template <auto kernel>
+int ElementwiseRowBlocks(const Geometry& g) {
+  const int setting = ElementwiseBlocksPerSmSetting();
+  const int per_sm = setting > 0 ? setting : ResidentBlocks<kernel>(0);
+  if (per_sm <= 0) return g.rows_blocks;
+  return static_cast<int>(std::clamp<int64_t>(int64_t{per_sm} * SmCount() / g.elem_tiles, 1, g.rows_blocks));
+}
+
 // OnePassNhwc with kRows rows per thread, if every block of its grid can be
 // resident at once; false where it cannot (then the two kernels run).
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows>
@@ -845,8 +867,8 @@ void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaSt
   if (pr.layout == Layout::kNhwc) {
     if (LaunchOnePassRows<T, kVec, kBackward, kRelu, kResidual>(g, p, stream)) return;
     ReduceNhwc<T, kVec, kBackward, kRelu, kResidual><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p, g.tx);
-    ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual>
-        <<<dim3(g.elem_tiles, g.rows_blocks), kThreads, 0, stream>>>(p, g.elem_tx);
+    constexpr auto elementwise = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual>;
+    elementwise<<<dim3(g.elem_tiles, ElementwiseRowBlocks<elementwise>(g)), kThreads, 0, stream>>>(p, g.elem_tx);
     return;
   }
   ReduceNchw<T, kVec, kBackward, kRelu, kResidual><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p);
@@ -864,8 +886,8 @@ void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaSt
 template <typename T, int kVec, bool kRelu, bool kResidual>
 void LaunchInference(const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
   if (pr.layout == Layout::kNhwc) {
-    ElementwiseNhwc<T, kVec, false, kRelu, kResidual>
-        <<<dim3(g.elem_tiles, g.rows_blocks), kThreads, 0, stream>>>(p, g.elem_tx);
+    constexpr auto elementwise = ElementwiseNhwc<T, kVec, false, kRelu, kResidual>;
+    elementwise<<<dim3(g.elem_tiles, ElementwiseRowBlocks<elementwise>(g)), kThreads, 0, stream>>>(p, g.elem_tx);
     return;
   }
   const int64_t packs = pr.n * pr.c * pr.s / kVec;
