@@ -281,32 +281,35 @@ for stage in $STAGES; do
     # tests and the models' (a subset of `test`).
     conv) ctest --test-dir build-gpu --output-on-failure -j 4 -R "CudnnConv|StemConv|StreamGate|EngineCache|Models\." > "$OUT/conv.log" 2>&1
       echo "conv tests rc=$?"; tail -4 "$OUT/conv.log"; grep -E "FAILED|Failure|error" -A8 "$OUT/conv.log" | head -80 ;;
-    # Issue 16: the ResNets' captured step kernel by kernel, bf16 b1024:
-    # trainbench (defaults and stock) from its own traces, plain PyTorch
-    # eager and torch.compile from torch.profiler (KPROFILE_MODELS).
+    # Issue 16: the ResNets' captured step kernel by kernel, bf16, batch
+    # KPROFILE_BATCH (default 1024): trainbench (defaults and stock) from its
+    # own traces, plain PyTorch (KPROFILE_MODES, default eager and compile)
+    # from torch.profiler (KPROFILE_MODELS).
     kprofile)
       mkdir -p "$OUT/kprofile"
+      kbatch=${KPROFILE_BATCH:-1024}
+      sed -e "s/batch_size: 1024/batch_size: $kbatch/" bench/configs/kernel-trace.yaml > "$OUT/kprofile/kernel-trace.yaml"
       # The rates untraced first (a traced cell runs a little slower), with
       # the fused batch norm's default geometry, then with the caps on its
       # blocks per channel tile that KPROFILE_SPLITS names.
       for splits in default ${KPROFILE_SPLITS-}; do
         cap=$([ "$splits" = default ] || echo "TRAINBENCH_BN_MAX_SPLITS=$splits")
-        env $cap build-gpu/bin/trainbench run bench/configs/kernel-trace.yaml --out "$OUT/kprofile/rates-$splits" > "$OUT/kprofile/rates-$splits.log" 2>&1
+        env $cap build-gpu/bin/trainbench run "$OUT/kprofile/kernel-trace.yaml" --out "$OUT/kprofile/rates-$splits" > "$OUT/kprofile/rates-$splits.log" 2>&1
         echo "rates, splits $splits, rc=$?"; grep -E "^(model|resnet)" "$OUT/kprofile/rates-$splits.log"
       done
-      TRAINBENCH_KERNEL_TRACE=$OUT/kprofile/trace build-gpu/bin/trainbench run bench/configs/kernel-trace.yaml --out "$OUT/kprofile/run" > "$OUT/kprofile/run.log" 2>&1
+      TRAINBENCH_KERNEL_TRACE=$OUT/kprofile/trace build-gpu/bin/trainbench run "$OUT/kprofile/kernel-trace.yaml" --out "$OUT/kprofile/run" > "$OUT/kprofile/run.log" 2>&1
       echo "kernel-trace run rc=$?"; sed -n '/^model/,$p' "$OUT/kprofile/run.log"
       for log in "$OUT"/kprofile/run/logs/cell-*.log; do
         name=$(basename "$log" .log)
         read -r steps trace < <(sed -n 's/^kernel trace: \([0-9]*\) timed steps written to \(.*\)/\1 \2/p' "$log" | tail -1)
         if [ -z "$trace" ]; then echo "$name: no trace"; grep "kernel trace" "$log"; continue; fi
-        python3 bench/kernel_profile.py --trace "$trace" --steps "$steps" --batch 1024 --title "trainbench $name" \
+        python3 bench/kernel_profile.py --trace "$trace" --steps "$steps" --batch "$kbatch" --title "trainbench $name" \
           --json "$OUT/kprofile/$name.json" > "$OUT/kprofile/$name.md"
         sed -n '1,16p' "$OUT/kprofile/$name.md"; gzip "$trace"
       done
       for model in ${KPROFILE_MODELS-resnet50}; do
-        for mode in eager compile; do
-          python3 bench/kernel_profile.py --model $model --batch 1024 --mode $mode --channels-last \
+        for mode in ${KPROFILE_MODES:-eager compile}; do
+          python3 bench/kernel_profile.py --model $model --batch "$kbatch" --mode $mode --channels-last \
             --json "$OUT/kprofile/pytorch-$model-$mode.json" > "$OUT/kprofile/pytorch-$model-$mode.md" 2> "$OUT/kprofile/pytorch-$model-$mode.err"
           echo "pytorch $model $mode rc=$?"; sed -n '1,16p' "$OUT/kprofile/pytorch-$model-$mode.md"
         done
