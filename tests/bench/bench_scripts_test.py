@@ -68,11 +68,14 @@ class CompareAgainstTheBestPythonFigure(unittest.TestCase):
         ResNet50 bf16 b1024 compile figure above a slow run's own: the goal
         table measures against the stored one and names it."""
         with open(os.path.join(BENCH, "reference", "h200-pytorch-2.11-fair.json")) as f:
-            stored = json.load(f)["results"]["resnet50/bf16-compile/b1024"]["samples_per_second"]
+            fair = json.load(f)["results"]
+        key = max((k for k in fair if k.startswith("resnet50/bf16") and k.endswith("/b1024")),
+                  key=lambda k: fair[k]["samples_per_second"])
+        stored = fair[key]["samples_per_second"]
         r = self.compare(1024, {"resnet50/bf16-cl-graph/b1024": 100000}, [cell("resnet50", "bf16-cl-graph", stored / 2)])
         goal = [l for l in r.stdout.splitlines() if l.startswith("| resnet50 | bf16 | 1024 |")]
         self.assertEqual(len(goal), 1, r.stdout)
-        self.assertIn(f"| 100000 | {stored} (fair bf16-compile) | 0.50 | not met | not met |", goal[0])
+        self.assertIn(f"| 100000 | {stored} (fair {key.split('/')[1]}) | 0.50 | not met | not met |", goal[0])
 
 
     def test_issue_16s_margins_are_judged_per_precision(self):
