@@ -352,11 +352,15 @@ for stage in $STAGES; do
     # whole steps at each of GEOMETRY_BATCHES (default 1024 128), ABA
     # (bench/configs/bn-geometry.yaml), then per shape and per pass at 1024.
     # Settings: default, tiles64 (TRAINBENCH_BN_TILE_CHANNELS=64), elem8
-    # (TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8), session16 (both).
+    # (TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8), session16 (both),
+    # globalwait (the one-pass kernels' blocks wait through global memory, not
+    # as clusters), rows8 (one-pass kernels of up to 8 rows a thread).
+    # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
         [elem8]="TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8"
-        [session16]="TRAINBENCH_BN_TILE_CHANNELS=64 TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8")
+        [session16]="TRAINBENCH_BN_TILE_CHANNELS=64 TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8"
+        [globalwait]="TRAINBENCH_BN_ONE_PASS_CLUSTER=0" [rows8]="TRAINBENCH_BN_ONE_PASS_MAX_ROWS=8")
       for batch in ${GEOMETRY_BATCHES:-1024 128}; do
         i=0
         for setting in ${GEOMETRY_STEPS:-default session16 default}; do
@@ -366,10 +370,12 @@ for stage in $STAGES; do
           echo "$name rc=$?"; sed -n '/^model/,/^$/p' "$OUT/$name.log"
         done
       done
-      for setting in ${GEOMETRY_SHAPES:-default session16 tiles64 elem8}; do
-        for model in resnet18 resnet50; do
-          env ${GEOMETRY[$setting]} build-gpu/bin/batch_norm_act_bench 1024 $model > "$OUT/geometry-kernels-$setting-$model.md"
-          echo "per shape, $setting, $model"; grep -E "^(Res|The|\| all)" "$OUT/geometry-kernels-$setting-$model.md"
+      for batch in ${GEOMETRY_SHAPE_BATCHES:-1024}; do
+        for setting in ${GEOMETRY_SHAPES:-default session16 tiles64 elem8}; do
+          for model in resnet18 resnet50; do
+            env ${GEOMETRY[$setting]} build-gpu/bin/batch_norm_act_bench $batch $model > "$OUT/geometry-kernels-b$batch-$setting-$model.md"
+            echo "per shape, batch $batch, $setting, $model"; grep -E "^(Res|The|\| all)" "$OUT/geometry-kernels-b$batch-$setting-$model.md"
+          done
         done
       done ;;
     # Issue 16: trainbench and plain PyTorch train to the same accuracy.

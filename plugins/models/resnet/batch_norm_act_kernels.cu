@@ -15,6 +15,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <string_view>
+
+#include <cooperative_groups.h>
 
 #include "../../common/cuda_element.cuh"
 #include "batch_norm_act_kernels.h"
@@ -62,6 +65,7 @@ constexpr int kOnePassBlocksPerSm = 2;
 constexpr int kOnePassRows[] = {2, 4, 8};
 constexpr int kOnePassMaxRows = 4;
 constexpr int kOnePassMaxSplits = 8;
+constexpr int kOnePassMaxClusterBlocks = 8;  // a portable cluster size
 constexpr long long kWaitLimitNs = 20'000'000'000LL;
 
 constexpr int kMaxTiles = 4096;  // counters per device: channel tiles of one reduction
@@ -71,6 +75,11 @@ constexpr int kMaxTiles = 4096;  // counters per device: channel tiles of one re
 constexpr int kCounterWords = 2 * kMaxTiles;
 constexpr int kForwardCoefficients = 2;   // scale, shift
 constexpr int kBackwardCoefficients = 6;  // k1, k2, k3, mean, scale, shift
+
+// Coefficients per channel of the element-wise pass that follows a reduction.
+__host__ __device__ constexpr int Coefficients(bool backward) {
+  return backward ? kBackwardCoefficients : kForwardCoefficients;
+}
 
 // Everything a kernel of this file reads or writes; unused pointers are null.
 struct Params {
@@ -154,9 +163,12 @@ __device__ __forceinline__ ChannelConstants LoadConstants(const Params& p, int c
 }
 
 // Per-channel results of a finished reduction (sums over all elements of
-// channel c, in fp64), written by the last block.
+// channel c, in fp64): the element-wise pass's coefficients into `coef` (its
+// Coefficients(kBackward) floats), and with `outputs` the statistics, running
+// statistics or parameter gradients into the problem's tensors.
 template <bool kBackward>
-__device__ void FinishChannel(const Params& p, int c, double s0, double s1, const ChannelConstants& k) {
+__device__ void FinishChannel(const Params& p, int c, double s0, double s1, const ChannelConstants& k, float* coef,
+                              bool outputs = true) {
   const double n = static_cast<double>(p.rows);
   if constexpr (!kBackward) {
     // s0, s1: sums of d and d^2, d = x - ref (ref: the channel's first value).
@@ -164,24 +176,24 @@ __device__ void FinishChannel(const Params& p, int c, double s0, double s1, cons
     const double var = fmax(s1 / n - mean_d * mean_d, 0.0);
     const float mean = static_cast<float>(k.ref + mean_d);
     const float invstd = static_cast<float>(1.0 / sqrt(var + static_cast<double>(p.eps)));
-    p.mean[c] = mean;
-    p.invstd[c] = invstd;
-    if (p.running_mean != nullptr) {
-      const float m = p.momentum;
-      p.running_mean[c] = (1.f - m) * k.running_mean + m * mean;
-      p.running_var[c] = (1.f - m) * k.running_var + m * static_cast<float>(var * n / (n - 1.0));
+    if (outputs) {
+      p.mean[c] = mean;
+      p.invstd[c] = invstd;
+      if (p.running_mean != nullptr) {
+        const float m = p.momentum;
+        p.running_mean[c] = (1.f - m) * k.running_mean + m * mean;
+        p.running_var[c] = (1.f - m) * k.running_var + m * static_cast<float>(var * n / (n - 1.0));
+      }
     }
-    float scale, shift;
-    Affine(k.weight, k.bias, mean, invstd, scale, shift);
-    p.coef[c * kForwardCoefficients] = scale;
-    p.coef[c * kForwardCoefficients + 1] = shift;
+    Affine(k.weight, k.bias, mean, invstd, coef[0], coef[1]);
   } else {
     // s0, s1: sums of dz and dz (x - mean).
     const float invstd = k.invstd, w = k.weight, mean = k.mean;
-    p.grad_bias[c] = static_cast<float>(s0);
-    p.grad_weight[c] = static_cast<float>(s1 * invstd);
+    if (outputs) {
+      p.grad_bias[c] = static_cast<float>(s0);
+      p.grad_weight[c] = static_cast<float>(s1 * invstd);
+    }
     const double k1 = static_cast<double>(w) * invstd;
-    float* coef = p.coef + c * kBackwardCoefficients;
     coef[0] = static_cast<float>(k1);
     coef[1] = static_cast<float>(-k1 * invstd * invstd * s1 / n);
     coef[2] = static_cast<float>(-k1 * s0 / n);
@@ -231,7 +243,8 @@ __device__ void FinishTile(const Params& p, int first, int count, int splits, in
       s0 += red[0][q * count + threadIdx.x];
       s1 += red[1][q * count + threadIdx.x];
     }
-    FinishChannel<kBackward>(p, first + threadIdx.x, s0, s1, constants);
+    const int c = first + threadIdx.x;
+    FinishChannel<kBackward>(p, c, s0, s1, constants, p.coef + c * Coefficients(kBackward));
   }
 }
 
@@ -302,11 +315,11 @@ __device__ __forceinline__ Pack<T, kVec> Accumulate(const Pack<T, kVec>& xv, con
   return dzv;
 }
 
-// An NHWC block's sums per channel into its row of the partial sums: row 0's
-// threads add the ty rows of the tile's `count` channels (from `first`).
+// An NHWC block's sums per channel: thread t < count of the tile's channels
+// returns channel t's, the ty rows of threads added.
 template <int kVec>
-__device__ __forceinline__ void WriteBlockSums(const Params& p, const float (&a0)[kVec], const float (&a1)[kVec],
-                                               int ty, int tile_c, int first, int count) {
+__device__ __forceinline__ float2 BlockSums(const float (&a0)[kVec], const float (&a1)[kVec], int ty, int tile_c,
+                                            int count) {
   __shared__ float sums[2][kThreads * kVec];
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
@@ -314,15 +327,26 @@ __device__ __forceinline__ void WriteBlockSums(const Params& p, const float (&a0
     sums[1][threadIdx.x * kVec + j] = a1[j];
   }
   __syncthreads();
+  float s0 = 0.f, s1 = 0.f;
   if (static_cast<int>(threadIdx.x) < count) {
-    float s0 = 0.f, s1 = 0.f;
     for (int r = 0; r < ty; ++r) {
       s0 += sums[0][r * tile_c + threadIdx.x];
       s1 += sums[1][r * tile_c + threadIdx.x];
     }
+  }
+  return make_float2(s0, s1);
+}
+
+// An NHWC block's sums per channel into its row of the partial sums (the
+// tile's `count` channels from `first`).
+template <int kVec>
+__device__ __forceinline__ void WriteBlockSums(const Params& p, const float (&a0)[kVec], const float (&a1)[kVec],
+                                               int ty, int tile_c, int first, int count) {
+  const float2 sums = BlockSums<kVec>(a0, a1, ty, tile_c, count);
+  if (static_cast<int>(threadIdx.x) < count) {
     float* q = p.partials + (static_cast<int64_t>(blockIdx.y) * p.c + first + threadIdx.x) * 2;
-    q[0] = s0;
-    q[1] = s1;
+    q[0] = sums.x;
+    q[1] = sums.y;
   }
 }
 
@@ -452,10 +476,6 @@ struct Elementwise {
   }
 };
 
-__host__ __device__ constexpr int Coefficients(bool backward) {
-  return backward ? kBackwardCoefficients : kForwardCoefficients;
-}
-
 // The element-wise pass, NHWC: the reductions' geometry, a thread's channels fixed.
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
 __global__ void __launch_bounds__(kThreads) ElementwiseNhwc(Params p, int tx) {
@@ -528,6 +548,48 @@ __device__ void FinishTileTogether(const Params& p, int first, int count) {
   __threadfence();
 }
 
+// The blocks of one channel tile as one thread block cluster (sm_90): each
+// block's sums per channel in its shared memory, read by every block of the
+// cluster (distributed shared memory, in rank order: the same sums in the same
+// order everywhere), each block finishing the tile's channels into `coef`
+// (its shared memory, Coefficients(kBackward) floats a channel) and the
+// cluster's first block writing the statistics or gradients. No global
+// memory between the blocks: no counters, no partial sums, no waiting on a
+// release word.
+template <typename T, int kVec, bool kBackward>
+__device__ void FinishTileInCluster(const Params& p, const float (&a0)[kVec], const float (&a1)[kVec], int ty,
+                                    int tile_c, int first, int count, float* coef) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  __shared__ float2 totals[kReduceTileChannels];
+  const float2 sums = BlockSums<kVec>(a0, a1, ty, tile_c, count);
+  const bool finishes = static_cast<int>(threadIdx.x) < count;
+  ChannelConstants constants{};
+  if (finishes) {
+    totals[threadIdx.x] = sums;
+    constants = LoadConstants<T, kBackward>(p, first + threadIdx.x, /*ref_stride=*/1);
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  if (finishes) {
+    double s0 = 0.0, s1 = 0.0;
+    for (unsigned rank = 0; rank < cluster.num_blocks(); ++rank) {
+      const float2 v = cluster.map_shared_rank(totals, rank)[threadIdx.x];
+      s0 += v.x;
+      s1 += v.y;
+    }
+    const bool outputs = cluster.block_rank() == 0;
+    FinishChannel<kBackward>(p, first + threadIdx.x, s0, s1, constants, coef + threadIdx.x * Coefficients(kBackward),
+                             outputs);
+    if (!kBackward && outputs && blockIdx.x == 0 && threadIdx.x == 0 && p.batches != nullptr) ++*p.batches;
+  }
+  cluster.sync();  // every block's totals read before any block leaves; coef complete
+#else
+  (void)p, (void)a0, (void)a1, (void)ty, (void)tile_c, (void)first, (void)count, (void)coef;
+  __trap();  // never launched: the host launches clusters only on sm_90 code (ClusterReady)
+#endif
+}
+
 __host__ __device__ constexpr bool SharedX(bool backward, int rows) { return backward && rows > 4; }
 __host__ __device__ constexpr int SharedXBytes(bool backward, int rows) {
   return SharedX(backward, rows) ? rows * kThreads * 16 : 0;
@@ -541,7 +603,10 @@ __host__ __device__ constexpr int SharedXBytes(bool backward, int rows) {
 // kernels: one launch and one read of each input fewer. The arithmetic is the
 // two kernels' own code; only the order in which the statistics' sums are
 // added differs (other rows per thread and blocks per tile).
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows>
+// kCluster: the blocks of a channel tile are a thread block cluster
+// (FinishTileInCluster), else they wait for each other through global memory
+// (FinishTileTogether).
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows, bool kCluster>
 __global__ void __launch_bounds__(kThreads, kOnePassBlocksPerSm) OnePassNhwc(Params p, int tx) {
   const int ty = kThreads / tx;
   const int lane_c = threadIdx.x % tx, lane_r = threadIdx.x / tx;
@@ -587,16 +652,27 @@ __global__ void __launch_bounds__(kThreads, kOnePassBlocksPerSm) OnePassNhwc(Par
   }
   const int tile_c = tx * kVec;
   const int first = blockIdx.x * tile_c;
-  WriteBlockSums<kVec>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first));
-  FinishTileTogether<T, kBackward>(p, first, min(tile_c, p.c - first));
-  if (!active) return;
   constexpr int kK = kBackward ? 4 : kForwardCoefficients;  // backward: k1, k2, k3, mean
   constexpr int kStride = Coefficients(kBackward);
   float k[kVec][kK];
+  if constexpr (kCluster) {
+    __shared__ float coef[kReduceTileChannels * kStride];
+    FinishTileInCluster<T, kVec, kBackward>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first), coef);
+    if (!active) return;
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) {
+    for (int j = 0; j < kVec; ++j) {
 #pragma unroll
-    for (int q = 0; q < kK; ++q) k[j][q] = __ldcg(p.coef + (c0 + j) * kStride + q);  // another block's writes
+      for (int q = 0; q < kK; ++q) k[j][q] = coef[(c0 - first + j) * kStride + q];
+    }
+  } else {
+    WriteBlockSums<kVec>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first));
+    FinishTileTogether<T, kBackward>(p, first, min(tile_c, p.c - first));
+    if (!active) return;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+#pragma unroll
+      for (int q = 0; q < kK; ++q) k[j][q] = __ldcg(p.coef + (c0 + j) * kStride + q);  // another block's writes
+    }
   }
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
@@ -830,12 +906,75 @@ int ElementwiseRowBlocks(const Geometry& g) {
   return static_cast<int>(std::clamp<int64_t>(int64_t{per_sm} * SmCount() / g.elem_tiles, 1, g.rows_blocks));
 }
 
-// OnePassNhwc with kRows rows per thread, if every block of its grid can be
-// resident at once; false where it cannot (then the two kernels run).
+// Whether the one-pass kernels' blocks of a channel tile may be one thread
+// block cluster: unless TRAINBENCH_BN_ONE_PASS_CLUSTER=0 (the blocks then
+// wait for each other through global memory, for a side-by-side).
+bool ClusterSetting() {
+  static const bool value = [] {
+    const char* s = std::getenv("TRAINBENCH_BN_ONE_PASS_CLUSTER");
+    return s == nullptr || std::string_view(s) != "0";
+  }();
+  return value;
+}
+
+// The launch of `kernel` as clusters of (1, splits, 1) blocks.
+cudaLaunchConfig_t ClusterConfig(const Geometry& g, int shared, cudaStream_t stream, cudaLaunchAttribute& attribute) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(g.tiles, g.one_pass_splits);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = g.one_pass_splits;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
+// Whether `kernel` runs as clusters of `splits` blocks on this device: its
+// code for sm_90 or later loaded, cluster launches supported, and at least
+// one such cluster fits. Asked once per device and size.
+template <auto kernel>
+bool ClusterReady(const Geometry& g, int shared) {
+  static std::array<std::array<signed char, kOnePassMaxClusterBlocks + 1>, kMaxDevices> ready{};
+  int device = 0;
+  if (!ClusterSetting() || g.one_pass_splits > kOnePassMaxClusterBlocks || cudaGetDevice(&device) != cudaSuccess ||
+      device < 0 || device >= kMaxDevices)
+    return false;
+  signed char& r = ready[device][g.one_pass_splits];
+  if (r == 0) {
+    int supported = 0, clusters = 0;
+    cudaFuncAttributes attributes{};
+    cudaLaunchAttribute attribute{};
+    const cudaLaunchConfig_t config = ClusterConfig(g, shared, nullptr, attribute);
+    const bool ok = cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess &&
+                    supported != 0 && cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
+                    attributes.binaryVersion >= 90 &&
+                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared) == cudaSuccess &&
+                    cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
+    if (!ok) (void)cudaGetLastError();  // not sticky: the blocks wait through global memory instead
+    r = ok ? 1 : -1;
+  }
+  return r > 0;
+}
+
+// OnePassNhwc with kRows rows per thread: as thread block clusters where the
+// device runs them (ClusterReady), else if every block of its grid can be
+// resident at once; false where neither (then the two kernels run).
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows>
 bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
-  constexpr auto kernel = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows>;
   constexpr int kShared = SharedXBytes(kBackward, kRows);
+  constexpr auto clustered = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows, true>;
+  if (ClusterReady<clustered>(g, kShared)) {
+    cudaLaunchAttribute attribute{};
+    const cudaLaunchConfig_t config = ClusterConfig(g, kShared, stream, attribute);
+    if (cudaLaunchKernelEx(&config, clustered, p, g.tx) == cudaSuccess) return true;
+    (void)cudaGetLastError();  // a launch refused up front: the two kernels instead
+    return false;
+  }
+  constexpr auto kernel = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows, false>;
   if (static_cast<int64_t>(ResidentBlocks<kernel>(kShared)) * SmCount() <
       static_cast<int64_t>(g.tiles) * g.one_pass_splits)
     return false;
