@@ -9,6 +9,8 @@
 // The reductions add in fp32 per thread, over the block and then across
 // blocks (fp64) in the last block of each channel tile, which also computes
 // the per-channel constants of the element-wise pass that follows.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -16,8 +18,6 @@
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
-
-#include <cooperative_groups.h>
 
 #include "../../common/cuda_element.cuh"
 #include "batch_norm_act_kernels.h"
