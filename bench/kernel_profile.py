@@ -22,6 +22,9 @@ import argparse, collections, json, os, re
 # Kinds of work, first match wins; the patterns cover cuDNN's, cuBLAS's,
 # LibTorch's, Inductor's (Triton) and trainbench's own kernels.
 CATEGORIES = [
+    # Autocast's weight casts: trainbench's one kernel each way, Inductor's cast-only kernels
+    # (both under another kind before: batch norm and element-wise).
+    ("weight casts", r"resnet::kernels::.*CastKernel|^triton_poi_fused__to_copy_\d+$"),
     ("copy / layout", r"nchwToNhwc|nhwcToNchw|[Tt]ranspose|convert.*[Ll]ayout|copy_kernel|CatArrayBatched"),
     ("pooling", r"resnet::kernels::.*MaxPool"),  # trainbench's stem max pool, before its batch norm
     ("batch norm", r"batch_norm|batchnorm|BatchNorm|\bbn_|_bn|welford|resnet::kernels::"),

@@ -389,6 +389,19 @@ class KernelProfileOfATrace(unittest.TestCase):
         self.assertIn("| **all** | **402.0** | **377.0** |", r.stdout)
         self.assertIn("| kernels per step | 5 | 5 |", r.stdout)
 
+    def test_weight_casts_are_their_own_kind_on_both_sides(self):
+        """trainbench's cast kernel (in resnet::kernels, where the batch norm's
+        are) and Inductor's cast-only kernels count as weight casts."""
+        casts = [{"ph": "X", "cat": "kernel", "name": "void resnet::kernels::(anonymous namespace)::CastKernel<float, "
+                  "__nv_bfloat16, true>(resnet::kernels::(anonymous namespace)::Batch)", "dur": 8.0},
+                 {"ph": "X", "cat": "kernel", "name": "triton_poi_fused__to_copy_30", "dur": 4.0},
+                 {"ph": "X", "cat": "kernel", "name": "triton_poi_fused_add_copy__38", "dur": 6.0}]
+        r = self.run_profile(casts * 2)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| weight casts | 12.0 |", r.stdout)
+        self.assertIn("| element-wise | 6.0 |", r.stdout)
+        self.assertNotIn("| batch norm |", r.stdout)
+
     def test_a_trace_without_kernels_says_so(self):
         r = self.run_profile(self.EVENTS[5:])
         self.assertNotEqual(r.returncode, 0)
