@@ -11,7 +11,7 @@ using nlohmann::json;
 namespace {
 
 template <class>
-inline constexpr bool kAlwaysFalse = false;
+struct AlwaysFalse : std::false_type {};  // a type, not a variable: clang's unused-variable warning saw no use
 
 template <class T>
 const char* NameOf() {
@@ -36,7 +36,7 @@ const char* NameOf() {
   else if constexpr (std::is_same_v<T, Info>)
     return "info";
   else
-    static_assert(kAlwaysFalse<T>, "an event without a name");
+    static_assert(AlwaysFalse<T>::value, "an event without a name");
 }
 
 // Each event's fields, both ways. `Fields(event, visitor)` calls
