@@ -12,7 +12,9 @@
 # 128 for one call each (it compares each batch size as soon as both sides ran
 # it, so a cut keeps the ones it finished). With BENCH_MODELS="resnet18
 # resnet50" BENCH_LABELS="fp32-graph fp32-cl-graph bf16-cl-graph bf16-compile
-# fp32-compile" (the goal's rows): 231 s at 128, 267 s at 1024 (session 16).
+# fp32-compile": 231 s at 128, 267 s at 1024 (session 16); with BENCH_LABELS=
+# "fp32-cl-graph bf16-cl-graph bf16-compile-graph fp32-compile-graph" (PyTorch's
+# best rows since session 17): 157 s at 128, 210 s at 1024.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 RESULTS=${OUT:-$PWD/gpu-out}
