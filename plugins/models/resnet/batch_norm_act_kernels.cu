@@ -65,7 +65,12 @@ constexpr int kOnePassBlocksPerSm = 2;
 constexpr int kOnePassRows[] = {2, 4, 8};
 constexpr int kOnePassMaxRows = 4;
 constexpr int kOnePassMaxSplits = 8;
-constexpr int kOnePassMaxClusterBlocks = 8;  // a portable cluster size
+// Blocks of a cluster: 8 is the portable size; 9-16 only where the device
+// allows more (cudaFuncAttributeNonPortableClusterSizeAllowed: H100, H200), for
+// one-pass kernels of more than kOnePassMaxSplits blocks a tile
+// (TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=16; not measured yet).
+constexpr int kOnePassMaxClusterBlocks = 16;
+constexpr int kPortableClusterBlocks = 8;
 constexpr long long kWaitLimitNs = 20'000'000'000LL;
 
 constexpr int kMaxTiles = 4096;  // counters per device: channel tiles of one reduction
@@ -953,6 +958,8 @@ bool ClusterReady(const Geometry& g, int shared) {
                     supported != 0 && cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
                     attributes.binaryVersion >= 90 &&
                     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared) == cudaSuccess &&
+                    (g.one_pass_splits <= kPortableClusterBlocks ||
+                     cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) &&
                     cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
     if (!ok) (void)cudaGetLastError();  // not sticky: the blocks wait through global memory instead
     r = ok ? 1 : -1;
