@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -739,14 +740,15 @@ __global__ void InferenceCoefficients(Params p) {
 
 // ---- Host side ----------------------------------------------------------
 
+// Each device's counters, set once (under the mutex) and read without it:
+// every training call reads them, and PrepareDevice asks first.
 std::mutex counters_mutex;
-std::array<int*, kMaxDevices> counters{};
+std::array<std::atomic<int*>, kMaxDevices> counters{};
 
 int* DeviceCounters() {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return nullptr;
-  const std::lock_guard<std::mutex> lock(counters_mutex);
-  return counters[device];
+  return counters[device].load(std::memory_order_acquire);
 }
 
 // How a problem is cut into blocks.
@@ -1141,8 +1143,9 @@ int64_t WorkspaceFloats(const BnProblem& pr) noexcept {
 bool PrepareDevice(cudaStream_t stream) noexcept {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return false;
+  if (counters[device].load(std::memory_order_acquire) != nullptr) return true;
   const std::lock_guard<std::mutex> lock(counters_mutex);
-  if (counters[device] != nullptr) return true;
+  if (counters[device].load(std::memory_order_relaxed) != nullptr) return true;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &status) != cudaSuccess || status != cudaStreamCaptureStatusNone) return false;
   int* p = nullptr;
@@ -1151,7 +1154,7 @@ bool PrepareDevice(cudaStream_t stream) noexcept {
     cudaFree(p);
     return false;
   }
-  counters[device] = p;  // kept for the process's life (32 KiB)
+  counters[device].store(p, std::memory_order_release);  // kept for the process's life (32 KiB)
   return true;
 }
 
