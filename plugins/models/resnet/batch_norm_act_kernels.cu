@@ -266,13 +266,19 @@ __device__ bool LastBlockOfTile(const Params& p, int tile) {
   return last;
 }
 
+// The batch counted once per forward launch: by the one thread that finishes
+// channel tile 0.
+template <bool kBackward>
+__device__ __forceinline__ void CountBatch(const Params& p, int tile) {
+  if (!kBackward && tile == 0 && p.batches != nullptr) ++*p.batches;
+}
+
 // Thread 0 of a tile's last block, once the tile is finished: the tile's
-// counter back to zero for the next kernel, and the batch counted (forward,
-// tile 0).
+// counter back to zero for the next kernel, and the batch counted.
 template <bool kBackward>
 __device__ __forceinline__ void CloseTile(const Params& p, int tile) {
   p.counters[tile] = 0;
-  if (!kBackward && tile == 0 && p.batches != nullptr) ++*p.batches;
+  CountBatch<kBackward>(p, tile);
 }
 
 // What an NHWC reduction's thread keeps for its kVec channels (from c0):
@@ -587,7 +593,7 @@ __device__ void FinishTileInCluster(const Params& p, const float (&a0)[kVec], co
     const bool outputs = cluster.block_rank() == 0;
     FinishChannel<kBackward>(p, first + threadIdx.x, s0, s1, constants, coef + threadIdx.x * Coefficients(kBackward),
                              outputs);
-    if (!kBackward && outputs && blockIdx.x == 0 && threadIdx.x == 0 && p.batches != nullptr) ++*p.batches;
+    if (outputs && threadIdx.x == 0) CountBatch<kBackward>(p, blockIdx.x);
   }
   cluster.sync();  // every block's totals read before any block leaves; coef complete
 #else
