@@ -14,10 +14,6 @@
 // residual, y; evaluation x, the residual, y; backward x and dy twice, with a
 // residual y read and its gradient written, dx).
 //   build-gpu/bin/batch_norm_act_bench [batch] [resnet50|resnet18]
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -27,6 +23,7 @@
 #include <vector>
 
 #include "batch_norm_act.h"
+#include "graph_timer.h"
 
 namespace {
 
@@ -37,32 +34,6 @@ struct Shape {
   Act act;
   int count;  // how many of the network's batch norms have it
 };
-
-constexpr int kRepeats = 20;
-
-double MedianMicros(const std::function<void()>& step) {
-  for (int i = 0; i < 3; ++i) step();  // the kernels' first-use set-up, outside the capture
-  torch::cuda::synchronize();
-  at::cuda::CUDAGraph graph;
-  {
-    const c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromPool());
-    graph.capture_begin();
-    for (int i = 0; i < kRepeats; ++i) step();
-    graph.capture_end();
-  }
-  graph.replay();
-  std::vector<double> times;
-  for (int t = 0; t < 7; ++t) {
-    at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);
-    start.record();
-    graph.replay();
-    stop.record();
-    stop.synchronize();
-    times.push_back(start.elapsed_time(stop) * 1000.0 / kRepeats);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 }  // namespace
 
@@ -119,7 +90,7 @@ int main(int argc, char** argv) {
           micros[2] = micros[1];
           continue;
         }
-        micros[path] = MedianMicros([&] {
+        micros[path] = bench::MedianMicros([&] {
           torch::Tensor y = resnet::BatchNormAct(*bn, x, add ? r : torch::Tensor(), relu, path > 0, path == 2);
           torch::autograd::grad({y}, inputs, {dy});
         });
@@ -132,9 +103,9 @@ int main(int argc, char** argv) {
       for (int path = 0; path < 3; ++path) totals[path] += s.count * micros[path];
       // The fused two kernels pass by pass.
       const torch::Tensor residual = add ? r : torch::Tensor();
-      const double forward = MedianMicros([&] { resnet::BatchNormAct(*bn, x, residual, relu, true, false); });
+      const double forward = bench::MedianMicros([&] { resnet::BatchNormAct(*bn, x, residual, relu, true, false); });
       bn->eval();
-      const double evaluation = MedianMicros([&] {
+      const double evaluation = bench::MedianMicros([&] {
         const torch::NoGradGuard no_grad;
         resnet::BatchNormAct(*bn, x, residual, relu, true, false);
       });

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "cudnn_backend.h"
 #include "engine_cache.h"
 #include "stream_gate.h"
 #include "trainbench/sdk/autocast.h"
@@ -53,9 +54,10 @@ void ResetForTesting() {}
 
 namespace {
 
-void Check(cudnnStatus_t status, const char* what) {
-  TORCH_CHECK(status == CUDNN_STATUS_SUCCESS, "cuDNN ", what, ": ", cudnnGetErrorString(status));
-}
+using cudnn_backend::Check;
+using cudnn_backend::Descriptor;
+using cudnn_backend::DescriptorPtr;
+using cudnn_backend::Make;
 
 // TRAINBENCH_CUDNN_TUNE_LOG=1: one line on stderr per tuned operation (where
 // the first run's warm-up goes).
@@ -66,35 +68,6 @@ bool TuneLog() {
   }();
   return on;
 }
-
-// One cuDNN backend descriptor, destroyed with the object.
-class Descriptor {
- public:
-  explicit Descriptor(cudnnBackendDescriptorType_t type) { Check(cudnnBackendCreateDescriptor(type, &d_), "create"); }
-  ~Descriptor() {
-    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
-  }
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-
-  cudnnBackendDescriptor_t get() const { return d_; }
-  Descriptor& Set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
-                  const void* values) {
-    Check(cudnnBackendSetAttribute(d_, name, type, count, values), "set attribute");
-    return *this;
-  }
-  Descriptor& SetDescriptor(cudnnBackendAttributeName_t name, const Descriptor& other) {
-    cudnnBackendDescriptor_t raw = other.get();
-    return Set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
-  }
-  cudnnStatus_t Finalize() { return cudnnBackendFinalize(d_); }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-using DescriptorPtr = std::shared_ptr<Descriptor>;
-
-DescriptorPtr Make(cudnnBackendDescriptorType_t type) { return std::make_shared<Descriptor>(type); }
 
 enum class Op { kForward, kBackwardData, kBackwardFilter };
 constexpr const char* kOpNames[] = {"fwd", "bwd-data", "bwd-filter"};
@@ -203,18 +176,7 @@ std::vector<DescriptorPtr> Graph(const Problem& p, cudnnHandle_t handle) {
     Check(tensors[i]->Finalize(), "tensor descriptor");
     keep.push_back(tensors[i]);
   }
-  DescriptorPtr conv = Make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;  // LibTorch's choice for float, bfloat16 and half
-  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  const int64_t spatial = 2, dilation[2] = {1, 1};
-  conv->Set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute)
-      .Set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)
-      .Set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial)
-      .Set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilation)
-      .Set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, p.stride.data())
-      .Set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, p.padding.data())
-      .Set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, p.padding.data());
-  Check(conv->Finalize(), "convolution descriptor");
+  DescriptorPtr conv = cudnn_backend::Convolution(p.stride, p.padding);
   keep.push_back(conv);
 
   // Per operation: its descriptor type and the attributes of tensors 1, 2,

@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass geometry firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass geometry fusion firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # Each stage's files are packed into $OUT/<n>-<stage>.tar.gz when it ends (the
 # build's into 0-build.tar.gz), so that a call cut short by its time limit
@@ -98,6 +98,17 @@ for stage in $STAGES; do
       echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60
       # The ResNets' batch norm alone, fused vs composite, per shape.
       [ "${KERNEL_BENCH:-1}" = 0 ] || build-gpu/bin/batch_norm_act_bench 1024 | tee "$OUT/batch-norm-bench.md" ;;
+    # cuDNN's fused convolutions (statistics gathered in the epilogue, the
+    # batch norm's scale-bias-ReLU applied in the prologue) against the
+    # model's convolutions and batch norms, per shape
+    # (bench/cudnn_fusion_bench.cc); the wheel's NVRTC on the library path for
+    # the runtime-compiled engines.
+    fusion)
+      for model in ${FUSION_MODELS:-resnet50 resnet18}; do for b in ${FUSION_BATCHES:-1024 128}; do for p in ${FUSION_PRECISIONS:-bf16}; do
+        LD_LIBRARY_PATH=$(nvidia_libs):$LD_LIBRARY_PATH timeout "${FUSION_TIMEOUT:-200}" build-gpu/bin/cudnn_fusion_bench "$b" "$model" "$p" \
+          > "$OUT/fusion-$model-b$b-$p.md" 2>&1
+        echo "fusion $model b$b $p rc=$?"; cat "$OUT/fusion-$model-b$b-$p.md"
+      done; done; done ;;
     # Plain PyTorch's SimpleCNN step kernel by kernel, eager and torch.compile.
     profile)
       for mode in eager compile; do

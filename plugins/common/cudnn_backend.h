@@ -1,0 +1,67 @@
+#pragma once
+// The smallest piece of cuDNN's backend API that every user of it here needs:
+// a descriptor that is destroyed with its object, and a status check that
+// throws c10::Error (as LibTorch's own cuDNN calls do). Used by the
+// convolutions (cudnn_conv.cc) and by bench/cudnn_fusion_bench.cc.
+// Include only where cudnn.h is on the include path.
+#include <c10/util/Exception.h>
+#include <cudnn.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+namespace trainbench::plugins::cudnn_backend {
+
+inline void Check(cudnnStatus_t status, const char* what) {
+  TORCH_CHECK(status == CUDNN_STATUS_SUCCESS, "cuDNN ", what, ": ", cudnnGetErrorString(status));
+}
+
+// One cuDNN backend descriptor, destroyed with the object.
+class Descriptor {
+ public:
+  explicit Descriptor(cudnnBackendDescriptorType_t type) { Check(cudnnBackendCreateDescriptor(type, &d_), "create"); }
+  ~Descriptor() {
+    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+
+  cudnnBackendDescriptor_t get() const { return d_; }
+  Descriptor& Set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
+                  const void* values) {
+    Check(cudnnBackendSetAttribute(d_, name, type, count, values), "set attribute");
+    return *this;
+  }
+  Descriptor& SetDescriptor(cudnnBackendAttributeName_t name, const Descriptor& other) {
+    cudnnBackendDescriptor_t raw = other.get();
+    return Set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
+  }
+  cudnnStatus_t Finalize() { return cudnnBackendFinalize(d_); }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+using DescriptorPtr = std::shared_ptr<Descriptor>;
+
+inline DescriptorPtr Make(cudnnBackendDescriptorType_t type) { return std::make_shared<Descriptor>(type); }
+
+// A finalized 2-D cross-correlation with fp32 accumulation (LibTorch's choice
+// for float, bfloat16 and half), no dilation, the same padding both sides.
+inline DescriptorPtr Convolution(const std::array<int64_t, 2>& stride, const std::array<int64_t, 2>& padding) {
+  DescriptorPtr conv = Make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t spatial = 2, dilation[2] = {1, 1};
+  conv->Set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute)
+      .Set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)
+      .Set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial)
+      .Set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilation)
+      .Set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride.data())
+      .Set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, padding.data())
+      .Set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, padding.data());
+  Check(conv->Finalize(), "convolution descriptor");
+  return conv;
+}
+
+}  // namespace trainbench::plugins::cudnn_backend
