@@ -394,6 +394,65 @@ TEST(CudnnConvGraph, ReplaysInACudaGraph) {
   }
 }
 
+// Inside a capture the backward's two convolutions are two branches of the
+// graph (the filter's gradient on a side stream), with the gradients of the
+// two in order; TRAINBENCH_CONV_PARALLEL_GRADS=0 keeps them on one stream.
+TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScopedCacheHome home;
+  torch::manual_seed(6);
+  const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  torch::Tensor w = (torch::randn({128, 64, 3, 3}, options) * 0.1).contiguous(cl).requires_grad_();
+  torch::Tensor x = torch::randn({32, 64, 8, 8}, options).contiguous(cl).requires_grad_();
+  const torch::Tensor dy = torch::randn({32, 128, 8, 8}, options).contiguous(cl);
+  auto step = [&] {
+    x.mutable_grad() = torch::Tensor();
+    w.mutable_grad() = torch::Tensor();
+    cudnn_conv::Conv2d(x, w, {1, 1}, {1, 1}).backward(dy);
+  };
+  // Replays of a captured step, with the side stream or without: the
+  // gradients, and how many backward passes used the side stream.
+  auto replayed = [&](bool parallel) {
+    if (parallel)
+      unsetenv("TRAINBENCH_CONV_PARALLEL_GRADS");
+    else
+      setenv("TRAINBENCH_CONV_PARALLEL_GRADS", "0", 1);
+    at::cuda::CUDAGraph graph;
+    auto stream = c10::cuda::getStreamFromPool();
+    int64_t side = 0;
+    {
+      c10::cuda::CUDAStreamGuard guard(stream);
+      step();  // warm-up: engines chosen outside the capture
+      stream.synchronize();
+      const int64_t before = cudnn_conv::GetCounts().side_stream_grads;
+      graph.capture_begin();
+      step();
+      graph.capture_end();
+      side = cudnn_conv::GetCounts().side_stream_grads - before;
+    }
+    unsetenv("TRAINBENCH_CONV_PARALLEL_GRADS");
+    const torch::Tensor x_grad = x.grad(), w_grad = w.grad();
+    x_grad.fill_(7);
+    w_grad.fill_(7);
+    graph.replay();
+    torch::cuda::synchronize();
+    return std::make_tuple(x_grad.clone(), w_grad.clone(), side);
+  };
+  const auto [x_side, w_side, side] = replayed(true);
+  const auto [x_one, w_one, none] = replayed(false);
+  EXPECT_EQ(side, 1);
+  EXPECT_EQ(none, 0);
+  // The same engines either way (a split reduction may add in another order).
+  EXPECT_LE(RelativeError(x_side, x_one), 1e-3);
+  EXPECT_LE(RelativeError(w_side, w_one), 1e-3);
+  // And LibTorch's gradients.
+  const torch::Tensor xr = x.detach().requires_grad_(), wr = w.detach().requires_grad_();
+  torch::conv2d(xr, wr, {}, 1, 1).backward(dy);
+  EXPECT_LE(RelativeError(x_side, xr.grad()), 1e-2);
+  EXPECT_LE(RelativeError(w_side, wr.grad()), 1e-2);
+}
+
 // The tuning's StreamGate: the stream waits until the gate opens, so that
 // events around work queued behind it time the GPU and not the host; a gate
 // left shut lets go after its limit.
