@@ -2,7 +2,6 @@
 
 #ifdef TRAINBENCH_CUDNN_CONV
 #include <ATen/Context.h>
-#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -33,6 +32,7 @@
 
 #include "cudnn_backend.h"
 #include "engine_cache.h"
+#include "side_stream.h"
 #include "stream_gate.h"
 #include "trainbench/sdk/autocast.h"
 #endif
@@ -59,6 +59,8 @@ using cudnn_backend::Check;
 using cudnn_backend::Descriptor;
 using cudnn_backend::DescriptorPtr;
 using cudnn_backend::Make;
+using plugins::SideStream;
+using plugins::SideStreamsApply;
 
 // TRAINBENCH_CUDNN_TUNE_LOG=1: one line on stderr per tuned operation (where
 // the first run's warm-up goes).
@@ -958,13 +960,6 @@ at::MemoryFormat Format(bool channels_last) {
   return channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
 }
 
-// TRAINBENCH_CONV_PARALLEL_GRADS=0: the backward's two convolutions in order
-// on one stream even inside a capture (read at every call: tests set it).
-bool ParallelGrads() {
-  const char* value = std::getenv("TRAINBENCH_CONV_PARALLEL_GRADS");
-  return value == nullptr || std::string(value) != "0";
-}
-
 class ConvFunction : public torch::autograd::Function<ConvFunction> {
  public:
   // backward_data, backward_filter: whether autograd will ask for x's and
@@ -997,23 +992,15 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
     const at::Tensor dy = grads[0].contiguous(format);
     at::Tensor dx, dw;
     const bool both = ctx->needs_input_grad(0) && ctx->needs_input_grad(1) && x.numel() > 0;
-    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(x.device().index());
-    if (both && ParallelGrads() && Capturing(stream.stream())) {
+    if (both && SideStreamsApply(x.device())) {
       // Everything allocated on this stream, which waits for the side stream
-      // before anything here is freed: no tensor needs recordStream.
+      // before anything here is freed: no tensor needs recording.
       dx = at::empty(x.sizes(), x.options().memory_format(format));
       dw = at::empty(w.sizes(), w.options().memory_format(format));
-      const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, x.device().index());
-      at::cuda::CUDAEvent forked, joined;
-      forked.record(stream);
-      forked.block(side);
-      {
-        const c10::cuda::CUDAStreamGuard guard(side);
-        Convolve(Op::kBackwardFilter, {x, dw, dy}, geometry, channels_last, settings);
-      }
+      SideStream side(x.device());
+      side.Run([&] { Convolve(Op::kBackwardFilter, {x, dw, dy}, geometry, channels_last, settings); });
       Convolve(Op::kBackwardData, {dx, w, dy}, geometry, channels_last, settings);
-      joined.record(side);
-      joined.block(stream);
+      side.Join();
       State& state = GetState();
       const std::lock_guard lock(state.mutex);
       ++state.counts.side_stream_grads;

@@ -37,11 +37,8 @@ struct Settings {
 /// conv2d(x, w, stride, padding) with autograd (gradients of x and w), in x's
 /// memory format (channels_last or contiguous). Throws c10::Error when cuDNN
 /// has no engine for it. While a CUDA graph is being captured, the backward
-/// runs the filter's gradient on a side stream beside the data's (two
-/// branches of the graph, joined before it returns): at the ResNets' small
-/// maps neither fills the GPU alone. TRAINBENCH_CONV_PARALLEL_GRADS=0 keeps
-/// them one after the other. Outside a capture they are always in order (the
-/// engines are tuned there, and a neighbour on the GPU would skew the timing).
+/// runs the filter's gradient on a side stream beside the data's (see
+/// side_stream.h).
 torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<int64_t, 2> stride,
                      std::array<int64_t, 2> padding, const Settings& settings = {});
 

@@ -375,7 +375,7 @@ for stage in $STAGES; do
         [elem8]="TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8"
         [session16]="TRAINBENCH_BN_TILE_CHANNELS=64 TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8"
         [globalwait]="TRAINBENCH_BN_ONE_PASS_CLUSTER=0" [rows8]="TRAINBENCH_BN_ONE_PASS_MAX_ROWS=8"
-        [splits16]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=16" [serialgrads]="TRAINBENCH_CONV_PARALLEL_GRADS=0")
+        [splits16]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=16" [serialgrads]="TRAINBENCH_SIDE_STREAMS=0")
       for batch in ${GEOMETRY_BATCHES:-1024 128}; do
         i=0
         for setting in ${GEOMETRY_STEPS:-default session16 default}; do

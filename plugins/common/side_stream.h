@@ -1,0 +1,43 @@
+#pragma once
+// Work beside the current CUDA stream while a CUDA graph is being captured:
+// at the ResNets' small maps (32x32 images, batch 128) one convolution or
+// batch norm fills a fraction of an H200, so two independent pieces of the
+// step (a convolution's two gradients; a block's downsampling branch and its
+// main path) run side by side as two branches of the captured graph.
+// Outside a capture nothing forks (the cuDNN engines are tuned there, and a
+// neighbour on the GPU would skew their timing). TRAINBENCH_SIDE_STREAMS=0
+// turns it off everywhere (for side-by-side measurements).
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace trainbench::plugins {
+
+/// Whether work on `device` may fork now: a CUDA device whose current stream
+/// is capturing a graph, side streams not turned off, and this build has CUDA.
+bool SideStreamsApply(const c10::Device& device);
+
+/// A side stream of `device` that waits for the work queued so far on the
+/// current stream; Run() queues work on it, Join() makes the current stream
+/// (the one at construction) wait for all of it. Join before the tensors that
+/// Run() used are freed on the current stream; `used_here`: tensors that Run()
+/// allocated and the current stream reads (recorded for the allocator).
+/// Throws c10::Error where SideStreamsApply is false for lack of CUDA.
+class SideStream {
+ public:
+  explicit SideStream(const c10::Device& device);
+  ~SideStream();
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+
+  void Run(const std::function<void()>& work);
+  void Join(const std::vector<at::Tensor>& used_here = {});
+
+ private:
+  struct Streams;
+  std::unique_ptr<Streams> streams_;
+};
+
+}  // namespace trainbench::plugins
