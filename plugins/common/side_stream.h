@@ -1,12 +1,14 @@
 #pragma once
 // Work beside the current CUDA stream while a CUDA graph is being captured:
-// at the ResNets' small maps (32x32 images, batch 128) one convolution or
-// batch norm fills a fraction of an H200, so two independent pieces of the
-// step (a convolution's two gradients; a block's downsampling branch and its
-// main path) run side by side as two branches of the captured graph.
-// Outside a capture nothing forks (the cuDNN engines are tuned there, and a
-// neighbour on the GPU would skew their timing). TRAINBENCH_SIDE_STREAMS=0
-// turns it off everywhere (for side-by-side measurements).
+// at the ResNets' small maps (32x32 images, batch 128) one convolution fills
+// a fraction of an H200, so two independent pieces of the step (a
+// convolution's two gradients, cudnn_conv.cc) run side by side as two
+// branches of the captured graph. Outside a capture nothing forks (the cuDNN
+// engines are tuned there, and a neighbour on the GPU would skew their
+// timing). TRAINBENCH_SIDE_STREAMS=0 turns it off (for side-by-side
+// measurements). Only for kernels that keep no per-device state: the batch
+// norm's reductions share per-device counters (batch_norm_act_kernels.h) and
+// must not run on two streams at once.
 #include <torch/types.h>
 
 #include <functional>

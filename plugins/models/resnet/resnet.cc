@@ -6,14 +6,12 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/pooling.h>
 
-#include <optional>
 #include <stdexcept>
 #include <vector>
 
 #include "batch_norm_act.h"
 #include "cudnn_conv.h"
 #include "max_pool.h"
-#include "side_stream.h"
 #include "stem.h"
 #include "trainbench/sdk/autocast.h"
 #include "trainbench/sdk/module_model.h"
@@ -153,20 +151,7 @@ class BlockImpl : public torch::nn::Module {
   // then computes the next weight gradient in NCHW and the step pays for
   // transposing it back. Batch normalisation's backward does not read its
   // output, so overwriting it is safe.
-  //
-  // While a CUDA graph is captured, the downsampling branch runs on a side
-  // stream beside the main path (side_stream.h); autograd runs its backward
-  // on that stream too.
   torch::Tensor forward(const torch::Tensor& x) {
-    auto downsample = [&] { return BatchNormAct(downsample_bn_, downsample_conv_(x), {}, /*relu=*/false, bn_); };
-    torch::Tensor identity = x;
-    std::optional<plugins::SideStream> side;
-    if (downsample_ && plugins::SideStreamsApply(x.device())) {
-      side.emplace(x.device());
-      side->Run([&] { identity = downsample(); });
-    } else if (downsample_) {
-      identity = downsample();
-    }
     torch::Tensor y = BatchNormAct(bn1_, conv1_(x), {}, /*relu=*/true, bn_);
     BatchNorm2d* last = &bn2_;
     if (bottleneck_) {
@@ -176,7 +161,11 @@ class BlockImpl : public torch::nn::Module {
     } else {
       y = conv2_(y);
     }
-    if (side) side->Join({identity});
+    // Not on a side stream beside the main path: the batch norm's kernels
+    // share per-device counters (batch_norm_act_kernels.h), and two of them
+    // at once on two streams corrupt each other's sums (session 18).
+    const torch::Tensor identity =
+        downsample_ ? BatchNormAct(downsample_bn_, downsample_conv_(x), {}, /*relu=*/false, bn_) : x;
     return BatchNormAct(*last, y, identity, /*relu=*/true, bn_);
   }
 
