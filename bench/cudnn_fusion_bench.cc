@@ -232,32 +232,14 @@ Best Fastest(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
              std::vector<void*> pointers) {
   Best best;
   for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    heuristics.SetDescriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *graph.back())
-        .Set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    if (heuristics.Finalize() != CUDNN_STATUS_SUCCESS) continue;
-    int64_t available = 0;
-    if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                 &available, nullptr) != CUDNN_STATUS_SUCCESS ||
-        available <= 0)
-      continue;
-    std::vector<DescriptorPtr> configs;
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (int64_t i = 0; i < available; ++i) {
-      configs.push_back(Make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-      raw.push_back(configs.back()->get());
-    }
-    int64_t got = 0;
-    if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                 available, &got, raw.data()) != CUDNN_STATUS_SUCCESS)
-      continue;
+    const std::vector<DescriptorPtr> configs = trainbench::plugins::cudnn_backend::EngineConfigs(*graph.back(), mode);
     int tried = 0;
-    for (int64_t i = 0; i < got && tried < kMaxCandidatesPerMode; ++i) {
+    for (size_t i = 0; i < configs.size() && tried < kMaxCandidatesPerMode; ++i) {
       Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
       cudnnBackendDescriptor_t raw_engine = engine.get();
       int64_t count = 0, index = -1;
-      if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count,
-                                   &raw_engine) != CUDNN_STATUS_SUCCESS ||
+      if (cudnnBackendGetAttribute(configs[i]->get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                   &count, &raw_engine) != CUDNN_STATUS_SUCCESS ||
           cudnnBackendGetAttribute(raw_engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &count, &index) !=
               CUDNN_STATUS_SUCCESS)
         continue;

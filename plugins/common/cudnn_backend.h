@@ -7,9 +7,11 @@
 #include <c10/util/Exception.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace trainbench::plugins::cudnn_backend {
 
@@ -45,6 +47,32 @@ class Descriptor {
 using DescriptorPtr = std::shared_ptr<Descriptor>;
 
 inline DescriptorPtr Make(cudnnBackendDescriptorType_t type) { return std::make_shared<Descriptor>(type); }
+
+// cuDNN's engine configurations for a finalized operation graph in one
+// heuristics mode, in its order of preference (none where the query fails).
+inline std::vector<DescriptorPtr> EngineConfigs(const Descriptor& graph, cudnnBackendHeurMode_t mode) {
+  Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heuristics.SetDescriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
+      .Set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (heuristics.Finalize() != CUDNN_STATUS_SUCCESS) return {};
+  int64_t available = 0;
+  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                               &available, nullptr) != CUDNN_STATUS_SUCCESS ||
+      available <= 0)
+    return {};
+  std::vector<DescriptorPtr> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < available; ++i) {
+    configs.push_back(Make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    raw.push_back(configs.back()->get());
+  }
+  int64_t got = 0;
+  if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               available, &got, raw.data()) != CUDNN_STATUS_SUCCESS)
+    return {};
+  configs.resize(static_cast<size_t>(std::min(got, available)));
+  return configs;
+}
 
 // A finalized 2-D cross-correlation with fp32 accumulation (LibTorch's choice
 // for float, bfloat16 and half), no dilation, the same padding both sides.

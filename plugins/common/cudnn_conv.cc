@@ -352,28 +352,11 @@ void ForEachCandidate(const Descriptor& graph, bool runtime_compiled, bool is_fl
   std::vector<EngineChoice> seen;
   for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_INSTANT, CUDNN_HEUR_MODE_FALLBACK}) {
     const Clock::time_point query = Clock::now();
-    Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    heuristics.SetDescriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
-        .Set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    if (heuristics.Finalize() != CUDNN_STATUS_SUCCESS) continue;
-    int64_t available = 0;
-    if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                 &available, nullptr) != CUDNN_STATUS_SUCCESS ||
-        available <= 0)
-      continue;
-    std::vector<DescriptorPtr> configs;
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (int64_t i = 0; i < available; ++i) {
-      configs.push_back(Make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-      raw.push_back(configs.back()->get());
-    }
-    int64_t got = 0;
-    if (cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                 available, &got, raw.data()) != CUDNN_STATUS_SUCCESS)
-      continue;
+    const std::vector<DescriptorPtr> configs = cudnn_backend::EngineConfigs(graph, mode);
+    if (configs.empty()) continue;
     const bool fallback = mode == CUDNN_HEUR_MODE_FALLBACK;
     if (times != nullptr) (fallback ? times->fallback : times->instant) += Clock::now() - query;
-    for (int64_t i = 0; i < got && i < available; ++i) {
+    for (size_t i = 0; i < configs.size(); ++i) {
       Candidate candidate{EngineChoice{}, configs[i]};
       const Clock::time_point describe = Clock::now();
       const bool described = Describe(*configs[i], runtime_compiled, is_float, tf32, deterministic, &candidate);
