@@ -58,13 +58,11 @@ void SideStream::Run(const std::function<void()>& work) {
   work();
 }
 
-void SideStream::Join(const std::vector<at::Tensor>& used_here) {
+void SideStream::Join() {
   if (!streams_->open) return;
   streams_->open = false;
   streams_->joined.record(streams_->side);
   streams_->joined.block(streams_->here);
-  for (const at::Tensor& t : used_here)
-    if (t.defined()) t.record_stream(streams_->here.unwrap());
 }
 
 #else
@@ -74,7 +72,7 @@ struct SideStream::Streams {};
 SideStream::SideStream(const c10::Device&) { TORCH_CHECK(false, "this build of trainbench has no CUDA side streams"); }
 SideStream::~SideStream() = default;
 void SideStream::Run(const std::function<void()>&) {}
-void SideStream::Join(const std::vector<at::Tensor>&) {}
+void SideStream::Join() {}
 
 #endif
 

@@ -13,7 +13,6 @@
 
 #include <functional>
 #include <memory>
-#include <vector>
 
 namespace trainbench::plugins {
 
@@ -23,9 +22,12 @@ bool SideStreamsApply(const c10::Device& device);
 
 /// A side stream of `device` that waits for the work queued so far on the
 /// current stream; Run() queues work on it, Join() makes the current stream
-/// (the one at construction) wait for all of it. Join before the tensors that
-/// Run() used are freed on the current stream; `used_here`: tensors that Run()
-/// allocated and the current stream reads (recorded for the allocator).
+/// (the one at construction) wait for all of it (the destructor joins if
+/// Join() was not called). Tensors that Run() reads or writes must be
+/// allocated on the current stream and kept until Join(): then the allocator
+/// can only hand their memory out again behind the side stream's work (what
+/// Run() allocates and frees itself, such as a workspace, belongs to the side
+/// stream and is safe there).
 /// Throws c10::Error where SideStreamsApply is false for lack of CUDA.
 class SideStream {
  public:
@@ -35,7 +37,7 @@ class SideStream {
   SideStream& operator=(const SideStream&) = delete;
 
   void Run(const std::function<void()>& work);
-  void Join(const std::vector<at::Tensor>& used_here = {});
+  void Join();
 
  private:
   struct Streams;
