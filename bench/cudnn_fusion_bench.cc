@@ -43,6 +43,7 @@
 namespace {
 
 using trainbench::plugins::cudnn_backend::Check;
+using trainbench::plugins::cudnn_backend::ConvolutionOp;
 using trainbench::plugins::cudnn_backend::Descriptor;
 using trainbench::plugins::cudnn_backend::DescriptorPtr;
 using trainbench::plugins::cudnn_backend::Make;
@@ -98,8 +99,6 @@ std::vector<Conv> Network(bool resnet18) {
   return convs;
 }
 
-enum class Kind { kFprop, kWgrad };
-
 // Unique ids of the graphs' tensors.
 enum Uid : int64_t { kX = 1, kW = 2, kY = 3, kScale = 4, kBias = 5, kSum = 6, kSquares = 7 };
 
@@ -107,18 +106,7 @@ enum Uid : int64_t { kX = 1, kW = 2, kY = 3, kScale = 4, kBias = 5, kSum = 6, kS
 DescriptorPtr Tensor(std::vector<DescriptorPtr>* keep, int64_t uid, cudnnDataType_t type,
                      const std::array<int64_t, 4>& dims, bool is_virtual = false) {
   const std::array<int64_t, 4> strides = {dims[1] * dims[2] * dims[3], 1, dims[3] * dims[1], dims[1]};
-  const int64_t alignment = 16;
-  DescriptorPtr t = Make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  t->Set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type)
-      .Set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data())
-      .Set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data())
-      .Set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
-      .Set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
-  if (is_virtual) {
-    const bool yes = true;
-    t->Set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes);
-  }
-  Check(t->Finalize(), "tensor descriptor");
+  DescriptorPtr t = trainbench::plugins::cudnn_backend::Tensor(uid, type, dims, strides, 16, is_virtual);
   keep->push_back(t);
   return t;
 }
@@ -145,8 +133,8 @@ DescriptorPtr Pointwise(std::vector<DescriptorPtr>* keep, cudnnPointwiseMode_t m
 // The operation graph of a forward convolution (or weight gradient) of
 // `conv` at `batch`, with the scale-bias-ReLU prologue on x and the
 // statistics of y as asked; its descriptors with the graph last.
-std::vector<DescriptorPtr> Graph(const Conv& conv, int64_t batch, Kind kind, cudnnDataType_t io, cudnnDataType_t affine,
-                                 bool prologue, bool stats, cudnnHandle_t handle) {
+std::vector<DescriptorPtr> Graph(const Conv& conv, int64_t batch, ConvolutionOp kind, cudnnDataType_t io,
+                                 cudnnDataType_t affine, bool prologue, bool stats, cudnnHandle_t handle) {
   std::vector<DescriptorPtr> keep;
   const int64_t p = conv.OutHw();
   DescriptorPtr x = Tensor(&keep, kX, io, {batch, conv.c, conv.hw, conv.hw});
@@ -169,26 +157,8 @@ std::vector<DescriptorPtr> Graph(const Conv& conv, int64_t batch, Kind kind, cud
   DescriptorPtr descriptor =
       trainbench::plugins::cudnn_backend::Convolution({conv.stride, conv.stride}, {conv.Pad(), conv.Pad()});
   keep.push_back(descriptor);
-  const float alpha = 1.0f, beta = 0.0f;
-  DescriptorPtr op;
-  if (kind == Kind::kFprop) {
-    op = Make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-    op->SetDescriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, *input)
-        .SetDescriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, *w)
-        .SetDescriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, *y)
-        .SetDescriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, *descriptor)
-        .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha)
-        .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
-  } else {
-    op = Make(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-    op->SetDescriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, *input)
-        .SetDescriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, *w)
-        .SetDescriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, *y)
-        .SetDescriptor(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, *descriptor)
-        .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha)
-        .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
-  }
-  Check(op->Finalize(), "convolution operation");
+  DescriptorPtr op =
+      trainbench::plugins::cudnn_backend::ConvolutionOperation(kind, {input.get(), w.get(), y.get()}, *descriptor);
   keep.push_back(op);
   ops.push_back(op->get());
   if (stats) {
@@ -349,15 +319,15 @@ int main(int argc, char** argv) {
     const torch::Tensor scale32 = torch::rand({conv.c}, cuda) + 0.5, bias32 = torch::randn({conv.c}, cuda) * 0.1;
     const torch::Tensor scale_io = scale32.to(dtype), bias_io = bias32.to(dtype);
 
-    auto run = [&](Kind kind, bool prologue, bool stats) {
+    auto run = [&](ConvolutionOp kind, bool prologue, bool stats) {
       Best found;
       for (const bool fp32_affine : {true, false}) {
         if (!prologue && !fp32_affine) break;
         const torch::Tensor& scale = fp32_affine ? scale32 : scale_io;
         const torch::Tensor& bias = fp32_affine ? bias32 : bias_io;
         std::vector<int64_t> uids = {kX, kW, kY};
-        std::vector<void*> pointers = {x.data_ptr(), (kind == Kind::kFprop ? w : dw).data_ptr(),
-                                       (kind == Kind::kFprop ? y : dy).data_ptr()};
+        std::vector<void*> pointers = {x.data_ptr(), (kind == ConvolutionOp::kForward ? w : dw).data_ptr(),
+                                       (kind == ConvolutionOp::kForward ? y : dy).data_ptr()};
         if (prologue) {
           uids.insert(uids.end(), {kScale, kBias});
           pointers.insert(pointers.end(), {scale.data_ptr(), bias.data_ptr()});
@@ -378,11 +348,11 @@ int main(int argc, char** argv) {
       }
       return found;
     };
-    const Best plain = run(Kind::kFprop, false, false);
-    const Best with_stats = run(Kind::kFprop, false, true);
-    const Best fused = conv.prologue ? run(Kind::kFprop, true, true) : Best{};
-    const Best wgrad = run(Kind::kWgrad, false, false);
-    const Best fused_wgrad = conv.prologue ? run(Kind::kWgrad, true, false) : Best{};
+    const Best plain = run(ConvolutionOp::kForward, false, false);
+    const Best with_stats = run(ConvolutionOp::kForward, false, true);
+    const Best fused = conv.prologue ? run(ConvolutionOp::kForward, true, true) : Best{};
+    const Best wgrad = run(ConvolutionOp::kBackwardFilter, false, false);
+    const Best fused_wgrad = conv.prologue ? run(ConvolutionOp::kBackwardFilter, true, false) : Best{};
 
     // This project's batch norm of the output, as the model runs it.
     trainbench::sdk::BatchNorm2d bn(conv.k);

@@ -72,7 +72,7 @@ bool TuneLog() {
   return on;
 }
 
-enum class Op { kForward, kBackwardData, kBackwardFilter };
+using Op = cudnn_backend::ConvolutionOp;
 constexpr const char* kOpNames[] = {"fwd", "bwd-data", "bwd-filter"};
 
 struct TensorSpec {
@@ -168,52 +168,14 @@ std::vector<DescriptorPtr> Graph(const Problem& p, cudnnHandle_t handle) {
   DescriptorPtr tensors[3];
   for (int i = 0; i < 3; ++i) {
     const TensorSpec& t = p.tensors[i];
-    const int64_t uid = i + 1;
-    tensors[i] = Make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    tensors[i]
-        ->Set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &p.type)
-        .Set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, t.dims.data())
-        .Set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, t.strides.data())
-        .Set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
-        .Set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &t.alignment);
-    Check(tensors[i]->Finalize(), "tensor descriptor");
+    tensors[i] = cudnn_backend::Tensor(i + 1, p.type, t.dims, t.strides, t.alignment);
     keep.push_back(tensors[i]);
   }
   DescriptorPtr conv = cudnn_backend::Convolution(p.stride, p.padding);
   keep.push_back(conv);
 
-  // Per operation: its descriptor type and the attributes of tensors 1, 2,
-  // 3, the convolution, alpha and beta.
-  struct OpAttributes {
-    cudnnBackendDescriptorType_t type;
-    cudnnBackendAttributeName_t tensor[3], conv, alpha, beta;
-  };
-  static const OpAttributes kAttributes[] = {
-      {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-       {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-        CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y},
-       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
-      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-       {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
-        CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY},
-       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
-      {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-       {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
-        CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY},
-       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
-       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
-  };
-  const OpAttributes& a = kAttributes[static_cast<int>(p.op)];
-  DescriptorPtr op = Make(a.type);
-  const float alpha = 1.0f, beta = 0.0f;
-  for (int i = 0; i < 3; ++i) op->SetDescriptor(a.tensor[i], *tensors[i]);
-  op->SetDescriptor(a.conv, *conv).Set(a.alpha, CUDNN_TYPE_FLOAT, 1, &alpha).Set(a.beta, CUDNN_TYPE_FLOAT, 1, &beta);
-  Check(op->Finalize(), "convolution operation");
+  DescriptorPtr op =
+      cudnn_backend::ConvolutionOperation(p.op, {tensors[0].get(), tensors[1].get(), tensors[2].get()}, *conv);
   keep.push_back(op);
 
   DescriptorPtr graph = Make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
