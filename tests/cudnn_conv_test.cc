@@ -26,6 +26,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -398,6 +400,28 @@ TEST(CudnnConvGraph, ReplaysInACudaGraph) {
   }
 }
 
+// `step` captured in a CUDA graph on a pool stream, after one run outside the
+// capture (the engines are chosen there), with side streams on or off
+// (TRAINBENCH_SIDE_STREAMS) while it is captured.
+std::unique_ptr<at::cuda::CUDAGraph> CaptureWithSideStreams(const std::function<void()>& step, bool side_streams) {
+  if (side_streams)
+    unsetenv("TRAINBENCH_SIDE_STREAMS");
+  else
+    setenv("TRAINBENCH_SIDE_STREAMS", "0", 1);
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  auto stream = c10::cuda::getStreamFromPool();
+  {
+    c10::cuda::CUDAStreamGuard guard(stream);
+    step();
+    stream.synchronize();
+    graph->capture_begin();
+    step();
+    graph->capture_end();
+  }
+  unsetenv("TRAINBENCH_SIDE_STREAMS");
+  return graph;
+}
+
 // Inside a capture the backward's two convolutions are two branches of the
 // graph (the filter's gradient on a side stream), with the gradients of the
 // two in order; TRAINBENCH_SIDE_STREAMS=0 keeps them on one stream.
@@ -418,28 +442,14 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
   // Replays of a captured step, with the side stream or without: the
   // gradients, and how many backward passes used the side stream.
   auto replayed = [&](bool parallel) {
-    if (parallel)
-      unsetenv("TRAINBENCH_SIDE_STREAMS");
-    else
-      setenv("TRAINBENCH_SIDE_STREAMS", "0", 1);
-    at::cuda::CUDAGraph graph;
-    auto stream = c10::cuda::getStreamFromPool();
-    int64_t side = 0;
-    {
-      c10::cuda::CUDAStreamGuard guard(stream);
-      step();  // warm-up: engines chosen outside the capture
-      stream.synchronize();
-      const int64_t before = cudnn_conv::GetCounts().side_stream_grads;
-      graph.capture_begin();
-      step();
-      graph.capture_end();
-      side = cudnn_conv::GetCounts().side_stream_grads - before;
-    }
-    unsetenv("TRAINBENCH_SIDE_STREAMS");
+    // The warm-up run is outside the capture: it never forks.
+    const int64_t before = cudnn_conv::GetCounts().side_stream_grads;
+    const auto graph = CaptureWithSideStreams(step, parallel);
+    const int64_t side = cudnn_conv::GetCounts().side_stream_grads - before;
     const torch::Tensor x_grad = x.grad(), w_grad = w.grad();
     x_grad.fill_(7);
     w_grad.fill_(7);
-    graph.replay();
+    graph->replay();
     torch::cuda::synchronize();
     return std::make_tuple(x_grad.clone(), w_grad.clone(), side);
   };
@@ -492,21 +502,7 @@ TEST(SideStreams, LeaveACapturedResNetStepUnchanged) {
     };
     // One replay of a captured step: every gradient, then the running means.
     auto replayed = [&](bool side_streams) {
-      if (side_streams)
-        unsetenv("TRAINBENCH_SIDE_STREAMS");
-      else
-        setenv("TRAINBENCH_SIDE_STREAMS", "0", 1);
-      at::cuda::CUDAGraph graph;
-      auto stream = c10::cuda::getStreamFromPool();
-      {
-        c10::cuda::CUDAStreamGuard guard(stream);
-        step();  // warm-up: engines chosen outside the capture
-        stream.synchronize();
-        graph.capture_begin();
-        step();
-        graph.capture_end();
-      }
-      unsetenv("TRAINBENCH_SIDE_STREAMS");
+      const auto graph = CaptureWithSideStreams(step, side_streams);
       std::vector<torch::Tensor> state;
       {
         torch::NoGradGuard no_grad;
@@ -514,7 +510,7 @@ TEST(SideStreams, LeaveACapturedResNetStepUnchanged) {
           if (b.key().find("running_mean") != std::string::npos) b.value().zero_();
         for (auto& p : model->module().parameters()) p.grad().fill_(7);
       }
-      graph.replay();
+      graph->replay();
       torch::cuda::synchronize();
       for (auto& p : model->module().parameters()) state.push_back(p.grad().clone());
       for (auto& b : model->module().named_buffers())
