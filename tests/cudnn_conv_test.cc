@@ -364,42 +364,6 @@ TEST(CudnnConvRuntimeCompiled, AreCandidatesOnlyWhenAskedAndKeptApart) {
   EXPECT_LE(RelativeError(any, precompiled), 1e-2);
 }
 
-TEST(CudnnConvGraph, ReplaysInACudaGraph) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  ScopedCacheHome home;
-  torch::manual_seed(5);
-  const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
-  const auto cl = torch::MemoryFormat::ChannelsLast;
-  torch::Tensor w = (torch::randn({64, 32, 3, 3}, options) * 0.1).contiguous(cl).requires_grad_();
-  torch::Tensor x = torch::randn({16, 32, 8, 8}, options).contiguous(cl).requires_grad_();
-  auto step = [&] {
-    x.mutable_grad() = torch::Tensor();
-    w.mutable_grad() = torch::Tensor();
-    cudnn_conv::Conv2d(x, w, {1, 1}, {1, 1}).square().sum().backward();
-  };
-  at::cuda::CUDAGraph graph;
-  auto stream = c10::cuda::getStreamFromPool();
-  std::vector<torch::Tensor> expected;
-  {
-    c10::cuda::CUDAStreamGuard guard(stream);
-    step();  // warm-up: engines chosen outside the capture
-    expected = {x.grad().clone(), w.grad().clone()};
-    stream.synchronize();
-    graph.capture_begin();
-    step();
-    graph.capture_end();
-  }
-  const torch::Tensor x_grad = x.grad(), w_grad = w.grad();
-  for (int replay = 0; replay < 3; ++replay) {
-    x_grad.zero_();
-    w_grad.zero_();
-    graph.replay();
-    torch::cuda::synchronize();
-    EXPECT_LE(RelativeError(x_grad, expected[0]), 1e-2) << replay;
-    EXPECT_LE(RelativeError(w_grad, expected[1]), 1e-2) << replay;
-  }
-}
-
 // `step` captured in a CUDA graph on a pool stream, after one run outside the
 // capture (the engines are chosen there), with side streams on or off
 // (TRAINBENCH_SIDE_STREAMS) while it is captured.
@@ -420,6 +384,33 @@ std::unique_ptr<at::cuda::CUDAGraph> CaptureWithSideStreams(const std::function<
   }
   unsetenv("TRAINBENCH_SIDE_STREAMS");
   return graph;
+}
+
+TEST(CudnnConvGraph, ReplaysInACudaGraph) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScopedCacheHome home;
+  torch::manual_seed(5);
+  const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  torch::Tensor w = (torch::randn({64, 32, 3, 3}, options) * 0.1).contiguous(cl).requires_grad_();
+  torch::Tensor x = torch::randn({16, 32, 8, 8}, options).contiguous(cl).requires_grad_();
+  auto step = [&] {
+    x.mutable_grad() = torch::Tensor();
+    w.mutable_grad() = torch::Tensor();
+    cudnn_conv::Conv2d(x, w, {1, 1}, {1, 1}).square().sum().backward();
+  };
+  step();  // eager: engines chosen, the gradients to expect
+  const std::vector<torch::Tensor> expected = {x.grad().clone(), w.grad().clone()};
+  const auto graph = CaptureWithSideStreams(step, /*side_streams=*/true);  // the default
+  const torch::Tensor x_grad = x.grad(), w_grad = w.grad();
+  for (int replay = 0; replay < 3; ++replay) {
+    x_grad.zero_();
+    w_grad.zero_();
+    graph->replay();
+    torch::cuda::synchronize();
+    EXPECT_LE(RelativeError(x_grad, expected[0]), 1e-2) << replay;
+    EXPECT_LE(RelativeError(w_grad, expected[1]), 1e-2) << replay;
+  }
 }
 
 // Inside a capture the backward's two convolutions are two branches of the
