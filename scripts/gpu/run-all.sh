@@ -104,8 +104,9 @@ for stage in $STAGES; do
     # (bench/cudnn_fusion_bench.cc); the wheel's NVRTC on the library path for
     # the runtime-compiled engines.
     fusion)
+      libs=$(nvidia_libs)
       for model in ${FUSION_MODELS:-resnet50 resnet18}; do for b in ${FUSION_BATCHES:-1024 128}; do for p in ${FUSION_PRECISIONS:-bf16}; do
-        LD_LIBRARY_PATH=$(nvidia_libs):$LD_LIBRARY_PATH timeout "${FUSION_TIMEOUT:-200}" build-gpu/bin/cudnn_fusion_bench "$b" "$model" "$p" \
+        LD_LIBRARY_PATH=$libs:$LD_LIBRARY_PATH timeout "${FUSION_TIMEOUT:-200}" build-gpu/bin/cudnn_fusion_bench "$b" "$model" "$p" \
           > "$OUT/fusion-$model-b$b-$p.md" 2>&1
         echo "fusion $model b$b $p rc=$?"; cat "$OUT/fusion-$model-b$b-$p.md"
       done; done; done ;;
