@@ -2,11 +2,13 @@
 // (plugins/models/resnet/batch_norm_act.h) against LibTorch's composite
 // (the module's batch_norm, add, relu): every dtype and layout it takes,
 // channel counts of every pack width, 1x1 maps, training (outputs, running
-// statistics, every gradient) and evaluation, replays in a CUDA graph.
+// statistics, every gradient) and evaluation, several streams at once,
+// replays in a CUDA graph.
 // Built only where the kernels are (a LibTorch with CUDA); skipped without a GPU.
 #include "batch_norm_act.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "relative_error.h"
+#include "stream_gate.h"
 
 namespace {
 
@@ -245,6 +248,64 @@ TEST(BatchNormActPaths, NarrowerTilesOnlyWhereTheDeviceWouldNotFill) {
     } else {
       EXPECT_LT(tile, 64);
       EXPECT_GE(tile, 4 * 16 / static_cast<int>(torch::elementSize(dtype)));
+    }
+  }
+}
+
+// Kernels on several streams at once keep their own counters (per stream,
+// batch_norm_act_kernels.h): four streams each train on their own tensor,
+// queued in turn without waiting, give what each gives alone. Tensors of 16
+// reduction blocks per channel tile (two kernels each way, the statistics
+// finished by a tile's last block) and of one kernel each way.
+TEST(BatchNormActStreams, SeveralStreamsAtOnceKeepTheirOwnSums) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+  for (const std::vector<int64_t> shape : {std::vector<int64_t>{32, 64, 8, 8}, std::vector<int64_t>{8, 64, 8, 8}}) {
+    constexpr int kStreams = 4, kRounds = 8;
+    torch::manual_seed(11);
+    std::vector<BatchNorm2d> bns;
+    std::vector<torch::Tensor> xs, upstream, y_alone, dx_alone;
+    const auto train = [&](int i) {
+      const torch::Tensor x = xs[i].detach().requires_grad_();
+      const torch::Tensor y = resnet::BatchNormAct(*bns[i], x, {}, /*relu=*/true, /*fused=*/true);
+      return std::make_pair(y.detach(), torch::autograd::grad({y}, {x}, {upstream[i]})[0]);
+    };
+    for (int i = 0; i < kStreams; ++i) {
+      bns.emplace_back(64);
+      bns.back()->to(torch::kCUDA);
+      xs.push_back((torch::randn(shape, bf16) * (i + 1) + i).contiguous(cl));
+      upstream.push_back(torch::randn(shape, bf16).contiguous(cl));
+      const auto [y, dx] = train(i);
+      y_alone.push_back(y);
+      dx_alone.push_back(dx);
+    }
+    ASSERT_EQ(resnet::OnePassApplies(xs[0], true, false), shape[0] == 8);
+    torch::cuda::synchronize();
+    std::vector<c10::cuda::CUDAStream> streams;
+    for (int i = 0; i < kStreams; ++i) streams.push_back(c10::cuda::getStreamFromPool());
+    // Everything queued behind one gate, so the streams' kernels start
+    // together and overlap instead of running at the host's launch pace.
+    const c10::cuda::CUDAStream held = c10::cuda::getStreamFromPool();
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> results;
+    {
+      trainbench::plugins::StreamGate gate(held.stream());
+      at::cuda::CUDAEvent open;
+      open.record(held);
+      for (auto& stream : streams) open.block(stream);
+      for (int round = 0; round < kRounds; ++round) {
+        for (int i = 0; i < kStreams; ++i) {
+          const c10::cuda::CUDAStreamGuard guard(streams[i]);
+          results.push_back(train(i));
+        }
+      }
+      gate.Open();
+    }
+    torch::cuda::synchronize();
+    for (size_t k = 0; k < results.size(); ++k) {
+      const int i = static_cast<int>(k % kStreams);
+      ASSERT_TRUE(torch::allclose(results[k].first, y_alone[i], 1e-2, 1e-2)) << "y, stream " << i << ", run " << k;
+      ASSERT_TRUE(torch::allclose(results[k].second, dx_alone[i], 1e-2, 1e-2)) << "dx, stream " << i << ", run " << k;
     }
   }
 }

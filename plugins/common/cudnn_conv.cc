@@ -937,7 +937,7 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
     const at::Tensor dy = grads[0].contiguous(format);
     at::Tensor dx, dw;
     const bool both = ctx->needs_input_grad(0) && ctx->needs_input_grad(1) && x.numel() > 0;
-    if (both && SideStreamsApply(x.device())) {
+    if (both && SideStreamsApply(x.device(), plugins::Fork::kGradients)) {
       // Everything allocated on this stream, which waits for the side stream
       // before anything here is freed: no tensor needs recording.
       dx = at::empty(x.sizes(), x.options().memory_format(format));

@@ -16,14 +16,16 @@ namespace trainbench::plugins {
 
 namespace {
 // Read at every call: tests and benches set it.
-bool TurnedOff() {
+bool TurnedOff(Fork fork) {
   const char* value = std::getenv("TRAINBENCH_SIDE_STREAMS");
-  return value != nullptr && std::string(value) == "0";
+  if (value == nullptr) return false;
+  const std::string setting(value);
+  return setting == "0" || (setting == "grads" && fork != Fork::kGradients);
 }
 }  // namespace
 
-bool SideStreamsApply(const c10::Device& device) {
-  if (!device.is_cuda() || TurnedOff()) return false;
+bool SideStreamsApply(const c10::Device& device, Fork fork) {
+  if (!device.is_cuda() || TurnedOff(fork)) return false;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(device.index()).stream(), &status));
   return status == cudaStreamCaptureStatusActive;
@@ -65,14 +67,19 @@ void SideStream::Join() {
   streams_->joined.block(streams_->here);
 }
 
+void SideStream::HandOver(const torch::Tensor& tensor) {
+  if (tensor.defined()) tensor.record_stream(streams_->here.unwrap());
+}
+
 #else
 
-bool SideStreamsApply(const c10::Device&) { return false; }
+bool SideStreamsApply(const c10::Device&, Fork) { return false; }
 struct SideStream::Streams {};
 SideStream::SideStream(const c10::Device&) { TORCH_CHECK(false, "this build of trainbench has no CUDA side streams"); }
 SideStream::~SideStream() = default;
 void SideStream::Run(const std::function<void()>&) {}
 void SideStream::Join() {}
+void SideStream::HandOver(const torch::Tensor&) {}
 
 #endif
 

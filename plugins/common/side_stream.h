@@ -1,14 +1,15 @@
 #pragma once
 // Work beside the current CUDA stream while a CUDA graph is being captured:
 // at the ResNets' small maps (32x32 images, batch 128) one convolution fills
-// a fraction of an H200, so two independent pieces of the step (a
-// convolution's two gradients, cudnn_conv.cc) run side by side as two
-// branches of the captured graph. Outside a capture nothing forks (the cuDNN
-// engines are tuned there, and a neighbour on the GPU would skew their
-// timing). TRAINBENCH_SIDE_STREAMS=0 turns it off (for side-by-side
-// measurements). Only for kernels that keep no per-device state: the batch
-// norm's reductions share per-device counters (batch_norm_act_kernels.h) and
-// must not run on two streams at once.
+// a fraction of an H200, so independent pieces of the step (a convolution's
+// two gradients, cudnn_conv.cc; a residual block's downsampling branch beside
+// its main path, resnet.cc) run side by side as branches of the captured
+// graph. Outside a capture nothing forks (the cuDNN engines are tuned there,
+// and a neighbour on the GPU would skew their timing).
+// TRAINBENCH_SIDE_STREAMS=0 turns it off, =grads keeps only the gradients'
+// fork (for side-by-side measurements). Kernels with per-device state must
+// not run on two streams at once; the batch norm's counters are per stream
+// (batch_norm_act_kernels.h).
 #include <torch/types.h>
 
 #include <functional>
@@ -16,9 +17,12 @@
 
 namespace trainbench::plugins {
 
+/// What forks: a convolution's two gradients, or two branches of a model.
+enum class Fork { kGradients, kBranches };
+
 /// Whether work on `device` may fork now: a CUDA device whose current stream
-/// is capturing a graph, side streams not turned off, and this build has CUDA.
-bool SideStreamsApply(const c10::Device& device);
+/// is capturing a graph, `fork` not turned off, and this build has CUDA.
+bool SideStreamsApply(const c10::Device& device, Fork fork);
 
 /// A side stream of `device` that waits for the work queued so far on the
 /// current stream; Run() queues work on it, Join() makes the current stream
@@ -38,6 +42,9 @@ class SideStream {
 
   void Run(const std::function<void()>& work);
   void Join();
+  /// A tensor that Run() allocated and the current stream reads after
+  /// Join(): its memory goes back to the side stream only behind that work.
+  void HandOver(const torch::Tensor& tensor);
 
  private:
   struct Streams;

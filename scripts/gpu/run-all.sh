@@ -369,14 +369,17 @@ for stage in $STAGES; do
     # (TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8), session16 (both),
     # globalwait (the one-pass kernels' blocks wait through global memory, not
     # as clusters), rows8 (one-pass kernels of up to 8 rows a thread), splits16
-    # (up to 16 blocks a channel tile: clusters of 16 where the device allows).
+    # (up to 16 blocks a channel tile: clusters of 16 where the device allows),
+    # serialgrads (nothing on side streams in a captured step), serialbranch
+    # (only the convolutions' two gradients: no downsampling branch beside).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
         [elem8]="TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8"
         [session16]="TRAINBENCH_BN_TILE_CHANNELS=64 TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8"
         [globalwait]="TRAINBENCH_BN_ONE_PASS_CLUSTER=0" [rows8]="TRAINBENCH_BN_ONE_PASS_MAX_ROWS=8"
-        [splits16]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=16" [serialgrads]="TRAINBENCH_SIDE_STREAMS=0")
+        [splits16]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=16" [serialgrads]="TRAINBENCH_SIDE_STREAMS=0"
+        [serialbranch]="TRAINBENCH_SIDE_STREAMS=grads")
       for batch in ${GEOMETRY_BATCHES:-1024 128}; do
         i=0
         for setting in ${GEOMETRY_STEPS:-default session16 default}; do

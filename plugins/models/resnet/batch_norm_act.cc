@@ -139,7 +139,13 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     args.grad_weight = dw.data_ptr<float>();
     args.grad_bias = db.data_ptr<float>();
     args.workspace = workspace.data_ptr<float>();
-    C10_CUDA_CHECK(kernels::BnBackwardTraining(problem, args, c10::cuda::getCurrentCUDAStream()));
+    // Autograd runs this on the forward's stream, which may be a side
+    // stream of a captured step that has not asked for its counters yet.
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    TORCH_CHECK(kernels::PrepareDevice(stream), "fused batch norm: no counters left for this CUDA stream (",
+                "80 streams of device ", static_cast<int>(x.device().index()),
+                " ran these kernels); set the model option fused_batchnorm: false");
+    C10_CUDA_CHECK(kernels::BnBackwardTraining(problem, args, stream));
     return {dx,
             dw,
             db,

@@ -74,11 +74,15 @@ constexpr int kOnePassMaxClusterBlocks = 16;
 constexpr int kPortableClusterBlocks = 8;
 constexpr long long kWaitLimitNs = 20'000'000'000LL;
 
-constexpr int kMaxTiles = 4096;  // counters per device: channel tiles of one reduction
-// Per device, after the counters: OnePassNhwc's release words, one per tile
+constexpr int kMaxTiles = 4096;  // counters per stream: channel tiles of one reduction
+// Per stream, after the counters: OnePassNhwc's release words, one per tile
 // (16 KiB away from the counters, so the blocks that poll them do not slow
 // the counters' atomics).
 constexpr int kCounterWords = 2 * kMaxTiles;
+// Streams per device that may run these kernels, each with its own counters
+// (allocated together by PrepareDevice, 2.5 MiB): LibTorch's default stream,
+// its pools' 64, and some left for streams of other origins.
+constexpr int kMaxStreams = 80;
 constexpr int kForwardCoefficients = 2;   // scale, shift
 constexpr int kBackwardCoefficients = 6;  // k1, k2, k3, mean, scale, shift
 
@@ -103,10 +107,11 @@ struct Params {
   float* invstd;
   float* grad_weight;
   float* grad_bias;
-  float* coef;       // per channel: kForwardCoefficients or kBackwardCoefficients
-  float* partials;   // [splits][C][2]
-  int* counters;     // one per channel tile, zero between kernels
-  int64_t* batches;  // forward: num_batches_tracked, counted once per launch (null: not tracked)
+  float* coef;        // per channel: kForwardCoefficients or kBackwardCoefficients
+  float* partials;    // [splits][C][2]
+  int* counters;      // the stream's: one per channel tile, zero between kernels
+  bool first_stream;  // host only: the stream holds the device's first counters (LaunchOnePass)
+  int64_t* batches;   // forward: num_batches_tracked, counted once per launch (null: not tracked)
   float eps, momentum;
   int64_t rows;  // elements per channel: N * H * W
   int64_t s;     // H * W
@@ -746,15 +751,45 @@ __global__ void InferenceCoefficients(Params p) {
 
 // ---- Host side ----------------------------------------------------------
 
-// Each device's counters, set once (under the mutex) and read without it:
-// every training call reads them, and PrepareDevice asks first.
+// Each device's counters: kMaxStreams blocks of kCounterWords, allocated at
+// once outside any capture (PrepareDevice), and handed to streams in the
+// order they ask (StreamCounters), so kernels on two streams (the branches of
+// a captured step, side_stream.h) never share a counter. A slot's stream is
+// set once under the mutex and read without it: every training call looks
+// its stream up.
+struct DeviceCounters {
+  std::atomic<int*> base{nullptr};
+  std::atomic<int> used{0};
+  std::array<std::atomic<cudaStream_t>, kMaxStreams> streams{};
+};
 std::mutex counters_mutex;
-std::array<std::atomic<int*>, kMaxDevices> counters{};
+std::array<DeviceCounters, kMaxDevices> counters;
 
-int* DeviceCounters() {
+int CurrentDevice() {
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return nullptr;
-  return counters[device].load(std::memory_order_acquire);
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return -1;
+  return device;
+}
+
+// The slot of `stream` on `device`, claimed at its first call; -1 where the
+// device has no counters yet or every slot is taken.
+int StreamSlot(int device, cudaStream_t stream) {
+  DeviceCounters& d = counters[device];
+  if (d.base.load(std::memory_order_acquire) == nullptr) return -1;
+  const auto find = [&d, stream] {
+    const int used = d.used.load(std::memory_order_acquire);
+    for (int i = 0; i < used; ++i)
+      if (d.streams[i].load(std::memory_order_relaxed) == stream) return i;
+    return -1;
+  };
+  if (const int slot = find(); slot >= 0) return slot;
+  const std::lock_guard<std::mutex> lock(counters_mutex);
+  if (const int slot = find(); slot >= 0) return slot;
+  const int slot = d.used.load(std::memory_order_relaxed);
+  if (slot >= kMaxStreams) return -1;
+  d.streams[slot].store(stream, std::memory_order_relaxed);
+  d.used.store(slot + 1, std::memory_order_release);
+  return slot;
 }
 
 // How a problem is cut into blocks.
@@ -977,7 +1012,12 @@ bool ClusterReady(const Geometry& g, int shared) {
 
 // OnePassNhwc with kRows rows per thread: as thread block clusters where the
 // device runs them (ClusterReady), else if every block of its grid can be
-// resident at once; false where neither (then the two kernels run).
+// resident at once and it runs on the stream that holds the device's first
+// counters; false where neither (then the two kernels run). The stream rule:
+// two launches that wait through global memory, on two streams at once,
+// could each hold part of the device while waiting for blocks that cannot
+// start; a cluster waits for none outside it, and one such launch beside
+// other kernels only waits for them to finish.
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows>
 bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
   constexpr int kShared = SharedXBytes(kBackward, kRows);
@@ -990,6 +1030,7 @@ bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
     return false;
   }
   constexpr auto kernel = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows, false>;
+  if (!p.first_stream) return false;
   if (static_cast<int64_t>(ResidentBlocks<kernel>(kShared)) * SmCount() <
       static_cast<int64_t>(g.tiles) * g.one_pass_splits)
     return false;
@@ -1106,8 +1147,11 @@ cudaError_t Launch(Pass pass, const BnProblem& pr, Params p, cudaStream_t stream
   p.s = pr.s;
   p.c = static_cast<int>(pr.c);
   if (pass != Pass::kInference) {
-    p.counters = DeviceCounters();
-    if (p.counters == nullptr) return cudaErrorNotReady;  // PrepareDevice first
+    const int device = CurrentDevice();
+    const int slot = device < 0 ? -1 : StreamSlot(device, stream);
+    if (slot < 0) return cudaErrorNotReady;  // PrepareDevice first
+    p.counters = counters[device].base.load(std::memory_order_acquire) + int64_t{slot} * kCounterWords;
+    p.first_stream = slot == 0;
     p.partials = p.coef + static_cast<int64_t>(pr.c) * kBackwardCoefficients;
   }
   switch (pr.dtype) {
@@ -1147,21 +1191,26 @@ int64_t WorkspaceFloats(const BnProblem& pr) noexcept {
 }
 
 bool PrepareDevice(cudaStream_t stream) noexcept {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return false;
-  if (counters[device].load(std::memory_order_acquire) != nullptr) return true;
-  const std::lock_guard<std::mutex> lock(counters_mutex);
-  if (counters[device].load(std::memory_order_relaxed) != nullptr) return true;
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess || status != cudaStreamCaptureStatusNone) return false;
-  int* p = nullptr;
-  if (cudaMalloc(&p, kCounterWords * sizeof(int)) != cudaSuccess) return false;
-  if (cudaMemsetAsync(p, 0, kCounterWords * sizeof(int), stream) != cudaSuccess) {
-    cudaFree(p);
-    return false;
+  const int device = CurrentDevice();
+  if (device < 0) return false;
+  DeviceCounters& d = counters[device];
+  if (d.base.load(std::memory_order_acquire) == nullptr) {
+    const std::lock_guard<std::mutex> lock(counters_mutex);
+    if (d.base.load(std::memory_order_relaxed) == nullptr) {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(stream, &status) != cudaSuccess || status != cudaStreamCaptureStatusNone) return false;
+      constexpr size_t kBytes = size_t{kMaxStreams} * kCounterWords * sizeof(int);
+      int* p = nullptr;
+      if (cudaMalloc(&p, kBytes) != cudaSuccess) return false;
+      // Cleared before any stream may use them: not only `stream`.
+      if (cudaMemsetAsync(p, 0, kBytes, stream) != cudaSuccess || cudaStreamSynchronize(stream) != cudaSuccess) {
+        cudaFree(p);
+        return false;
+      }
+      d.base.store(p, std::memory_order_release);  // kept for the process's life
+    }
   }
-  counters[device].store(p, std::memory_order_release);  // kept for the process's life (32 KiB)
-  return true;
+  return StreamSlot(device, stream) >= 0;
 }
 
 cudaError_t BnForwardTraining(const BnProblem& pr, const BnForwardArgs& a, cudaStream_t stream) noexcept {

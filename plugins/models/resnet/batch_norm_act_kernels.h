@@ -31,8 +31,9 @@
 // kernel of this file allocates or clears memory: all of them can be captured
 // in a CUDA graph.
 //
-// The counters are per device (PrepareDevice): the kernels of this file run
-// one at a time on a device (one stream), as a training step does.
+// The counters are per stream (PrepareDevice allocates them for up to 80
+// streams a device): kernels of this file may run on several streams at
+// once, as the branches of a captured step do (plugins/common/side_stream.h).
 
 #include <cuda_runtime_api.h>
 
@@ -71,8 +72,11 @@ bool Supported(const BnProblem& problem) noexcept;
 /// fp32 elements of the workspace a training forward or backward needs.
 int64_t WorkspaceFloats(const BnProblem& problem) noexcept;
 
-/// Allocates and clears this device's counters on `stream`, once; false when
-/// that cannot be done now (first called inside a stream capture).
+/// Allocates and clears this device's counters, once (synchronising
+/// `stream`), and gives `stream` its own; false when that cannot be done now
+/// (first called inside a stream capture, or 80 streams of the device have
+/// taken theirs). Kernels on a stream that was not prepared fail with
+/// cudaErrorNotReady unless a slot is left for it.
 bool PrepareDevice(cudaStream_t stream) noexcept;
 
 struct BnForwardArgs {

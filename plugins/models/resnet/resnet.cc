@@ -12,6 +12,7 @@
 #include "batch_norm_act.h"
 #include "cudnn_conv.h"
 #include "max_pool.h"
+#include "side_stream.h"
 #include "stem.h"
 #include "trainbench/sdk/autocast.h"
 #include "trainbench/sdk/module_model.h"
@@ -20,6 +21,9 @@
 namespace trainbench::plugins {
 namespace {
 
+using plugins::Fork;
+using plugins::SideStream;
+using plugins::SideStreamsApply;
 using sdk::BatchNorm2d;  // torch::nn::BatchNorm2d that can normalise across ranks
 using sdk::CountedLinear;
 using torch::nn::Conv2dOptions;
@@ -151,25 +155,37 @@ class BlockImpl : public torch::nn::Module {
   // then computes the next weight gradient in NCHW and the step pays for
   // transposing it back. Batch normalisation's backward does not read its
   // output, so overwriting it is safe.
+  // Inside a captured step the downsampling branch (a 1x1 convolution and
+  // its batch norm) runs on a side stream beside the main path (side_stream.h);
+  // autograd runs its backward on that stream too.
   torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = BatchNormAct(bn1_, conv1_(x), {}, /*relu=*/true, bn_);
-    BatchNorm2d* last = &bn2_;
-    if (bottleneck_) {
-      y = BatchNormAct(bn2_, conv2_(y), {}, /*relu=*/true, bn_);
-      y = conv3_(y);
-      last = &bn3_;
-    } else {
-      y = conv2_(y);
-    }
-    // Not on a side stream beside the main path: the batch norm's kernels
-    // share per-device counters (batch_norm_act_kernels.h), and two of them
-    // at once on two streams corrupt each other's sums (session 18).
-    const torch::Tensor identity =
-        downsample_ ? BatchNormAct(downsample_bn_, downsample_conv_(x), {}, /*relu=*/false, bn_) : x;
-    return BatchNormAct(*last, y, identity, /*relu=*/true, bn_);
+    if (!downsample_) return Tail(MainPath(x), x);
+    if (!SideStreamsApply(x.device(), Fork::kBranches)) return Tail(MainPath(x), Downsample(x));
+    SideStream side(x.device());
+    torch::Tensor identity;
+    side.Run([&] { identity = Downsample(x); });
+    const torch::Tensor y = MainPath(x);
+    side.Join();
+    side.HandOver(identity);
+    return Tail(y, identity);
   }
 
  private:
+  // Every convolution and batch norm before the last batch norm.
+  torch::Tensor MainPath(const torch::Tensor& x) {
+    torch::Tensor y = BatchNormAct(bn1_, conv1_(x), {}, /*relu=*/true, bn_);
+    if (!bottleneck_) return conv2_(y);
+    y = BatchNormAct(bn2_, conv2_(y), {}, /*relu=*/true, bn_);
+    return conv3_(y);
+  }
+  torch::Tensor Downsample(const torch::Tensor& x) {
+    return BatchNormAct(downsample_bn_, downsample_conv_(x), {}, /*relu=*/false, bn_);
+  }
+  // The last batch norm, the residual add and ReLU.
+  torch::Tensor Tail(const torch::Tensor& y, const torch::Tensor& identity) {
+    return BatchNormAct(bottleneck_ ? bn3_ : bn2_, y, identity, /*relu=*/true, bn_);
+  }
+
   bool bottleneck_;
   BnPath bn_;
   Conv conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr}, downsample_conv_{nullptr};
