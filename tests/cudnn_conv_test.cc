@@ -365,13 +365,14 @@ TEST(CudnnConvRuntimeCompiled, AreCandidatesOnlyWhenAskedAndKeptApart) {
 }
 
 // `step` captured in a CUDA graph on a pool stream, after one run outside the
-// capture (the engines are chosen there), with side streams on or off
-// (TRAINBENCH_SIDE_STREAMS) while it is captured.
-std::unique_ptr<at::cuda::CUDAGraph> CaptureWithSideStreams(const std::function<void()>& step, bool side_streams) {
-  if (side_streams)
+// capture (the engines are chosen there), with TRAINBENCH_SIDE_STREAMS set to
+// `side_streams` while it is captured (null: unset, every side stream).
+std::unique_ptr<at::cuda::CUDAGraph> CaptureWithSideStreams(const std::function<void()>& step,
+                                                            const char* side_streams) {
+  if (side_streams == nullptr)
     unsetenv("TRAINBENCH_SIDE_STREAMS");
   else
-    setenv("TRAINBENCH_SIDE_STREAMS", "0", 1);
+    setenv("TRAINBENCH_SIDE_STREAMS", side_streams, 1);
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
   auto stream = c10::cuda::getStreamFromPool();
   {
@@ -401,7 +402,7 @@ TEST(CudnnConvGraph, ReplaysInACudaGraph) {
   };
   step();  // eager: engines chosen, the gradients to expect
   const std::vector<torch::Tensor> expected = {x.grad().clone(), w.grad().clone()};
-  const auto graph = CaptureWithSideStreams(step, /*side_streams=*/true);  // the default
+  const auto graph = CaptureWithSideStreams(step, nullptr);  // the default
   const torch::Tensor x_grad = x.grad(), w_grad = w.grad();
   for (int replay = 0; replay < 3; ++replay) {
     x_grad.zero_();
@@ -435,7 +436,7 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
   auto replayed = [&](bool parallel) {
     // The warm-up run is outside the capture: it never forks.
     const int64_t before = cudnn_conv::GetCounts().side_stream_grads;
-    const auto graph = CaptureWithSideStreams(step, parallel);
+    const auto graph = CaptureWithSideStreams(step, parallel ? nullptr : "0");
     const int64_t side = cudnn_conv::GetCounts().side_stream_grads - before;
     const torch::Tensor x_grad = x.grad(), w_grad = w.grad();
     x_grad.fill_(7);
@@ -459,12 +460,15 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
 }
 
 // A whole ResNet training step captured in a CUDA graph, with side streams
-// (each convolution's two gradients) and without: the same gradients and
-// running statistics after a replay. A missing wait between the branches
-// would let a kernel read a tensor before it is written; kernels with shared
-// state on two streams at once would corrupt each other (with the
-// downsampling branch on a side stream, session 18: ResNet50's gradients
-// 1.0-35x off).
+// and without: the same gradients and running statistics after a replay.
+// Each fork alone and all of them (the default): the convolutions' two
+// gradients, the downsampling branch beside the main path, the filter
+// gradients joined late (before the weight casts' backward). A missing wait
+// between the branches would let a kernel read a tensor before it is
+// written, or free it early; kernels with shared state on two streams at
+// once would corrupt each other (with the downsampling branch on a side
+// stream and the batch norm's counters per device, session 18: ResNet50's
+// gradients 1.0-35x off); a branch never joined fails the capture.
 TEST(SideStreams, LeaveACapturedResNetStepUnchanged) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
@@ -492,8 +496,17 @@ TEST(SideStreams, LeaveACapturedResNetStepUnchanged) {
       torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels).backward();
     };
     // One replay of a captured step: every gradient, then the running means.
-    auto replayed = [&](bool side_streams) {
+    auto replayed = [&](const char* side_streams) {
+      const cudnn_conv::Counts before = cudnn_conv::GetCounts();
       const auto graph = CaptureWithSideStreams(step, side_streams);
+      const cudnn_conv::Counts after = cudnn_conv::GetCounts();
+      const std::string setting = side_streams == nullptr ? "all" : side_streams;
+      const int64_t forked = after.side_stream_grads - before.side_stream_grads;
+      const int64_t late = after.late_filter_grads - before.late_filter_grads;
+      // Every convolution but the stem's (no input gradient) forks in the
+      // capture, none in the run before it; only the default joins late.
+      EXPECT_EQ(forked, setting == "0" ? 0 : bottleneck ? 52 : 19) << setting;
+      EXPECT_EQ(late, setting == "all" ? forked : 0) << setting;
       std::vector<torch::Tensor> state;
       {
         torch::NoGradGuard no_grad;
@@ -508,10 +521,14 @@ TEST(SideStreams, LeaveACapturedResNetStepUnchanged) {
         if (b.key().find("running_mean") != std::string::npos) state.push_back(b.value().clone());
       return state;
     };
-    const std::vector<torch::Tensor> side = replayed(true), one = replayed(false);
-    ASSERT_EQ(side.size(), one.size());
-    for (size_t i = 0; i < side.size(); ++i)
-      EXPECT_LE(RelativeError(side[i], one[i]), 1e-2) << (bottleneck ? "ResNet50" : "ResNet18") << " tensor " << i;
+    const std::vector<torch::Tensor> one = replayed("0");
+    for (const char* setting : {"grads", "grads,branches", static_cast<const char*>(nullptr)}) {
+      const std::vector<torch::Tensor> side = replayed(setting);
+      ASSERT_EQ(side.size(), one.size());
+      for (size_t i = 0; i < side.size(); ++i)
+        EXPECT_LE(RelativeError(side[i], one[i]), 1e-2) << (bottleneck ? "ResNet50" : "ResNet18") << " tensor " << i
+                                                        << ", side streams " << (setting == nullptr ? "all" : setting);
+    }
   }
 }
 

@@ -32,13 +32,20 @@ struct Settings {
   /// 9.19) one won for 2 of 288 tuned ResNet convolutions, by 0.036 ms
   /// (docs/results/h200-resnets-issue16.md, section 4).
   bool runtime_compiled = false;
+  /// Inside a captured step, whether the backward may leave the filter's
+  /// gradient running on its side stream (SideStream::Leave) for a later
+  /// join: only where `w` reached the convolution through
+  /// JoinBeforeGradients (side_stream.h), whose backward joins it before
+  /// anything reads the gradient. Not part of the engine choice.
+  bool late_filter_gradient = false;
 };
 
 /// conv2d(x, w, stride, padding) with autograd (gradients of x and w), in x's
 /// memory format (channels_last or contiguous). Throws c10::Error when cuDNN
 /// has no engine for it. While a CUDA graph is being captured, the backward
 /// runs the filter's gradient on a side stream beside the data's (see
-/// side_stream.h).
+/// side_stream.h), joined before it returns or, with
+/// `settings.late_filter_gradient`, later.
 torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<int64_t, 2> stride,
                      std::array<int64_t, 2> padding, const Settings& settings = {});
 
@@ -51,6 +58,7 @@ struct Counts {
   int64_t gathered_ahead =
       0;  ///< tunings whose candidates a helper thread had gathered (unless TRAINBENCH_CUDNN_PREFETCH=0)
   int64_t side_stream_grads = 0;  ///< backward passes that ran the filter's gradient beside the data's (see Conv2d)
+  int64_t late_filter_grads = 0;  ///< of those, how many left it running for a later join (late_filter_gradient)
 };
 Counts GetCounts();
 

@@ -1,6 +1,10 @@
 #include "side_stream.h"
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
 
 #ifdef TRAINBENCH_RESNET_KERNELS
@@ -8,6 +12,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/autograd.h>
 #endif
 
 namespace trainbench::plugins {
@@ -15,13 +20,54 @@ namespace trainbench::plugins {
 #ifdef TRAINBENCH_RESNET_KERNELS
 
 namespace {
-// Read at every call: tests and benches set it.
+// Read at every call: tests and benches set it. Unset (or 1): every fork.
 bool TurnedOff(Fork fork) {
   const char* value = std::getenv("TRAINBENCH_SIDE_STREAMS");
-  if (value == nullptr) return false;
-  const std::string setting(value);
-  return setting == "0" || (setting == "grads" && fork != Fork::kGradients);
+  if (value == nullptr || std::string(value) == "1") return false;
+  std::set<std::string> on;
+  std::stringstream list(value);
+  for (std::string item; std::getline(list, item, ',');) on.insert(item);
+  switch (fork) {
+    case Fork::kGradients:
+      return on.count("grads") == 0;
+    case Fork::kBranches:
+      return on.count("branches") == 0;
+    case Fork::kLateJoin:
+      return on.count("grads") == 0 || on.count("late") == 0;
+  }
+  return true;
 }
+
+// The capture `stream` belongs to (0: none).
+unsigned long long CaptureOf(const c10::cuda::CUDAStream& stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  C10_CUDA_CHECK(cudaStreamGetCaptureInfo(stream.stream(), &status, &id));
+  return status == cudaStreamCaptureStatusActive ? id : 0;
+}
+
+// Each device's side streams left running (SideStream::Leave), until JoinLeft,
+// with the capture they were left in: one that ended without joining them
+// (an error) leaves nothing a later capture would wait for.
+struct Left {
+  unsigned long long capture;
+  std::unique_ptr<at::cuda::CUDAEvent> done;
+};
+std::mutex left_mutex;
+std::map<c10::DeviceIndex, std::vector<Left>> left;
+
+struct JoinGate : public torch::autograd::Function<JoinGate> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList tensors) {
+    ctx->saved_data["device"] = static_cast<int64_t>(tensors[0].device().index());
+    ctx->set_materialize_grads(false);
+    return tensors.vec();  // autograd returns them as views with this node's gradient edge
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    JoinLeft(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx->saved_data["device"].toInt())));
+    return grads;
+  }
+};
 }  // namespace
 
 bool SideStreamsApply(const c10::Device& device, Fork fork) {
@@ -71,6 +117,39 @@ void SideStream::HandOver(const torch::Tensor& tensor) {
   if (tensor.defined()) tensor.record_stream(streams_->here.unwrap());
 }
 
+void SideStream::Leave(const std::vector<torch::Tensor>& read) {
+  TORCH_CHECK(streams_->open, "SideStream: Leave after Join");
+  streams_->open = false;
+  for (const torch::Tensor& t : read)
+    if (t.defined()) t.record_stream(streams_->side.unwrap());
+  Left done{CaptureOf(streams_->here), std::make_unique<at::cuda::CUDAEvent>()};
+  done.done->record(streams_->side);
+  const std::lock_guard<std::mutex> lock(left_mutex);
+  left[streams_->here.device_index()].push_back(std::move(done));
+}
+
+void JoinLeft(const c10::Device& device) {
+  std::vector<Left> events;
+  {
+    const std::lock_guard<std::mutex> lock(left_mutex);
+    const auto it = left.find(device.index());
+    if (it == left.end()) return;
+    events.swap(it->second);
+  }
+  const c10::cuda::CUDAStream here = c10::cuda::getCurrentCUDAStream(device.index());
+  const unsigned long long capture = CaptureOf(here);
+  for (const Left& event : events)
+    if (event.capture == capture) event.done->block(here);
+}
+
+std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>& tensors) {
+  if (tensors.empty()) return tensors;
+  for (const torch::Tensor& t : tensors)
+    TORCH_CHECK(t.defined() && t.is_cuda() && t.device() == tensors[0].device(),
+                "JoinBeforeGradients: every tensor on one CUDA device");
+  return JoinGate::apply(at::TensorList(tensors));
+}
+
 #else
 
 bool SideStreamsApply(const c10::Device&, Fork) { return false; }
@@ -80,6 +159,9 @@ SideStream::~SideStream() = default;
 void SideStream::Run(const std::function<void()>&) {}
 void SideStream::Join() {}
 void SideStream::HandOver(const torch::Tensor&) {}
+void SideStream::Leave(const std::vector<torch::Tensor>&) {}
+void JoinLeft(const c10::Device&) {}
+std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>& tensors) { return tensors; }
 
 #endif
 

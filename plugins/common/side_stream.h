@@ -1,24 +1,29 @@
 #pragma once
 // Work beside the current CUDA stream while a CUDA graph is being captured:
 // at the ResNets' small maps (32x32 images, batch 128) one convolution fills
-// a fraction of an H200, so independent pieces of the step (a convolution's
-// two gradients, cudnn_conv.cc; a residual block's downsampling branch beside
-// its main path, resnet.cc) run side by side as branches of the captured
-// graph. Outside a capture nothing forks (the cuDNN engines are tuned there,
-// and a neighbour on the GPU would skew their timing).
-// TRAINBENCH_SIDE_STREAMS=0 turns it off, =grads keeps only the gradients'
-// fork (for side-by-side measurements). Kernels with per-device state must
-// not run on two streams at once; the batch norm's counters are per stream
+// a fraction of an H200, so independent pieces of the step run side by side
+// as branches of the captured graph: a convolution's two gradients
+// (cudnn_conv.cc), a residual block's downsampling branch beside its main
+// path (resnet.cc), and the filter gradients left running past their
+// convolution's backward until every weight's gradient is needed
+// (JoinBeforeGradients). Outside a capture nothing forks (the cuDNN engines
+// are tuned there, and a neighbour on the GPU would skew their timing).
+// TRAINBENCH_SIDE_STREAMS=0 turns it all off; a comma-separated list of
+// `grads`, `branches`, `late` keeps those forks only (for side-by-side
+// measurements; `late` needs `grads`). Kernels with per-device state must not
+// run on two streams at once; the batch norm's counters are per stream
 // (batch_norm_act_kernels.h).
 #include <torch/types.h>
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 namespace trainbench::plugins {
 
-/// What forks: a convolution's two gradients, or two branches of a model.
-enum class Fork { kGradients, kBranches };
+/// What forks: a convolution's two gradients, two branches of a model, or
+/// (with kGradients) the filter gradients joined late.
+enum class Fork { kGradients, kBranches, kLateJoin };
 
 /// Whether work on `device` may fork now: a CUDA device whose current stream
 /// is capturing a graph, `fork` not turned off, and this build has CUDA.
@@ -45,10 +50,28 @@ class SideStream {
   /// A tensor that Run() allocated and the current stream reads after
   /// Join(): its memory goes back to the side stream only behind that work.
   void HandOver(const torch::Tensor& tensor);
+  /// Instead of Join(): the side stream's work so far is joined later, by
+  /// JoinLeft() on this device (JoinBeforeGradients' backward calls it).
+  /// `read`: the current stream's tensors that Run() read or wrote, whose
+  /// memory then goes back to the current stream only behind that work (the
+  /// caller may drop them before the join).
+  void Leave(const std::vector<torch::Tensor>& read);
 
  private:
   struct Streams;
   std::unique_ptr<Streams> streams_;
 };
+
+/// The current stream of `device` waits for every side stream left there
+/// (SideStream::Leave) and forgets them.
+void JoinLeft(const c10::Device& device);
+
+/// The tensors themselves (views, no copy), for autograd: in the backward
+/// their gradients go on only once every side stream left on their device
+/// has been joined (JoinLeft), so whatever reads them (an optimizer, a cast,
+/// gradient accumulation) reads them whole. A model puts it between its
+/// weights and the convolutions it lets leave their filter gradients running
+/// (cudnn_conv::Settings::late_filter_gradient). Every tensor on one CUDA device.
+std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>& tensors);
 
 }  // namespace trainbench::plugins

@@ -370,8 +370,10 @@ for stage in $STAGES; do
     # globalwait (the one-pass kernels' blocks wait through global memory, not
     # as clusters), rows8 (one-pass kernels of up to 8 rows a thread), splits16
     # (up to 16 blocks a channel tile: clusters of 16 where the device allows),
-    # serialgrads (nothing on side streams in a captured step), serialbranch
-    # (only the convolutions' two gradients: no downsampling branch beside).
+    # serialgrads (nothing on side streams in a captured step), grads (only
+    # each convolution's two gradients side by side), nolate (and the
+    # downsampling branch beside, but the filter gradients joined at once),
+    # nobranch (the gradients, joined late, without the branch).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -379,7 +381,8 @@ for stage in $STAGES; do
         [session16]="TRAINBENCH_BN_TILE_CHANNELS=64 TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8"
         [globalwait]="TRAINBENCH_BN_ONE_PASS_CLUSTER=0" [rows8]="TRAINBENCH_BN_ONE_PASS_MAX_ROWS=8"
         [splits16]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=16" [serialgrads]="TRAINBENCH_SIDE_STREAMS=0"
-        [serialbranch]="TRAINBENCH_SIDE_STREAMS=grads")
+        [grads]="TRAINBENCH_SIDE_STREAMS=grads" [nolate]="TRAINBENCH_SIDE_STREAMS=grads,branches"
+        [nobranch]="TRAINBENCH_SIDE_STREAMS=grads,late")
       for batch in ${GEOMETRY_BATCHES:-1024 128}; do
         i=0
         for setting in ${GEOMETRY_STEPS:-default session16 default}; do

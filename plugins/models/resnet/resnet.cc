@@ -44,35 +44,51 @@ class ConvImpl : public sdk::CountedConv2dImpl {
         settings_(settings) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    const torch::Tensor& w = cast_.defined() ? cast_ : weight;
+    const torch::Tensor& w = step_weight_.defined() ? step_weight_ : weight;
     if (engine_cache_ && cudnn_conv::Supports(x, w)) {
+      // Not late through the stem's weight transform: its backward reads
+      // the filter gradient at once.
       if (space_to_depth_ && resnet::StemApplies(x, w, stride_, padding_)) return resnet::StemConv(x, w, settings_);
-      return cudnn_conv::Conv2d(x, w, {stride_, stride_}, {padding_, padding_}, settings_);
+      cudnn_conv::Settings settings = settings_;
+      settings.late_filter_gradient = late_filter_gradient_;
+      return cudnn_conv::Conv2d(x, w, {stride_, stride_}, {padding_, padding_}, settings);
     }
     return sdk::CountedConv2dImpl::forward(x);
   }
 
   bool engine_cache() const { return engine_cache_; }
 
-  /// The weight already in autocast's type, for the cuDNN path (WeightCasts).
-  void UseCastWeight(torch::Tensor w) { cast_ = std::move(w); }
+  /// For one forward on the cuDNN path (StepWeights): the weight already in
+  /// autocast's type and/or behind JoinBeforeGradients (then its filter
+  /// gradient may be joined late); undefined: the parameter itself.
+  void UseStepWeight(torch::Tensor w, bool late_filter_gradient) {
+    step_weight_ = std::move(w);
+    late_filter_gradient_ = late_filter_gradient;
+  }
 
  private:
   int64_t stride_, padding_;
   bool engine_cache_, space_to_depth_;
   cudnn_conv::Settings settings_;
-  torch::Tensor cast_;
+  torch::Tensor step_weight_;
+  bool late_filter_gradient_ = false;
 };
 TORCH_MODULE(Conv);
 
-// For one forward under CUDA autocast: every convolution's weight cast to
-// autocast's type at once (weight_cast.h: one kernel, and one for the
-// gradients back, instead of one each way per weight), for the convolutions
-// on the cuDNN path, which would otherwise cast their weight each.
-class WeightCasts {
+// For one forward on CUDA, the weights of the convolutions on the cuDNN path:
+// under autocast cast to its type at once (weight_cast.h: one kernel, and one
+// for the gradients back, instead of one each way per weight); inside a
+// captured step with side streams, behind JoinBeforeGradients, so that each
+// convolution's backward may leave its filter gradient running beside the
+// rest of the backward, joined once before the gradients are read
+// (side_stream.h).
+class StepWeights {
  public:
-  WeightCasts(const std::vector<ConvImpl*>& convs, const torch::Tensor& input) {
-    if (!input.is_cuda() || !sdk::autocast::Enabled(c10::kCUDA)) return;
+  StepWeights(const std::vector<ConvImpl*>& convs, const torch::Tensor& input) {
+    if (!input.is_cuda()) return;
+    const bool cast = sdk::autocast::Enabled(c10::kCUDA);
+    const bool late = SideStreamsApply(input.device(), Fork::kLateJoin) && torch::GradMode::is_enabled();
+    if (!cast && !late) return;
     std::vector<torch::Tensor> weights;
     for (ConvImpl* conv : convs) {
       if (!conv->engine_cache()) continue;
@@ -80,14 +96,15 @@ class WeightCasts {
       weights.push_back(conv->weight);
     }
     if (weights.empty()) return;
-    std::vector<torch::Tensor> cast = resnet::CastWeights(weights, sdk::autocast::Type(c10::kCUDA));
-    for (size_t i = 0; i < convs_.size(); ++i) convs_[i]->UseCastWeight(std::move(cast[i]));
+    if (cast) weights = resnet::CastWeights(weights, sdk::autocast::Type(c10::kCUDA));
+    if (late) weights = plugins::JoinBeforeGradients(weights);
+    for (size_t i = 0; i < convs_.size(); ++i) convs_[i]->UseStepWeight(std::move(weights[i]), late);
   }
-  ~WeightCasts() {
-    for (ConvImpl* conv : convs_) conv->UseCastWeight({});
+  ~StepWeights() {
+    for (ConvImpl* conv : convs_) conv->UseStepWeight({}, false);
   }
-  WeightCasts(const WeightCasts&) = delete;
-  WeightCasts& operator=(const WeightCasts&) = delete;
+  StepWeights(const StepWeights&) = delete;
+  StepWeights& operator=(const StepWeights&) = delete;
 
  private:
   std::vector<ConvImpl*> convs_;
@@ -220,7 +237,7 @@ class ResNetImpl : public torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& input) {
-    const WeightCasts casts(convs_, input);
+    const StepWeights weights(convs_, input);
     torch::Tensor x = BatchNormAct(bn1_, conv1_(input), {}, /*relu=*/true, bn_);
     if (imagenet_stem_) {
       x = resnet::MaxPool2d(x, /*kernel=*/3, /*stride=*/2, /*padding=*/1, fused_pool_);
