@@ -210,8 +210,9 @@ TEST(BatchNormActPaths, CompositeWhereTheKernelsDoNotApply) {
 
 // Where one kernel each way is planned: channels_last tensors of full
 // 16-byte packs whose elements fit in the registers of at most 8 blocks per
-// channel tile (256 threads, at most 4 rows each by default); not NCHW, narrow
-// channel counts or a larger tensor.
+// channel tile (256 threads, at most 4 rows each by default; tiles down to 2
+// packs wide, so up to 512 rows a block); not NCHW, narrow channel counts or
+// a larger tensor.
 TEST(BatchNormActPaths, OnePassWhereTheTensorFits) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto cl = torch::MemoryFormat::ChannelsLast;
@@ -220,10 +221,13 @@ TEST(BatchNormActPaths, OnePassWhereTheTensorFits) {
   EXPECT_TRUE(
       resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, bf16.dtype(torch::kFloat)).contiguous(cl), true, true));
   EXPECT_TRUE(resnet::OnePassApplies(torch::empty({2, 2048, 2, 2}, bf16).contiguous(cl), false, false));
-  EXPECT_TRUE(resnet::OnePassApplies(torch::empty({16, 64, 8, 8}, bf16).contiguous(cl), true, true));   // 8 blocks
-  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({32, 64, 8, 8}, bf16).contiguous(cl), true, true));  // 16
-  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, bf16), true, false));                 // NCHW
-  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 6, 8, 8}, bf16).contiguous(cl), true, false));   // pairs
+  EXPECT_TRUE(resnet::OnePassApplies(torch::empty({16, 64, 8, 8}, bf16).contiguous(cl), true, true));  // 8 blocks
+  // 16 blocks of 64 channels, 8 of 32.
+  EXPECT_TRUE(resnet::OnePassApplies(torch::empty({32, 64, 8, 8}, bf16).contiguous(cl), true, true));
+  // 16 blocks even of 16 channels (128 rows a pass, 4 passes a thread).
+  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({128, 64, 8, 8}, bf16).contiguous(cl), true, true));
+  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, bf16), true, false));                // NCHW
+  EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 6, 8, 8}, bf16).contiguous(cl), true, false));  // pairs
   EXPECT_FALSE(resnet::OnePassApplies(torch::empty({256, 256, 32, 32}, bf16).contiguous(cl), true, false));
   EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, torch::kFloat).contiguous(cl), true, false));  // CPU
 }
@@ -254,14 +258,14 @@ TEST(BatchNormActPaths, NarrowerTilesOnlyWhereTheDeviceWouldNotFill) {
 
 // Kernels on several streams at once keep their own counters (per stream,
 // batch_norm_act_kernels.h): four streams each train on their own tensor,
-// queued in turn without waiting, give what each gives alone. Tensors of 16
-// reduction blocks per channel tile (two kernels each way, the statistics
-// finished by a tile's last block) and of one kernel each way.
+// queued in turn without waiting, give what each gives alone. Tensors of two
+// kernels each way (the statistics finished by a tile's last block) and of
+// one kernel each way.
 TEST(BatchNormActStreams, SeveralStreamsAtOnceKeepTheirOwnSums) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto cl = torch::MemoryFormat::ChannelsLast;
   const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
-  for (const std::vector<int64_t> shape : {std::vector<int64_t>{32, 64, 8, 8}, std::vector<int64_t>{8, 64, 8, 8}}) {
+  for (const std::vector<int64_t> shape : {std::vector<int64_t>{256, 64, 8, 8}, std::vector<int64_t>{8, 64, 8, 8}}) {
     constexpr int kStreams = 4, kRounds = 8;
     torch::manual_seed(11);
     std::vector<BatchNorm2d> bns;

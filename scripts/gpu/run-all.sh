@@ -373,7 +373,8 @@ for stage in $STAGES; do
     # serialgrads (nothing on side streams in a captured step), grads (only
     # each convolution's two gradients side by side), nolate (and the
     # downsampling branch beside, but the filter gradients joined at once),
-    # nobranch (the gradients, joined late, without the branch).
+    # nobranch (the gradients, joined late, without the branch), nonarrow (the
+    # one-pass kernels only on the reductions' channel tiles, not narrower).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -382,7 +383,7 @@ for stage in $STAGES; do
         [globalwait]="TRAINBENCH_BN_ONE_PASS_CLUSTER=0" [rows8]="TRAINBENCH_BN_ONE_PASS_MAX_ROWS=8"
         [splits16]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=16" [serialgrads]="TRAINBENCH_SIDE_STREAMS=0"
         [grads]="TRAINBENCH_SIDE_STREAMS=grads" [nolate]="TRAINBENCH_SIDE_STREAMS=grads,branches"
-        [nobranch]="TRAINBENCH_SIDE_STREAMS=grads,late")
+        [nobranch]="TRAINBENCH_SIDE_STREAMS=grads,late" [nonarrow]="TRAINBENCH_BN_ONE_PASS_NARROW=0")
       for batch in ${GEOMETRY_BATCHES:-1024 128}; do
         i=0
         for setting in ${GEOMETRY_STEPS:-default session16 default}; do

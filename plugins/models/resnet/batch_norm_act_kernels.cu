@@ -66,6 +66,8 @@ constexpr int kOnePassBlocksPerSm = 2;
 constexpr int kOnePassRows[] = {2, 4, 8};
 constexpr int kOnePassMaxRows = 4;
 constexpr int kOnePassMaxSplits = 8;
+// The narrowest one-pass tile: 2 packs of 16 bytes (one 32-byte sector of a row).
+constexpr int kMinOnePassTx = 2;
 // Blocks of a cluster: 8 is the portable size; 9-16 only where the device
 // allows more (cudaFuncAttributeNonPortableClusterSizeAllowed: H100, H200), for
 // one-pass kernels of more than kOnePassMaxSplits blocks a tile
@@ -803,6 +805,8 @@ struct Geometry {
   int rows_blocks = 1;      // its blocks per tile, at most (ElementwiseRowBlocks: one wave)
   int one_pass_rows = 0;    // NHWC, OnePassNhwc: rows per thread (0: the two kernels)
   int one_pass_splits = 0;  // its blocks per tile
+  int one_pass_tx = 0;      // its threads along a row's packs (tx or narrower)
+  int one_pass_tiles = 0;   // its channel tiles
 };
 
 int WidestPack(int64_t extent, int bytes) {
@@ -830,6 +834,16 @@ int MaxSplits() {
 // or TRAINBENCH_BN_ONE_PASS_MAX_SPLITS.
 int OnePassMaxSplits() {
   static const int value = CountSetting("TRAINBENCH_BN_ONE_PASS_MAX_SPLITS", kOnePassMaxSplits);
+  return value;
+}
+
+// Whether the one-pass kernels may take narrower tiles than the reduction's
+// (Plan): unless TRAINBENCH_BN_ONE_PASS_NARROW=0 (for a side-by-side).
+bool OnePassNarrowSetting() {
+  static const bool value = [] {
+    const char* s = std::getenv("TRAINBENCH_BN_ONE_PASS_NARROW");
+    return s == nullptr || std::string_view(s) != "0";
+  }();
   return value;
 }
 
@@ -872,7 +886,6 @@ Geometry Plan(const BnProblem& pr) {
       if (forced > 0 || !capped || g.tx % 2 != 0 || g.tx / 2 < kMinReduceTx) break;
       g.tx /= 2;
     }
-    const int64_t ty = kThreads / g.tx;
     g.elem_tx = static_cast<int>(std::min<int64_t>(packs, 32));
     g.elem_tiles = static_cast<int>((packs + g.elem_tx - 1) / g.elem_tx);
     const int64_t elem_ty = kThreads / g.elem_tx;
@@ -886,17 +899,28 @@ Geometry Plan(const BnProblem& pr) {
     // (a cost that grew with them, about 0.17 us per block and kernel, cause
     // not found) and won by 1.1-1.5x where 2-8 did, with 2 or 4 rows per
     // thread (8 rows lost: kOnePassMaxRows).
+    // Where the reduction's tile needs more blocks than that, narrower tiles
+    // (down to kMinOnePassTx packs, the widest that fits; unless
+    // TRAINBENCH_BN_ONE_PASS_NARROW=0): more rows per block, so fewer blocks
+    // per tile (the ResNets' layers 1-2 at batch 128).
     if (pr.one_pass && g.vec == 16 / ElementBytes(pr.dtype)) {
-      for (int per_sm = 1; per_sm <= kOnePassBlocksPerSm && g.one_pass_rows == 0; ++per_sm) {
-        for (int rows_per_thread : kOnePassRows) {
-          if (rows_per_thread > OnePassMaxRows()) break;
-          const int64_t splits = (rows + ty * rows_per_thread - 1) / (ty * rows_per_thread);
-          if (splits <= OnePassMaxSplits() && splits * g.tiles <= int64_t{per_sm} * sms) {
-            g.one_pass_rows = rows_per_thread;
-            g.one_pass_splits = static_cast<int>(splits);
-            break;
+      const int narrowest = OnePassNarrowSetting() ? std::min(g.tx, kMinOnePassTx) : g.tx;
+      for (int tx = g.tx; tx >= narrowest && g.one_pass_rows == 0; tx /= 2) {
+        const int64_t tiles = (packs + tx - 1) / tx, rows_per_pass = kThreads / tx;
+        for (int per_sm = 1; per_sm <= kOnePassBlocksPerSm && g.one_pass_rows == 0; ++per_sm) {
+          for (int rows_per_thread : kOnePassRows) {
+            if (rows_per_thread > OnePassMaxRows()) break;
+            const int64_t splits = (rows + rows_per_pass * rows_per_thread - 1) / (rows_per_pass * rows_per_thread);
+            if (splits <= OnePassMaxSplits() && splits * tiles <= int64_t{per_sm} * sms) {
+              g.one_pass_rows = rows_per_thread;
+              g.one_pass_splits = static_cast<int>(splits);
+              g.one_pass_tx = tx;
+              g.one_pass_tiles = static_cast<int>(tiles);
+              break;
+            }
           }
         }
+        if (tx % 2 != 0) break;
       }
     }
   } else {
@@ -968,7 +992,7 @@ bool ClusterSetting() {
 // The launch of `kernel` as clusters of (1, splits, 1) blocks.
 cudaLaunchConfig_t ClusterConfig(const Geometry& g, int shared, cudaStream_t stream, cudaLaunchAttribute& attribute) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(g.tiles, g.one_pass_splits);
+  config.gridDim = dim3(g.one_pass_tiles, g.one_pass_splits);
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = shared;
   config.stream = stream;
@@ -1025,16 +1049,16 @@ bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
   if (ClusterReady<clustered>(g, kShared)) {
     cudaLaunchAttribute attribute{};
     const cudaLaunchConfig_t config = ClusterConfig(g, kShared, stream, attribute);
-    if (cudaLaunchKernelEx(&config, clustered, p, g.tx) == cudaSuccess) return true;
+    if (cudaLaunchKernelEx(&config, clustered, p, g.one_pass_tx) == cudaSuccess) return true;
     (void)cudaGetLastError();  // a launch refused up front: the two kernels instead
     return false;
   }
   constexpr auto kernel = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows, false>;
   if (!p.first_stream) return false;
   if (static_cast<int64_t>(ResidentBlocks<kernel>(kShared)) * SmCount() <
-      static_cast<int64_t>(g.tiles) * g.one_pass_splits)
+      static_cast<int64_t>(g.one_pass_tiles) * g.one_pass_splits)
     return false;
-  kernel<<<dim3(g.tiles, g.one_pass_splits), kThreads, kShared, stream>>>(p, g.tx);
+  kernel<<<dim3(g.one_pass_tiles, g.one_pass_splits), kThreads, kShared, stream>>>(p, g.one_pass_tx);
   return true;
 }
 

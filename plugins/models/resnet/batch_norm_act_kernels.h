@@ -21,8 +21,8 @@
 // Against the eager composite (batch_norm, add, relu) this moves each element
 // 3 times forward instead of 5 (8 with the residual) and 5 times backward
 // instead of 7 (7 instead of 8 with the residual), in 4 kernels instead of 6
-// to 8. NHWC tensors small enough for at most 8 blocks per channel tile (the
-// ResNets' layers 2-4 at batch 128 and 32 px) go in one kernel each way, both
+// to 8. NHWC tensors small enough for at most 8 blocks per channel tile, of
+// 16 channels or more (the ResNets' layers 2-4 at batch 128 and 32 px) go in one kernel each way, both
 // passes' arithmetic unchanged but for the order of the sums: each element
 // read once, the blocks of a channel tile waiting for each other between the
 // statistics and the element-wise pass (as one thread block cluster on sm_90,
