@@ -1,10 +1,12 @@
 #include "side_stream.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
+#include <stdexcept>
 #include <string>
 
 #ifdef TRAINBENCH_RESNET_KERNELS
@@ -17,26 +19,40 @@
 
 namespace trainbench::plugins {
 
+bool ForkAllowed(Fork fork, const char* setting) {
+  if (setting == nullptr || *setting == '\0' || std::string(setting) == "1") return true;
+  if (std::string(setting) == "0") return false;
+  std::set<std::string> on;
+  const std::string list(setting);
+  for (size_t start = 0;;) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    const std::string item = list.substr(start, end - start);
+    if (item != "grads" && item != "branches" && item != "late") {
+      std::string shown;  // printable, on one line
+      for (const char c : item.substr(0, 40)) shown += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+      throw std::invalid_argument("TRAINBENCH_SIDE_STREAMS: unknown part '" + shown +
+                                  "' (use 0, 1, or a comma-separated list of grads, branches, late)");
+    }
+    on.insert(item);
+    if (end == list.size()) break;
+    start = end + 1;
+  }
+  switch (fork) {
+    case Fork::kGradients:
+      return on.count("grads") > 0;
+    case Fork::kBranches:
+      return on.count("branches") > 0;
+    case Fork::kLateJoin:
+      return on.count("grads") > 0 && on.count("late") > 0;
+  }
+  return false;
+}
+
 #ifdef TRAINBENCH_RESNET_KERNELS
 
 namespace {
-// Read at every call: tests and benches set it. Unset (or 1): every fork.
-bool TurnedOff(Fork fork) {
-  const char* value = std::getenv("TRAINBENCH_SIDE_STREAMS");
-  if (value == nullptr || std::string(value) == "1") return false;
-  std::set<std::string> on;
-  std::stringstream list(value);
-  for (std::string item; std::getline(list, item, ',');) on.insert(item);
-  switch (fork) {
-    case Fork::kGradients:
-      return on.count("grads") == 0;
-    case Fork::kBranches:
-      return on.count("branches") == 0;
-    case Fork::kLateJoin:
-      return on.count("grads") == 0 || on.count("late") == 0;
-  }
-  return true;
-}
+// Read at every call: tests and benches set it.
+bool TurnedOff(Fork fork) { return !ForkAllowed(fork, std::getenv("TRAINBENCH_SIDE_STREAMS")); }
 
 // The capture `stream` belongs to (0: none).
 unsigned long long CaptureOf(const c10::cuda::CUDAStream& stream) {

@@ -25,8 +25,15 @@ namespace trainbench::plugins {
 /// (with kGradients) the filter gradients joined late.
 enum class Fork { kGradients, kBranches, kLateJoin };
 
+/// Whether TRAINBENCH_SIDE_STREAMS' value `setting` (null or empty: unset)
+/// lets `fork` run: unset or `1`, every fork; `0`, none; else a
+/// comma-separated list of `grads`, `branches`, `late` (late only with
+/// grads). Throws std::invalid_argument naming the variable for any other value.
+bool ForkAllowed(Fork fork, const char* setting);
+
 /// Whether work on `device` may fork now: a CUDA device whose current stream
-/// is capturing a graph, `fork` not turned off, and this build has CUDA.
+/// is capturing a graph, `fork` allowed by TRAINBENCH_SIDE_STREAMS (read at
+/// every call), and this build has CUDA.
 bool SideStreamsApply(const c10::Device& device, Fork fork);
 
 /// A side stream of `device` that waits for the work queued so far on the

@@ -1,0 +1,59 @@
+// TRAINBENCH_SIDE_STREAMS, the switch for what runs on side streams inside a
+// captured step (plugins/common/side_stream.h): every value it takes, and a
+// one-line error naming it for any other.
+#include "side_stream.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace {
+
+using trainbench::plugins::Fork;
+using trainbench::plugins::ForkAllowed;
+
+TEST(SideStreamSetting, UnsetOrOneAllowsEveryFork) {
+  for (const char* setting : {static_cast<const char*>(nullptr), "", "1"}) {
+    EXPECT_TRUE(ForkAllowed(Fork::kGradients, setting));
+    EXPECT_TRUE(ForkAllowed(Fork::kBranches, setting));
+    EXPECT_TRUE(ForkAllowed(Fork::kLateJoin, setting));
+  }
+}
+
+TEST(SideStreamSetting, ZeroAllowsNone) {
+  EXPECT_FALSE(ForkAllowed(Fork::kGradients, "0"));
+  EXPECT_FALSE(ForkAllowed(Fork::kBranches, "0"));
+  EXPECT_FALSE(ForkAllowed(Fork::kLateJoin, "0"));
+}
+
+TEST(SideStreamSetting, AListAllowsWhatItNames) {
+  EXPECT_TRUE(ForkAllowed(Fork::kGradients, "grads"));
+  EXPECT_FALSE(ForkAllowed(Fork::kBranches, "grads"));
+  EXPECT_FALSE(ForkAllowed(Fork::kLateJoin, "grads"));
+  EXPECT_TRUE(ForkAllowed(Fork::kBranches, "grads,branches"));
+  EXPECT_FALSE(ForkAllowed(Fork::kLateJoin, "grads,branches"));
+  EXPECT_TRUE(ForkAllowed(Fork::kLateJoin, "late,grads"));
+  EXPECT_FALSE(ForkAllowed(Fork::kBranches, "late,grads"));
+  // A late join needs the gradients' fork it joins.
+  EXPECT_FALSE(ForkAllowed(Fork::kLateJoin, "late"));
+  EXPECT_FALSE(ForkAllowed(Fork::kGradients, "late"));
+  EXPECT_TRUE(ForkAllowed(Fork::kBranches, "branches"));
+}
+
+TEST(SideStreamSetting, AnythingElseIsAnErrorNamingTheVariable) {
+  for (const char* setting :
+       {"grad", "grads,", ",grads", ",", "grads, late", "yes", "2", "GRADS", "grads,,late", "\xff", "grads,\nlate"}) {
+    try {
+      ForkAllowed(Fork::kGradients, setting);
+      ADD_FAILURE() << "accepted '" << setting << "'";
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("TRAINBENCH_SIDE_STREAMS"), std::string::npos) << message;
+      EXPECT_NE(message.find("grads, branches, late"), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  }
+}
+
+}  // namespace
