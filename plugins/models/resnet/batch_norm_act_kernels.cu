@@ -755,7 +755,7 @@ __global__ void InferenceCoefficients(Params p) {
 
 // Each device's counters: kMaxStreams blocks of kCounterWords, allocated at
 // once outside any capture (PrepareDevice), and handed to streams in the
-// order they ask (StreamCounters), so kernels on two streams (the branches of
+// order they ask (StreamSlot), so kernels on two streams (the branches of
 // a captured step, side_stream.h) never share a counter. A slot's stream is
 // set once under the mutex and read without it: every training call looks
 // its stream up.
@@ -766,12 +766,6 @@ struct DeviceCounters {
 };
 std::mutex counters_mutex;
 std::array<DeviceCounters, kMaxDevices> counters;
-
-int CurrentDevice() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return -1;
-  return device;
-}
 
 // The slot of `stream` on `device`, claimed at its first call; -1 where the
 // device has no counters yet or every slot is taken.
@@ -902,7 +896,7 @@ Geometry Plan(const BnProblem& pr) {
     // Where the reduction's tile needs more blocks than that, narrower tiles
     // (down to kMinOnePassTx packs, the widest that fits; unless
     // TRAINBENCH_BN_ONE_PASS_NARROW=0): more rows per block, so fewer blocks
-    // per tile (the ResNets' layers 1-2 at batch 128).
+    // per tile (the ResNets' layer 2 at batch 128).
     if (pr.one_pass && g.vec == 16 / ElementBytes(pr.dtype)) {
       const int narrowest = OnePassNarrowSetting() ? std::min(g.tx, kMinOnePassTx) : g.tx;
       for (int tx = g.tx; tx >= narrowest && g.one_pass_rows == 0; tx /= 2) {
@@ -942,8 +936,8 @@ Geometry Plan(const BnProblem& pr) {
 template <auto kernel>
 int ResidentBlocks(int dynamic_shared) {
   static std::array<int, kMaxDevices> blocks{};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
+  const int device = CurrentDevice();
+  if (device < 0) return 0;
   if (blocks[device] == 0) {
     int n = 0;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_shared) != cudaSuccess ||
@@ -1011,10 +1005,8 @@ cudaLaunchConfig_t ClusterConfig(const Geometry& g, int shared, cudaStream_t str
 template <auto kernel>
 bool ClusterReady(const Geometry& g, int shared) {
   static std::array<std::array<signed char, kOnePassMaxClusterBlocks + 1>, kMaxDevices> ready{};
-  int device = 0;
-  if (!ClusterSetting() || g.one_pass_splits > kOnePassMaxClusterBlocks || cudaGetDevice(&device) != cudaSuccess ||
-      device < 0 || device >= kMaxDevices)
-    return false;
+  const int device = CurrentDevice();
+  if (!ClusterSetting() || g.one_pass_splits > kOnePassMaxClusterBlocks || device < 0) return false;
   signed char& r = ready[device][g.one_pass_splits];
   if (r == 0) {
     int supported = 0, clusters = 0;

@@ -21,9 +21,6 @@
 namespace trainbench::plugins {
 namespace {
 
-using plugins::Fork;
-using plugins::SideStream;
-using plugins::SideStreamsApply;
 using sdk::BatchNorm2d;  // torch::nn::BatchNorm2d that can normalise across ranks
 using sdk::CountedLinear;
 using torch::nn::Conv2dOptions;
@@ -97,7 +94,7 @@ class StepWeights {
     }
     if (weights.empty()) return;
     if (cast) weights = resnet::CastWeights(weights, sdk::autocast::Type(c10::kCUDA));
-    if (late) weights = plugins::JoinBeforeGradients(weights);
+    if (late) weights = JoinBeforeGradients(weights);
     for (size_t i = 0; i < convs_.size(); ++i) convs_[i]->UseStepWeight(std::move(weights[i]), late);
   }
   ~StepWeights() {
