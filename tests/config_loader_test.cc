@@ -86,6 +86,12 @@ TEST(ConfigLoader, ContradictionsAreErrors) {
   EXPECT_NE(ErrorOf(Replace(kGood, "{name: sgd, lr: 0.1}", "{name: sgd, lr: 0.1, momentum: 0, nesterov: true}"))
                 .find("nesterov: needs momentum > 0"),
             std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "{name: sgd, lr: 0.1}", "{name: adam, lr: 0.1, overlap: false}"))
+                .find("training.optimizer.overlap: applies to sgd only"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "{name: sgd, lr: 0.1}", "{name: sgd, lr: 0.1, overlap: sometimes}"))
+                .find("training.optimizer.overlap"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "measurement: {", "measurement: {baseline: cdu, "))
                 .find("measurement.baseline: 'cdu' is not one of the devices; did you mean 'cpu'?"),
             std::string::npos);

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "autocast_scope.h"
+#include "optimizer.h"
 #include "relative_error.h"
 #include "resnet.h"
 #include "stream_gate.h"
@@ -529,6 +530,76 @@ TEST(SideStreams, LeaveACapturedResNetStepUnchanged) {
         EXPECT_LE(RelativeError(side[i], one[i]), 1e-2) << (bottleneck ? "ResNet50" : "ResNet18") << " tensor " << i
                                                         << ", side streams " << (setting == nullptr ? "all" : setting);
     }
+  }
+}
+
+// The optimizer's updates during a captured step's backward (optimizer.h,
+// `training.optimizer.overlap`) with the ResNets' weights joined stage by
+// stage (resnet.cc, StepWeights) and every side stream, bf16: after replays
+// of the captured step (forward, backward, SGD), the same weights and
+// gradients as with every update after the backward. An update queued
+// before its gradient is written would read the previous replay's gradient;
+// one beside a kernel that still reads its weight would change what that
+// kernel computes: at this learning rate either shows.
+TEST(OptimizerOverlap, UpdatesACapturedResNetStepAsAfterItsBackward) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScopedCacheHome home;
+  Autotuning autotuning;
+  for (const bool bottleneck : {false, true}) {
+    const sdk::Options options(R"({"num_classes": 10, "image_size": 32, "stem": "imagenet", "fused_batchnorm": true,
+        "batchnorm_one_pass": true, "fused_maxpool": true, "cudnn_engine_cache": true,
+        "cudnn_runtime_compiled": false, "stem_space_to_depth": true})");
+    const ResNetSpec spec = bottleneck ? ResNetSpec{{3, 4, 6, 3}, true} : ResNetSpec{{2, 2, 2, 2}, false};
+    const std::string name = bottleneck ? "ResNet50" : "ResNet18";
+    torch::manual_seed(9);
+    const auto cl = torch::MemoryFormat::ChannelsLast;
+    const torch::Tensor x = torch::randn({64, 3, 32, 32}, torch::kCUDA).contiguous(cl);
+    const torch::Tensor labels = torch::randint(0, 10, {64}, torch::TensorOptions(torch::kCUDA).dtype(torch::kLong));
+    // Every weight and gradient after two replays, and how many parameters
+    // the capture updated during its backward.
+    auto trained = [&](bool overlap) {
+      torch::manual_seed(10);
+      const std::unique_ptr<sdk::Model> model = MakeResNet(spec, options);
+      model->module().to(torch::kCUDA);
+      for (auto& p : model->module().parameters())
+        if (p.dim() == 4) p.set_data(p.contiguous(cl));
+      trainbench::protocol::OptimizerSettings settings;
+      settings.lr = 0.2;
+      settings.overlap = overlap;
+      const auto optimizer = trainbench::worker::MakeOptimizer(settings, model->module().parameters());
+      auto step = [&] {
+        for (auto& p : model->module().parameters()) p.mutable_grad() = torch::Tensor();
+        torch::Tensor logits;
+        {
+          trainbench::worker::AutocastScope autocast(c10::kCUDA, sdk::Amp::kBf16);
+          ASSERT_TRUE(model->Forward(x, &logits).ok());
+        }
+        const torch::Tensor loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+        optimizer->BeginBackward();
+        loss.backward();
+        optimizer->Step();
+      };
+      const auto graph = CaptureWithSideStreams(step, nullptr);
+      for (int replay = 0; replay < 2; ++replay) graph->replay();
+      torch::cuda::synchronize();
+      std::vector<torch::Tensor> state;
+      for (auto& p : model->module().parameters()) {
+        state.push_back(p.detach().clone());
+        state.push_back(p.grad().clone());
+      }
+      return std::make_pair(state, optimizer->UpdatedDuringBackward());
+    };
+    const auto [after, none] = trained(false);
+    const auto [during, updated] = trained(true);
+    EXPECT_EQ(none, 0) << name;
+    // The stages whose weights hold 2^20 elements or more (layer3, layer4)
+    // and the batch norms between them; the rest after the backward.
+    EXPECT_GT(updated, 0) << name;
+    EXPECT_LT(updated, static_cast<int64_t>(after.size() / 2)) << name;
+    ASSERT_EQ(during.size(), after.size());
+    for (size_t i = 0; i < during.size(); ++i)
+      EXPECT_LE(RelativeError(during[i], after[i]), 1e-3)
+          << name << (i % 2 ? " gradient" : " weight") << " of parameter " << i / 2;
   }
 }
 

@@ -273,6 +273,8 @@ void ParseTraining(Validator& v, const YAML::Node& root, Experiment& e) {
       if (opt.nesterov && opt.momentum <= 0) v.Fail(o["nesterov"], "training.optimizer.nesterov", "needs momentum > 0");
       if (opt.name == "adam" && o["momentum"])
         v.Fail(o["momentum"], "training.optimizer.momentum", "applies to sgd only; remove it for adam");
+      if (opt.name == "adam" && o["overlap"])
+        v.Fail(o["overlap"], "training.optimizer.overlap", "applies to sgd only; remove it for adam");
     }
   }
 }

@@ -4,55 +4,144 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+// Updates during the backward need SGD's fused kernel (LibTorch 2.x) and
+// CUDA streams.
+#if defined(TRAINBENCH_WORKER_CUDA) && TORCH_VERSION_MAJOR >= 2
+#define TRAINBENCH_EARLY_UPDATES 1
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+#include <mutex>
+
 namespace trainbench::worker {
 namespace {
 
+#ifdef TRAINBENCH_EARLY_UPDATES
+bool Capturing(const c10::cuda::CUDAStream& stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &status));
+  return status == cudaStreamCaptureStatusActive;
+}
+#endif
+
 // torch.optim.SGD's multi-tensor algorithm, same arithmetic; its fused
 // variant on CUDA with LibTorch 2.x.
+//
+// With `overlap`, inside a captured step (BeginBackward), the fused updates
+// start during the backward: a hook on each parameter notes its gradient's
+// arrival (autograd calls it just before storing the gradient, so the
+// update waits for a later arrival); once the parameters arrived and not yet
+// updated hold kLaunchElements, the next arrival queues their update on a
+// side stream behind everything queued so far (the gradients, and every
+// kernel of the backward that reads those parameters: autograd stores a
+// parameter's gradient only after the last node that contributes to it).
+// Step() updates the rest on the current stream and joins the side stream.
+// Each parameter's arithmetic is the fused kernel's either way (momentum
+// buffers start at zero: momentum * 0 + g is g, as the first step's copy).
+// With the ResNets' stage-by-stage weight gradients (resnet.cc, StepWeights)
+// the large stages' updates run beside the smaller stages' backward.
 class ForeachSgd : public Optimizer {
  public:
-  ForeachSgd(std::vector<torch::Tensor> params, double lr, double momentum, double weight_decay, bool nesterov)
-      : params_(std::move(params)), lr_(lr), momentum_(momentum), weight_decay_(weight_decay), nesterov_(nesterov) {}
+  ForeachSgd(std::vector<torch::Tensor> params, double lr, double momentum, double weight_decay, bool nesterov,
+             bool overlap)
+      : params_(std::move(params)), lr_(lr), momentum_(momentum), weight_decay_(weight_decay), nesterov_(nesterov) {
+#ifdef TRAINBENCH_EARLY_UPDATES
+    if (overlap && !params_.empty() && Fusable(params_)) {
+      early_ = std::make_unique<Early>(params_[0].device().index(), params_.size());
+      for (size_t i = 0; i < params_.size(); ++i) {
+        if (!params_[i].requires_grad()) continue;
+        hooks_.emplace_back(i, params_[i].register_hook([this, i](const at::TensorBase&) { Arrived(i); }));
+      }
+    }
+#else
+    (void)overlap;
+#endif
+  }
+  ~ForeachSgd() override {
+    for (const auto& [i, hook] : hooks_) params_[i].remove_hook(hook);
+  }
+  ForeachSgd(const ForeachSgd&) = delete;
+  ForeachSgd& operator=(const ForeachSgd&) = delete;
+
+  bool BeginBackward() override {
+#ifdef TRAINBENCH_EARLY_UPDATES
+    if (!early_ || !Capturing(c10::cuda::getCurrentCUDAStream(early_->device))) return false;
+    // The momentum buffers made by an update before the capture (its pool
+    // would hold them).
+    if (momentum_ != 0 && buffers_.empty()) return false;
+    const std::lock_guard<std::mutex> lock(early_->mutex);
+    early_->on = true;
+    early_->arrived.clear();
+    early_->arrived_elements = 0;
+    early_->updated.assign(params_.size(), false);
+    return true;
+#else
+    return false;
+#endif
+  }
 
   void Step() override {
     torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> params, grads;
-    for (auto& p : params_) {
-      if (!p.grad().defined()) continue;
-      params.push_back(p);
-      grads.push_back(p.grad());
-    }
-    if (params.empty()) return;
-#if TORCH_VERSION_MAJOR >= 2
-    if (Fusable(params)) {
-      // torch.optim.SGD(fused=True): one multi-tensor kernel reads each
-      // parameter, gradient and momentum buffer once (the three foreach
-      // passes below read and write the buffers twice).
-      const bool first = momentum_ != 0 && buffers_.size() != params.size();
-      if (first) {
-        buffers_.clear();
-        for (const auto& p : params) buffers_.push_back(torch::empty_like(p));
+#ifdef TRAINBENCH_EARLY_UPDATES
+    if (early_) {
+      const std::lock_guard<std::mutex> lock(early_->mutex);
+      if (early_->on) {
+        early_->on = false;
+        std::vector<size_t> rest;
+        for (size_t i = 0; i < params_.size(); ++i)
+          if (!early_->updated[i] && params_[i].grad().defined()) rest.push_back(i);
+        FusedUpdate(rest);
+        at::cuda::CUDAEvent joined;
+        joined.record(early_->side);
+        joined.block(c10::cuda::getCurrentCUDAStream(early_->device));
+        return;
       }
-      at::_fused_sgd_(params, grads, momentum_ != 0 ? buffers_ : std::vector<torch::Tensor>{}, weight_decay_, momentum_,
-                      lr_, /*dampening=*/0.0, nesterov_, /*maximize=*/false, /*is_first_step=*/first);
+    }
+#endif
+    std::vector<size_t> with_grad;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].grad().defined()) with_grad.push_back(i);
+    if (with_grad.empty()) return;
+#if TORCH_VERSION_MAJOR >= 2
+    if (Fusable(params_)) {
+      FusedUpdate(with_grad);
       return;
     }
 #endif
+    std::vector<torch::Tensor> params, grads;
+    for (const size_t i : with_grad) {
+      params.push_back(params_[i]);
+      grads.push_back(params_[i].grad());
+    }
     if (weight_decay_ != 0) grads = at::_foreach_add(grads, params, weight_decay_);
     if (momentum_ != 0) {
-      if (buffers_.size() != grads.size()) {
-        buffers_.clear();
-        for (const auto& g : grads) buffers_.push_back(g.detach().clone());
+      if (foreach_buffers_.size() != grads.size()) {
+        foreach_buffers_.clear();
+        for (const auto& g : grads) foreach_buffers_.push_back(g.detach().clone());
       } else {
-        at::_foreach_mul_(buffers_, momentum_);
-        at::_foreach_add_(buffers_, grads);
+        at::_foreach_mul_(foreach_buffers_, momentum_);
+        at::_foreach_add_(foreach_buffers_, grads);
       }
-      grads = nesterov_ ? at::_foreach_add(grads, buffers_, momentum_) : buffers_;
+      grads = nesterov_ ? at::_foreach_add(grads, foreach_buffers_, momentum_) : foreach_buffers_;
     }
     at::_foreach_add_(params, grads, -lr_);
   }
 
   void SetLearningRate(double lr) override { lr_ = lr; }
+
+  int64_t UpdatedDuringBackward() const override {
+#ifdef TRAINBENCH_EARLY_UPDATES
+    if (early_) {
+      const std::lock_guard<std::mutex> lock(early_->mutex);
+      return early_->updated_total;
+    }
+#endif
+    return 0;
+  }
 
  private:
   // The fused kernel: CUDA, one device and dtype (LibTorch 2.x).
@@ -63,8 +152,88 @@ class ForeachSgd : public Optimizer {
     return true;
   }
 
+  // torch.optim.SGD(fused=True) on params_[which] (each with a gradient), on
+  // the current stream: one multi-tensor kernel reads each parameter,
+  // gradient and momentum buffer once (the three foreach passes of the
+  // other path read and write the buffers twice).
+  void FusedUpdate(const std::vector<size_t>& which) {
+#if TORCH_VERSION_MAJOR >= 2
+    if (which.empty()) return;
+    std::vector<torch::Tensor> params, grads, buffers;
+    if (buffers_.size() != params_.size()) buffers_.resize(params_.size());
+    for (const size_t i : which) {
+      params.push_back(params_[i]);
+      grads.push_back(params_[i].grad());
+      if (momentum_ == 0) continue;
+      if (!buffers_[i].defined()) buffers_[i] = torch::zeros_like(params_[i]);
+      buffers.push_back(buffers_[i]);
+    }
+    at::_fused_sgd_(params, grads, buffers, weight_decay_, momentum_, lr_, /*dampening=*/0.0, nesterov_,
+                    /*maximize=*/false, /*is_first_step=*/false);
+#else
+    (void)which;
+#endif
+  }
+
+#ifdef TRAINBENCH_EARLY_UPDATES
+  // Parameters of at least this many elements between launches (4 MiB of
+  // float): a few launches per ResNet stage, not one per parameter.
+  static constexpr int64_t kLaunchElements = int64_t{1} << 20;
+
+  struct Early {
+    Early(c10::DeviceIndex index, size_t params)
+        : device(index), side(c10::cuda::getStreamFromPool(false, index)), updated(params, false) {}
+    c10::DeviceIndex device;
+    c10::cuda::CUDAStream side;
+    mutable std::mutex mutex;  // hooks run on autograd's device thread
+    bool on = false;
+    std::vector<size_t> arrived;  // gradients stored, not yet updated
+    int64_t arrived_elements = 0;
+    std::vector<bool> updated;  // this step
+    int64_t updated_total = 0;
+  };
+
+  // Autograd's hook on params_[i], just before its gradient is stored.
+  void Arrived(size_t i) {
+    const std::lock_guard<std::mutex> lock(early_->mutex);
+    if (!early_->on) return;
+    if (early_->arrived_elements >= kLaunchElements) LaunchArrived();
+    early_->arrived.push_back(i);
+    early_->arrived_elements += params_[i].numel();
+  }
+
+  // The arrived parameters' update on the side stream, behind everything
+  // queued on this thread's current stream (autograd's stream for the
+  // gradient just arriving); left for Step() where that stream is not the
+  // capture's.
+  void LaunchArrived() {
+    const c10::cuda::CUDAStream here = c10::cuda::getCurrentCUDAStream(early_->device);
+    if (!Capturing(here)) return;
+    std::vector<size_t> which;
+    for (const size_t i : early_->arrived)
+      if (params_[i].grad().defined() && !early_->updated[i]) which.push_back(i);
+    early_->arrived.clear();
+    early_->arrived_elements = 0;
+    if (which.empty()) return;
+    at::cuda::CUDAEvent ready;
+    ready.record(here);
+    ready.block(early_->side);
+    {
+      const c10::cuda::CUDAStreamGuard guard(early_->side);
+      torch::NoGradGuard no_grad;
+      FusedUpdate(which);
+    }
+    for (const size_t i : which) early_->updated[i] = true;
+    early_->updated_total += static_cast<int64_t>(which.size());
+  }
+
+  std::unique_ptr<Early> early_;
+#endif
+
   std::vector<torch::Tensor> params_;
-  std::vector<torch::Tensor> buffers_;
+  std::vector<torch::Tensor> buffers_;          // fused: one per parameter (undefined until its first update)
+  std::vector<torch::Tensor> foreach_buffers_;  // foreach: one per parameter with a gradient
+  std::vector<std::pair<size_t, unsigned>> hooks_;
   double lr_, momentum_, weight_decay_;
   bool nesterov_;
 };
@@ -86,7 +255,7 @@ class Adam : public Optimizer {
 
 std::unique_ptr<Optimizer> MakeOptimizer(const protocol::OptimizerSettings& o, std::vector<torch::Tensor> params) {
   if (o.name == "adam") return std::make_unique<Adam>(std::move(params), o.lr, o.weight_decay);
-  return std::make_unique<ForeachSgd>(std::move(params), o.lr, o.momentum, o.weight_decay, o.nesterov);
+  return std::make_unique<ForeachSgd>(std::move(params), o.lr, o.momentum, o.weight_decay, o.nesterov, o.overlap);
 }
 
 }  // namespace trainbench::worker

@@ -314,6 +314,9 @@ class CellRun {
       if (found_inf_.item<float>() == 0.0f) optimizer_->Step();
       at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, 2.0, 0.5, 2000);
     } else {
+      // Updates during the backward (captured steps on one GPU): none where
+      // the gradients are still to be averaged over ranks.
+      if (!collective_) optimizer_->BeginBackward();
       loss.backward();
       AverageGradients();
       optimizer_->Step();

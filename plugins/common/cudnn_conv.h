@@ -38,6 +38,8 @@ struct Settings {
   /// JoinBeforeGradients (side_stream.h), whose backward joins it before
   /// anything reads the gradient. Not part of the engine choice.
   bool late_filter_gradient = false;
+  /// Then: the group given to that JoinBeforeGradients.
+  int64_t late_join_group = 0;
 };
 
 /// conv2d(x, w, stride, padding) with autograd (gradients of x and w), in x's

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -67,20 +68,25 @@ unsigned long long CaptureOf(const c10::cuda::CUDAStream& stream) {
 // (an error) leaves nothing a later capture would wait for.
 struct Left {
   unsigned long long capture;
+  int64_t group;
   std::unique_ptr<at::cuda::CUDAEvent> done;
 };
 std::mutex left_mutex;
 std::map<c10::DeviceIndex, std::vector<Left>> left;
 
 struct JoinGate : public torch::autograd::Function<JoinGate> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList tensors) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList tensors,
+                                                int64_t group) {
     ctx->saved_data["device"] = static_cast<int64_t>(tensors[0].device().index());
+    ctx->saved_data["group"] = group;
     ctx->set_materialize_grads(false);
     return tensors.vec();  // autograd returns them as views with this node's gradient edge
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    JoinLeft(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx->saved_data["device"].toInt())));
+    JoinLeft(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(ctx->saved_data["device"].toInt())),
+             ctx->saved_data["group"].toInt());
+    grads.emplace_back();  // the group's
     return grads;
   }
 };
@@ -133,24 +139,27 @@ void SideStream::HandOver(const torch::Tensor& tensor) {
   if (tensor.defined()) tensor.record_stream(streams_->here.unwrap());
 }
 
-void SideStream::Leave(const std::vector<torch::Tensor>& read) {
+void SideStream::Leave(const std::vector<torch::Tensor>& read, int64_t group) {
   TORCH_CHECK(streams_->open, "SideStream: Leave after Join");
   streams_->open = false;
   for (const torch::Tensor& t : read)
     if (t.defined()) t.record_stream(streams_->side.unwrap());
-  Left done{CaptureOf(streams_->here), std::make_unique<at::cuda::CUDAEvent>()};
+  Left done{CaptureOf(streams_->here), group, std::make_unique<at::cuda::CUDAEvent>()};
   done.done->record(streams_->side);
   const std::lock_guard<std::mutex> lock(left_mutex);
   left[streams_->here.device_index()].push_back(std::move(done));
 }
 
-void JoinLeft(const c10::Device& device) {
+void JoinLeft(const c10::Device& device, int64_t group) {
   std::vector<Left> events;
   {
     const std::lock_guard<std::mutex> lock(left_mutex);
     const auto it = left.find(device.index());
     if (it == left.end()) return;
-    events.swap(it->second);
+    auto& all = it->second;
+    const auto others = std::stable_partition(all.begin(), all.end(), [&](const Left& l) { return l.group != group; });
+    std::move(others, all.end(), std::back_inserter(events));
+    all.erase(others, all.end());
   }
   const c10::cuda::CUDAStream here = c10::cuda::getCurrentCUDAStream(device.index());
   const unsigned long long capture = CaptureOf(here);
@@ -158,12 +167,12 @@ void JoinLeft(const c10::Device& device) {
     if (event.capture == capture) event.done->block(here);
 }
 
-std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>& tensors) {
+std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>& tensors, int64_t group) {
   if (tensors.empty()) return tensors;
   for (const torch::Tensor& t : tensors)
     TORCH_CHECK(t.defined() && t.is_cuda() && t.device() == tensors[0].device(),
                 "JoinBeforeGradients: every tensor on one CUDA device");
-  return JoinGate::apply(at::TensorList(tensors));
+  return JoinGate::apply(at::TensorList(tensors), group);
 }
 
 #else
@@ -175,9 +184,9 @@ SideStream::~SideStream() = default;
 void SideStream::Run(const std::function<void()>&) {}
 void SideStream::Join() {}
 void SideStream::HandOver(const torch::Tensor&) {}
-void SideStream::Leave(const std::vector<torch::Tensor>&) {}
-void JoinLeft(const c10::Device&) {}
-std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>& tensors) { return tensors; }
+void SideStream::Leave(const std::vector<torch::Tensor>&, int64_t) {}
+void JoinLeft(const c10::Device&, int64_t) {}
+std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>& tensors, int64_t) { return tensors; }
 
 #endif
 

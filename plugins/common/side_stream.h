@@ -58,11 +58,12 @@ class SideStream {
   /// Join(): its memory goes back to the side stream only behind that work.
   void HandOver(const torch::Tensor& tensor);
   /// Instead of Join(): the side stream's work so far is joined later, by
-  /// JoinLeft() on this device (JoinBeforeGradients' backward calls it).
+  /// JoinLeft(device, group) on this device (the backward of
+  /// JoinBeforeGradients with that group calls it).
   /// `read`: the current stream's tensors that Run() read or wrote, whose
   /// memory then goes back to the current stream only behind that work (the
   /// caller may drop them before the join).
-  void Leave(const std::vector<torch::Tensor>& read);
+  void Leave(const std::vector<torch::Tensor>& read, int64_t group = 0);
 
  private:
   struct Streams;
@@ -70,15 +71,18 @@ class SideStream {
 };
 
 /// The current stream of `device` waits for every side stream left there
-/// (SideStream::Leave) and forgets them.
-void JoinLeft(const c10::Device& device);
+/// with `group` (SideStream::Leave) and forgets them.
+void JoinLeft(const c10::Device& device, int64_t group = 0);
 
 /// The tensors themselves (views, no copy), for autograd: in the backward
 /// their gradients go on only once every side stream left on their device
-/// has been joined (JoinLeft), so whatever reads them (an optimizer, a cast,
-/// gradient accumulation) reads them whole. A model puts it between its
-/// weights and the convolutions it lets leave their filter gradients running
-/// (cudnn_conv::Settings::late_filter_gradient). Every tensor on one CUDA device.
-std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>& tensors);
+/// with `group` has been joined (JoinLeft), so whatever reads them (an
+/// optimizer, a cast, gradient accumulation) reads them whole. A model puts
+/// it between its weights and the convolutions it lets leave their filter
+/// gradients running (cudnn_conv::Settings::late_filter_gradient, with the
+/// same group); one group per set of weights whose gradients may go on
+/// together (resnet.cc: one per stage, so that the optimizer can update a
+/// stage while the backward goes on). Every tensor on one CUDA device.
+std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>& tensors, int64_t group = 0);
 
 }  // namespace trainbench::plugins

@@ -374,7 +374,8 @@ for stage in $STAGES; do
     # each convolution's two gradients side by side), nolate (and the
     # downsampling branch beside, but the filter gradients joined at once),
     # nobranch (the gradients, joined late, without the branch), nonarrow (the
-    # one-pass kernels only on the reductions' channel tiles, not narrower).
+    # one-pass kernels only on the reductions' channel tiles, not narrower),
+    # nooverlap (every SGD update after the backward: training.optimizer.overlap false).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -384,12 +385,15 @@ for stage in $STAGES; do
         [splits16]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=16" [serialgrads]="TRAINBENCH_SIDE_STREAMS=0"
         [grads]="TRAINBENCH_SIDE_STREAMS=grads" [nolate]="TRAINBENCH_SIDE_STREAMS=grads,branches"
         [nobranch]="TRAINBENCH_SIDE_STREAMS=grads,late" [nonarrow]="TRAINBENCH_BN_ONE_PASS_NARROW=0")
+      # Settings of the experiment itself: an edit of its YAML.
+      declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/")
       for batch in ${GEOMETRY_BATCHES:-1024 128}; do
         i=0
         for setting in ${GEOMETRY_STEPS:-default session16 default}; do
           i=$((i + 1)); name=geometry-b$batch-$i-$setting
-          sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-geometry/name: bn-geometry-b$batch/" bench/configs/bn-geometry.yaml > "$OUT/$name.yaml"
-          env ${GEOMETRY[$setting]} build-gpu/bin/trainbench run "$OUT/$name.yaml" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+          sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-geometry/name: bn-geometry-b$batch/" \
+              -e "${GEOMETRY_YAML[$setting]:-}" bench/configs/bn-geometry.yaml > "$OUT/$name.yaml"
+          env ${GEOMETRY[$setting]:-} build-gpu/bin/trainbench run "$OUT/$name.yaml" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
           echo "$name rc=$?"; sed -n '/^model/,/^$/p' "$OUT/$name.log"
         done
       done

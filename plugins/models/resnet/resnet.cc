@@ -47,7 +47,8 @@ class ConvImpl : public sdk::CountedConv2dImpl {
       // the filter gradient at once.
       if (space_to_depth_ && resnet::StemApplies(x, w, stride_, padding_)) return resnet::StemConv(x, w, settings_);
       cudnn_conv::Settings settings = settings_;
-      settings.late_filter_gradient = late_filter_gradient_;
+      settings.late_filter_gradient = late_join_group_ >= 0;
+      settings.late_join_group = late_join_group_;
       return cudnn_conv::Conv2d(x, w, {stride_, stride_}, {padding_, padding_}, settings);
     }
     return sdk::CountedConv2dImpl::forward(x);
@@ -56,11 +57,12 @@ class ConvImpl : public sdk::CountedConv2dImpl {
   bool engine_cache() const { return engine_cache_; }
 
   /// For one forward on the cuDNN path (StepWeights): the weight already in
-  /// autocast's type and/or behind JoinBeforeGradients (then its filter
-  /// gradient may be joined late); undefined: the parameter itself.
-  void UseStepWeight(torch::Tensor w, bool late_filter_gradient) {
+  /// autocast's type and/or behind JoinBeforeGradients of `late_join_group`
+  /// (then its filter gradient may be joined late; -1: it is not behind
+  /// one); undefined: the parameter itself.
+  void UseStepWeight(torch::Tensor w, int64_t late_join_group) {
     step_weight_ = std::move(w);
-    late_filter_gradient_ = late_filter_gradient;
+    late_join_group_ = late_join_group;
   }
 
  private:
@@ -68,43 +70,60 @@ class ConvImpl : public sdk::CountedConv2dImpl {
   bool engine_cache_, space_to_depth_;
   cudnn_conv::Settings settings_;
   torch::Tensor step_weight_;
-  bool late_filter_gradient_ = false;
+  int64_t late_join_group_ = -1;
 };
 TORCH_MODULE(Conv);
 
-// For one forward on CUDA, the weights of the convolutions on the cuDNN path:
-// under autocast cast to its type at once (weight_cast.h: one kernel, and one
-// for the gradients back, instead of one each way per weight); inside a
-// captured step with side streams, behind JoinBeforeGradients, so that each
-// convolution's backward may leave its filter gradient running beside the
-// rest of the backward, joined once before the gradients are read
-// (side_stream.h).
+// For one forward on CUDA, the weights of the convolutions on the cuDNN path,
+// a group at a time (the stem's, then each stage's): under autocast cast to
+// its type (weight_cast.h: one kernel, and one for the gradients back,
+// instead of one each way per weight); inside a captured step with side
+// streams, behind JoinBeforeGradients, so that each convolution's backward
+// may leave its filter gradient running beside the rest of the backward,
+// joined before the group's gradients are read (side_stream.h).
+// Prepare(g) comes just before the forward of group g - 1: autograd runs a
+// backward node after every node created after it that is ready (the
+// higher sequence number first), so group g's join and cast back run once
+// group g - 1's backward is queued, when its filter gradients have long
+// finished, and its weights' gradients are final from there on: the
+// optimizer can update them beside the rest of the backward (the host's
+// `training.optimizer.overlap`).
 class StepWeights {
  public:
-  StepWeights(const std::vector<ConvImpl*>& convs, const torch::Tensor& input) {
+  StepWeights(const std::vector<std::vector<ConvImpl*>>& groups, const torch::Tensor& input) : groups_(groups) {
     if (!input.is_cuda()) return;
-    const bool cast = sdk::autocast::Enabled(c10::kCUDA);
-    const bool late = SideStreamsApply(input.device(), Fork::kLateJoin) && torch::GradMode::is_enabled();
-    if (!cast && !late) return;
-    std::vector<torch::Tensor> weights;
-    for (ConvImpl* conv : convs) {
-      if (!conv->engine_cache()) continue;
-      convs_.push_back(conv);
-      weights.push_back(conv->weight);
-    }
-    if (weights.empty()) return;
-    if (cast) weights = resnet::CastWeights(weights, sdk::autocast::Type(c10::kCUDA));
-    if (late) weights = JoinBeforeGradients(weights);
-    for (size_t i = 0; i < convs_.size(); ++i) convs_[i]->UseStepWeight(std::move(weights[i]), late);
+    cast_ = sdk::autocast::Enabled(c10::kCUDA);
+    late_ = SideStreamsApply(input.device(), Fork::kLateJoin) && torch::GradMode::is_enabled();
   }
   ~StepWeights() {
-    for (ConvImpl* conv : convs_) conv->UseStepWeight({}, false);
+    for (ConvImpl* conv : used_) conv->UseStepWeight({}, -1);
   }
   StepWeights(const StepWeights&) = delete;
   StepWeights& operator=(const StepWeights&) = delete;
 
+  /// Group g's weights for this forward (nothing past the last group).
+  void Prepare(size_t g) {
+    if ((!cast_ && !late_) || g >= groups_.size()) return;
+    std::vector<ConvImpl*> convs;
+    std::vector<torch::Tensor> weights;
+    for (ConvImpl* conv : groups_[g]) {
+      if (!conv->engine_cache()) continue;
+      convs.push_back(conv);
+      weights.push_back(conv->weight);
+    }
+    if (weights.empty()) return;
+    if (cast_) weights = resnet::CastWeights(weights, sdk::autocast::Type(c10::kCUDA));
+    if (late_) weights = JoinBeforeGradients(weights, static_cast<int64_t>(g));
+    for (size_t i = 0; i < convs.size(); ++i) {
+      convs[i]->UseStepWeight(std::move(weights[i]), late_ ? static_cast<int64_t>(g) : -1);
+      used_.push_back(convs[i]);
+    }
+  }
+
  private:
-  std::vector<ConvImpl*> convs_;
+  const std::vector<std::vector<ConvImpl*>>& groups_;
+  bool cast_ = false, late_ = false;
+  std::vector<ConvImpl*> used_;
 };
 
 // How the batch norms run (batch_norm_act.h): fused, and then one kernel
@@ -229,17 +248,28 @@ class ResNetImpl : public torch::nn::Module {
     }
     fc_ = register_module("fc", CountedLinear(in, num_classes));
     Initialise();
-    for (auto& m : modules(/*include_self=*/false))
-      if (auto* conv = m->as<ConvImpl>()) convs_.push_back(conv);
+    conv_groups_.push_back({conv1_.get()});
+    for (auto& layer : layers_) {
+      conv_groups_.emplace_back();
+      for (auto& m : layer->modules(/*include_self=*/false))
+        if (auto* conv = m->as<ConvImpl>()) conv_groups_.back().push_back(conv);
+    }
   }
 
   torch::Tensor forward(const torch::Tensor& input) {
-    const StepWeights weights(convs_, input);
+    // Each group's weights just before the previous group's forward
+    // (StepWeights): the stem's and layer1's first, layer2's before layer1.
+    StepWeights weights(conv_groups_, input);
+    weights.Prepare(0);
+    weights.Prepare(1);
     torch::Tensor x = BatchNormAct(bn1_, conv1_(input), {}, /*relu=*/true, bn_);
     if (imagenet_stem_) {
       x = resnet::MaxPool2d(x, /*kernel=*/3, /*stride=*/2, /*padding=*/1, fused_pool_);
     }
-    for (auto& layer : layers_) x = layer->forward(x);
+    for (size_t stage = 0; stage < 4; ++stage) {
+      weights.Prepare(stage + 2);
+      x = layers_[stage]->forward(x);
+    }
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return fc_(x);
   }
@@ -262,7 +292,8 @@ class ResNetImpl : public torch::nn::Module {
   bool imagenet_stem_;
   BnPath bn_;
   bool fused_pool_;
-  std::vector<ConvImpl*> convs_;  // every convolution (owned by the modules below)
+  // The convolutions (owned by the modules below): the stem's, then each stage's.
+  std::vector<std::vector<ConvImpl*>> conv_groups_;
   Conv conv1_{nullptr};
   BatchNorm2d bn1_{nullptr};
   torch::nn::Sequential layers_[4] = {nullptr, nullptr, nullptr, nullptr};

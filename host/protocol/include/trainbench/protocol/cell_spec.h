@@ -29,6 +29,9 @@ struct OptimizerSettings {
   std::string name = "sgd";  ///< "sgd" or "adam"
   double lr = 0.01, momentum = 0.9, weight_decay = 5e-4;
   bool nesterov = false;
+  /// SGD on one CUDA GPU inside a captured step: each parameter updated as
+  /// soon as its gradient is final, beside the rest of the backward.
+  bool overlap = true;
 };
 
 /// `training.schedule:`.

@@ -58,6 +58,11 @@ void VisitFields(OptimizerSettings& o, V& v) {
   v(Field{"momentum", "SGD momentum (sgd only)", 0, 0.999999}, o.momentum);
   v(Field{"weight_decay", "L2 penalty added to the gradients", 0, 1}, o.weight_decay);
   v(Field{"nesterov", "Nesterov momentum (needs momentum > 0)"}, o.nesterov);
+  v(Field{"overlap",
+          "sgd on one CUDA GPU in a captured step (cuda_graph): update each parameter once its gradient is final, "
+          "on a side stream beside the rest of the backward (the same arithmetic; false: after the whole backward). "
+          "Assumes the model reads no parameter in the backward after its gradient (true of the shipped models)"},
+    o.overlap);
 }
 
 template <class V>
