@@ -1,0 +1,83 @@
+// The worker's optimizers against LibTorch's own: SGD (momentum, weight
+// decay, Nesterov) step by step, on the CPU (the multi-tensor form) and, where
+// a GPU is present, on CUDA (PyTorch's fused kernel, buffers started at zero);
+// and `overlap`, which outside a captured CUDA step changes nothing.
+#include "optimizer.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace trainbench::worker {
+namespace {
+
+std::vector<torch::Device> Devices() {
+  std::vector<torch::Device> devices{torch::kCPU};
+  if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA);
+  return devices;
+}
+
+// Three parameters of different shapes, the same values on every call.
+std::vector<torch::Tensor> Params(const torch::Device& device) {
+  torch::manual_seed(4);
+  std::vector<torch::Tensor> params;
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{16, 8, 3, 3}, {16}, {10, 16}})
+    params.push_back(torch::randn(shape).to(device).requires_grad_());
+  return params;
+}
+
+// Gradients for step `step` (the same for both optimizers).
+void SetGradients(std::vector<torch::Tensor>& params, int step) {
+  torch::manual_seed(100 + step);
+  for (auto& p : params) p.mutable_grad() = torch::randn(p.sizes()).to(p.device());
+}
+
+TEST(Optimizer, SgdStepsAsLibTorchsSgd) {
+  for (const torch::Device& device : Devices()) {
+    for (const bool nesterov : {false, true}) {
+      protocol::OptimizerSettings settings;
+      settings.lr = 0.05;
+      settings.momentum = 0.9;
+      settings.weight_decay = 5e-4;
+      settings.nesterov = nesterov;
+      std::vector<torch::Tensor> ours = Params(device), theirs = Params(device);
+      const auto optimizer = MakeOptimizer(settings, ours);
+      torch::optim::SGD reference(theirs, torch::optim::SGDOptions(settings.lr)
+                                              .momentum(settings.momentum)
+                                              .weight_decay(settings.weight_decay)
+                                              .nesterov(nesterov));
+      for (int step = 0; step < 4; ++step) {
+        SetGradients(ours, step);
+        SetGradients(theirs, step);
+        EXPECT_FALSE(optimizer->BeginBackward());  // no capture here
+        optimizer->Step();
+        reference.step();
+        for (size_t i = 0; i < ours.size(); ++i)
+          EXPECT_TRUE(torch::allclose(ours[i], theirs[i], 1e-5, 1e-6))
+              << device << (nesterov ? " nesterov" : "") << " step " << step << " parameter " << i;
+      }
+      EXPECT_EQ(optimizer->UpdatedDuringBackward(), 0);
+    }
+  }
+}
+
+// A parameter without a gradient at a step is left alone, momentum included.
+TEST(Optimizer, SgdLeavesAParameterWithoutAGradientAlone) {
+  for (const torch::Device& device : Devices()) {
+    protocol::OptimizerSettings settings;
+    std::vector<torch::Tensor> params = Params(device);
+    const auto optimizer = MakeOptimizer(settings, params);
+    SetGradients(params, 0);
+    optimizer->Step();
+    const torch::Tensor before = params[1].detach().clone();
+    SetGradients(params, 1);
+    params[1].mutable_grad() = torch::Tensor();
+    optimizer->Step();
+    EXPECT_TRUE(torch::equal(params[1].detach(), before)) << device;
+  }
+}
+
+}  // namespace
+}  // namespace trainbench::worker
