@@ -69,16 +69,18 @@ class ForeachSgd : public Optimizer {
 
   bool BeginBackward() override {
 #ifdef TRAINBENCH_EARLY_UPDATES
-    if (!early_ || !Capturing(c10::cuda::getCurrentCUDAStream(early_->device))) return false;
-    // The momentum buffers made by an update before the capture (its pool
-    // would hold them).
-    if (momentum_ != 0 && buffers_.empty()) return false;
+    if (!early_) return false;
+    // In a capture, with the momentum buffers made by an update before it
+    // (its pool would hold them). Reset either way: a capture that failed
+    // before its Step() leaves nothing for the next step.
+    const bool start =
+        Capturing(c10::cuda::getCurrentCUDAStream(early_->device)) && (momentum_ == 0 || !buffers_.empty());
     const std::lock_guard<std::mutex> lock(early_->mutex);
-    early_->on = true;
+    early_->on = start;
     early_->arrived.clear();
     early_->arrived_elements = 0;
     early_->updated.assign(params_.size(), false);
-    return true;
+    return start;
 #else
     return false;
 #endif
