@@ -2,9 +2,10 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
-#include <regex>
 #include <vector>
 
 namespace trainbench::worker {
@@ -92,6 +93,19 @@ EnergyChoice OpenNvml(const std::string& uuid) {
   return {std::make_unique<Nvml>(device, energy), ""};
 }
 
+// A package domain: intel-rapl:N, not a sub-domain intel-rapl:N:M. Without
+// std::regex: this process loads LibTorch, and PyTorch's wheels carry their
+// own instantiations of it, built by another compiler (pytorch/pytorch#50779);
+// on the GPU machine (g++ 13, PyTorch 2.11's wheel) the FakePowercap tests
+// crashed at their first line, which reached a std::regex_match here (the
+// likely cause; not confirmed there).
+bool PackageDomain(const std::string& name) {
+  const std::string prefix = "intel-rapl:";
+  return name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+         std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()), name.end(),
+                     [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
 }  // namespace
 
 EnergyChoice OpenRapl(const fs::path& root) {
@@ -101,11 +115,9 @@ EnergyChoice OpenRapl(const fs::path& root) {
                          " is absent (no powercap driver, or a virtual machine that "
                          "does not expose it)"};
   }
-  static const std::regex kPackage(R"(intel-rapl:\d+)");  // not intel-rapl:N:M (sub-domains)
   std::vector<Rapl::Domain> domains;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (!std::regex_match(name, kPackage)) continue;
+    if (!PackageDomain(entry.path().filename().string())) continue;
     Rapl::Domain d;
     d.energy = entry.path() / "energy_uj";
     const auto range = ReadNumber(entry.path() / "max_energy_range_uj");
