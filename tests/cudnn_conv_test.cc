@@ -460,6 +460,32 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
   EXPECT_LE(RelativeError(w_side, wr.grad()), 1e-2);
 }
 
+// ResNet18 or (`bottleneck`) ResNet50 for 32 px images on CUDA with every
+// fast path on, its convolution weights channels_last.
+std::unique_ptr<sdk::Model> CudaResNet(bool bottleneck) {
+  const sdk::Options options(R"({"num_classes": 10, "image_size": 32, "stem": "imagenet", "fused_batchnorm": true,
+      "batchnorm_one_pass": true, "fused_maxpool": true, "cudnn_engine_cache": true,
+      "cudnn_runtime_compiled": false, "stem_space_to_depth": true})");
+  const ResNetSpec spec = bottleneck ? ResNetSpec{{3, 4, 6, 3}, true} : ResNetSpec{{2, 2, 2, 2}, false};
+  std::unique_ptr<sdk::Model> model = MakeResNet(spec, options);
+  model->module().to(torch::kCUDA);
+  for (auto& p : model->module().parameters())
+    if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
+  return model;
+}
+
+// The worker's bf16 step up to its loss: the gradients unset, the forward
+// under autocast, cross entropy in float.
+void Bf16Loss(sdk::Model& model, const torch::Tensor& x, const torch::Tensor& labels, torch::Tensor* loss) {
+  for (auto& p : model.module().parameters()) p.mutable_grad() = torch::Tensor();
+  torch::Tensor logits;
+  {
+    trainbench::worker::AutocastScope autocast(c10::kCUDA, sdk::Amp::kBf16);
+    ASSERT_TRUE(model.Forward(x, &logits).ok());
+  }
+  *loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+}
+
 // A whole ResNet training step captured in a CUDA graph, with side streams
 // and without: the same gradients and running statistics after a replay.
 // Each fork alone and all of them (the default): the convolutions' two
@@ -476,25 +502,13 @@ TEST(SideStreams, LeaveACapturedResNetStepUnchanged) {
   Autotuning autotuning;
   for (const bool bottleneck : {false, true}) {
     torch::manual_seed(8);
-    const sdk::Options options(R"({"num_classes": 10, "image_size": 32, "stem": "imagenet", "fused_batchnorm": true,
-        "batchnorm_one_pass": true, "fused_maxpool": true, "cudnn_engine_cache": true,
-        "cudnn_runtime_compiled": false, "stem_space_to_depth": true})");
-    const ResNetSpec spec = bottleneck ? ResNetSpec{{3, 4, 6, 3}, true} : ResNetSpec{{2, 2, 2, 2}, false};
-    const std::unique_ptr<sdk::Model> model = MakeResNet(spec, options);
-    const auto cl = torch::MemoryFormat::ChannelsLast;
-    model->module().to(torch::kCUDA);
-    for (auto& p : model->module().parameters())
-      if (p.dim() == 4) p.set_data(p.contiguous(cl));
-    const torch::Tensor x = torch::randn({64, 3, 32, 32}, torch::kCUDA).contiguous(cl);
+    const std::unique_ptr<sdk::Model> model = CudaResNet(bottleneck);
+    const torch::Tensor x = torch::randn({64, 3, 32, 32}, torch::kCUDA).contiguous(torch::MemoryFormat::ChannelsLast);
     const torch::Tensor labels = torch::randint(0, 10, {64}, torch::TensorOptions(torch::kCUDA).dtype(torch::kLong));
     auto step = [&] {
-      for (auto& p : model->module().parameters()) p.mutable_grad() = torch::Tensor();
-      torch::Tensor logits;
-      {
-        trainbench::worker::AutocastScope autocast(c10::kCUDA, sdk::Amp::kBf16);
-        ASSERT_TRUE(model->Forward(x, &logits).ok());
-      }
-      torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels).backward();
+      torch::Tensor loss;
+      Bf16Loss(*model, x, labels, &loss);
+      loss.backward();
     };
     // One replay of a captured step: every gradient, then the running means.
     auto replayed = [&](const char* side_streams) {
@@ -546,35 +560,22 @@ TEST(OptimizerOverlap, UpdatesACapturedResNetStepAsAfterItsBackward) {
   ScopedCacheHome home;
   Autotuning autotuning;
   for (const bool bottleneck : {false, true}) {
-    const sdk::Options options(R"({"num_classes": 10, "image_size": 32, "stem": "imagenet", "fused_batchnorm": true,
-        "batchnorm_one_pass": true, "fused_maxpool": true, "cudnn_engine_cache": true,
-        "cudnn_runtime_compiled": false, "stem_space_to_depth": true})");
-    const ResNetSpec spec = bottleneck ? ResNetSpec{{3, 4, 6, 3}, true} : ResNetSpec{{2, 2, 2, 2}, false};
     const std::string name = bottleneck ? "ResNet50" : "ResNet18";
     torch::manual_seed(9);
-    const auto cl = torch::MemoryFormat::ChannelsLast;
-    const torch::Tensor x = torch::randn({64, 3, 32, 32}, torch::kCUDA).contiguous(cl);
+    const torch::Tensor x = torch::randn({64, 3, 32, 32}, torch::kCUDA).contiguous(torch::MemoryFormat::ChannelsLast);
     const torch::Tensor labels = torch::randint(0, 10, {64}, torch::TensorOptions(torch::kCUDA).dtype(torch::kLong));
     // Every weight and gradient after two replays, and how many parameters
     // the capture updated during its backward.
     auto trained = [&](bool overlap) {
       torch::manual_seed(10);
-      const std::unique_ptr<sdk::Model> model = MakeResNet(spec, options);
-      model->module().to(torch::kCUDA);
-      for (auto& p : model->module().parameters())
-        if (p.dim() == 4) p.set_data(p.contiguous(cl));
+      const std::unique_ptr<sdk::Model> model = CudaResNet(bottleneck);
       trainbench::protocol::OptimizerSettings settings;
       settings.lr = 0.2;
       settings.overlap = overlap;
       const auto optimizer = trainbench::worker::MakeOptimizer(settings, model->module().parameters());
       auto step = [&] {
-        for (auto& p : model->module().parameters()) p.mutable_grad() = torch::Tensor();
-        torch::Tensor logits;
-        {
-          trainbench::worker::AutocastScope autocast(c10::kCUDA, sdk::Amp::kBf16);
-          ASSERT_TRUE(model->Forward(x, &logits).ok());
-        }
-        const torch::Tensor loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+        torch::Tensor loss;
+        Bf16Loss(*model, x, labels, &loss);
         optimizer->BeginBackward();
         loss.backward();
         optimizer->Step();

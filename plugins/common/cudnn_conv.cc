@@ -910,8 +910,8 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
   // backward_data, backward_filter: whether autograd will ask for x's and
   // w's gradients (the prefetch's hint; grad mode is off in here).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            std::vector<int64_t> geometry, bool runtime_compiled, bool late_filter_gradient,
-                            int64_t late_join_group, bool backward_data, bool backward_filter) {
+                            std::vector<int64_t> geometry, bool runtime_compiled, int64_t late_join_group,
+                            bool backward_data, bool backward_filter) {
     const Settings settings{runtime_compiled};
     const bool channels_last = ChannelsLast(x, w);
     const at::MemoryFormat format = Format(channels_last);
@@ -923,7 +923,6 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
     ctx->saved_data["geometry"] = geometry;
     ctx->saved_data["channels_last"] = channels_last;
     ctx->saved_data["runtime_compiled"] = runtime_compiled;
-    ctx->saved_data["late_filter_gradient"] = late_filter_gradient;
     ctx->saved_data["late_join_group"] = late_join_group;
     return y;
   }
@@ -948,17 +947,17 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
       SideStream side(x.device());
       side.Run([&] { Convolve(Op::kBackwardFilter, {x, dw, dy}, geometry, channels_last, settings); });
       Convolve(Op::kBackwardData, {dx, w, dy}, geometry, channels_last, settings);
-      const bool late =
-          ctx->saved_data["late_filter_gradient"].toBool() && SideStreamsApply(x.device(), plugins::Fork::kLateJoin);
+      const int64_t group = ctx->saved_data["late_join_group"].toInt();
+      const bool late = group >= 0 && SideStreamsApply(x.device(), plugins::Fork::kLateJoin);
       if (late)
-        side.Leave({x, dy, dw}, ctx->saved_data["late_join_group"].toInt());
+        side.Leave({x, dy, dw}, group);
       else
         side.Join();
       State& state = GetState();
       const std::lock_guard lock(state.mutex);
       ++state.counts.side_stream_grads;
       if (late) ++state.counts.late_filter_grads;
-      return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+      return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
     if (ctx->needs_input_grad(0)) {
       dx = at::empty(x.sizes(), x.options().memory_format(format));
@@ -968,7 +967,7 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
       dw = at::empty(w.sizes(), w.options().memory_format(format));
       Convolve(Op::kBackwardFilter, {x, dw, dy}, geometry, channels_last, settings);
     }
-    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -1001,8 +1000,8 @@ torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<
               " and weight ", weight.scalar_type(), " differ");
   const bool grad = torch::GradMode::is_enabled();
   return ConvFunction::apply(input, weight, std::vector<int64_t>{stride[0], stride[1], padding[0], padding[1]},
-                             settings.runtime_compiled, settings.late_filter_gradient, settings.late_join_group,
-                             grad && input.requires_grad(), grad && weight.requires_grad());
+                             settings.runtime_compiled, settings.late_join_group, grad && input.requires_grad(),
+                             grad && weight.requires_grad());
 }
 
 Counts GetCounts() {

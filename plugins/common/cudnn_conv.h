@@ -34,12 +34,11 @@ struct Settings {
   bool runtime_compiled = false;
   /// Inside a captured step, whether the backward may leave the filter's
   /// gradient running on its side stream (SideStream::Leave) for a later
-  /// join: only where `w` reached the convolution through
-  /// JoinBeforeGradients (side_stream.h), whose backward joins it before
-  /// anything reads the gradient. Not part of the engine choice.
-  bool late_filter_gradient = false;
-  /// Then: the group given to that JoinBeforeGradients.
-  int64_t late_join_group = 0;
+  /// join: -1, no; else the group (0 or more) of the JoinBeforeGradients
+  /// (side_stream.h) that `w` reached the convolution through, whose backward
+  /// joins it before anything reads the gradient. Not part of the engine
+  /// choice.
+  int64_t late_join_group = -1;
 };
 
 /// conv2d(x, w, stride, padding) with autograd (gradients of x and w), in x's
@@ -47,7 +46,7 @@ struct Settings {
 /// has no engine for it. While a CUDA graph is being captured, the backward
 /// runs the filter's gradient on a side stream beside the data's (see
 /// side_stream.h), joined before it returns or, with
-/// `settings.late_filter_gradient`, later.
+/// `settings.late_join_group`, later.
 torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<int64_t, 2> stride,
                      std::array<int64_t, 2> padding, const Settings& settings = {});
 
@@ -60,7 +59,7 @@ struct Counts {
   int64_t gathered_ahead =
       0;  ///< tunings whose candidates a helper thread had gathered (unless TRAINBENCH_CUDNN_PREFETCH=0)
   int64_t side_stream_grads = 0;  ///< backward passes that ran the filter's gradient beside the data's (see Conv2d)
-  int64_t late_filter_grads = 0;  ///< of those, how many left it running for a later join (late_filter_gradient)
+  int64_t late_filter_grads = 0;  ///< of those, how many left it running for a later join (late_join_group)
 };
 Counts GetCounts();
 

@@ -79,8 +79,8 @@ void JoinLeft(const c10::Device& device, int64_t group = 0);
 /// with `group` has been joined (JoinLeft), so whatever reads them (an
 /// optimizer, a cast, gradient accumulation) reads them whole. A model puts
 /// it between its weights and the convolutions it lets leave their filter
-/// gradients running (cudnn_conv::Settings::late_filter_gradient, with the
-/// same group); one group per set of weights whose gradients may go on
+/// gradients running (cudnn_conv::Settings::late_join_group, the same
+/// group); one group per set of weights whose gradients may go on
 /// together (resnet.cc: one per stage, so that the optimizer can update a
 /// stage while the backward goes on). Every tensor on one CUDA device.
 std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>& tensors, int64_t group = 0);

@@ -47,7 +47,6 @@ class ConvImpl : public sdk::CountedConv2dImpl {
       // the filter gradient at once.
       if (space_to_depth_ && resnet::StemApplies(x, w, stride_, padding_)) return resnet::StemConv(x, w, settings_);
       cudnn_conv::Settings settings = settings_;
-      settings.late_filter_gradient = late_join_group_ >= 0;
       settings.late_join_group = late_join_group_;
       return cudnn_conv::Conv2d(x, w, {stride_, stride_}, {padding_, padding_}, settings);
     }
