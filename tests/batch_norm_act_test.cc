@@ -364,4 +364,55 @@ TEST(BatchNormActGraph, ReplaysInACudaGraph) {
   EXPECT_TRUE(torch::allclose(bn1->running_mean, expect_mean, 1e-5, 1e-5));
 }
 
+// Back to back in a CUDA graph, each batch norm's element-wise pass starts
+// while its reduction finishes (programmatic dependent launch on sm_90,
+// batch_norm_act_kernels.cu): it must still read its own call's
+// coefficients, not those the workspace held from the call before (another
+// tensor, statistics a hundred times apart). Two kernels each way, forward
+// and backward, with and without a residual.
+TEST(BatchNormActGraph, BackToBackCallsReadTheirOwnStatistics) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+  torch::manual_seed(17);
+  constexpr int kCalls = 8;
+  const std::vector<int64_t> shape{256, 64, 8, 8};
+  BatchNorm2d bn(64);
+  bn->to(torch::kCUDA);
+  std::vector<torch::Tensor> xs, skips, upstream;
+  for (int i = 0; i < kCalls; ++i) {
+    const double scale = i % 2 == 0 ? 1.0 : 100.0;
+    xs.push_back((torch::randn(shape, bf16) * scale + scale / 2).contiguous(cl));
+    skips.push_back((torch::randn(shape, bf16) * scale).contiguous(cl));
+    upstream.push_back((torch::randn(shape, bf16) / scale).contiguous(cl));
+  }
+  ASSERT_FALSE(resnet::OnePassApplies(xs[0], true, false));
+  // Call i: a residual on odd calls; y and dx of each.
+  const auto call = [&](int i) {
+    const torch::Tensor x = xs[i].detach().requires_grad_();
+    const torch::Tensor skip = i % 2 == 1 ? skips[i] : torch::Tensor();
+    const torch::Tensor y = resnet::BatchNormAct(*bn, x, skip, /*relu=*/true, /*fused=*/true);
+    return std::make_pair(y.detach(), torch::autograd::grad({y}, {x}, {upstream[i]})[0]);
+  };
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> alone, replayed;
+  auto stream = c10::cuda::getStreamFromPool();
+  at::cuda::CUDAGraph graph;
+  {
+    c10::cuda::CUDAStreamGuard guard(stream);
+    for (int i = 0; i < kCalls; ++i) alone.push_back(call(i));
+    stream.synchronize();
+    graph.capture_begin();
+    for (int i = 0; i < kCalls; ++i) replayed.push_back(call(i));
+    graph.capture_end();
+  }
+  for (int replay = 0; replay < 3; ++replay) {
+    graph.replay();
+    torch::cuda::synchronize();
+    for (int i = 0; i < kCalls; ++i) {
+      ASSERT_TRUE(torch::allclose(replayed[i].first, alone[i].first, 1e-2, 1e-2)) << "y, call " << i;
+      ASSERT_TRUE(torch::allclose(replayed[i].second, alone[i].second, 1e-2, 1e-2)) << "dx, call " << i;
+    }
+  }
+}
+
 }  // namespace

@@ -138,6 +138,36 @@ __device__ __forceinline__ bool Passes(float x, float scale, float shift) {
   return Round<T>(__fmaf_rn(x, scale, shift)) > 0.f;
 }
 
+// Programmatic dependent launch (sm_90 and later; no-ops before): the NHWC
+// element-wise pass is launched so that it may start while the reduction
+// before it on its stream finishes (LaunchElementwise). The reduction lets it
+// start at once (LetDependentsStart): launched the ordinary way, it began
+// after everything before it on the stream had finished, so the inputs that
+// the element-wise pass reads before its wait (x, dy, r: written by kernels
+// before the reduction) are final. The wait (WaitForPrerequisite: the
+// reduction finished, its writes visible) comes before anything the
+// reduction writes is read (the coefficients, dr), and every thread of the
+// element-wise pass passes it, so that the pass finishes after the reduction
+// (the kernel after it is ordered behind the pass alone). What it saves: the
+// launch gap between the two kernels and the latency of the pass's first
+// loads, overlapped with the reduction's last block adding the partial sums.
+__device__ __forceinline__ void LetDependentsStart() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Asks the line holding `address` into this SM's L1 (no registers held).
+__device__ __forceinline__ void PrefetchL1(const void* address) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(address));
+}
+
+__device__ __forceinline__ void WaitForPrerequisite() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // The gradient that reaches bn(x) [+ r]: dy masked by ReLU. With a residual
 // the mask comes from y, else from x.
 template <typename T, bool kRelu, bool kResidual>
@@ -373,6 +403,7 @@ __device__ __forceinline__ void WriteBlockSums(const Params& p, const float (&a0
 // value); backward: of dz and dz (x - mean), writing dr = dz with a residual.
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
 __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Params p, int tx) {
+  LetDependentsStart();
   const int ty = kThreads / tx;
   const int lane_c = threadIdx.x % tx, lane_r = threadIdx.x / tx;
   const int pack = blockIdx.x * tx + lane_c;
@@ -495,24 +526,37 @@ struct Elementwise {
   }
 };
 
-// The element-wise pass, NHWC: the reductions' geometry, a thread's channels fixed.
+// The element-wise pass, NHWC: the reductions' geometry, a thread's channels
+// fixed. Launched after a reduction, it waits for it (programmatic dependent
+// launch, above) with its first row of inputs asked into L1 meanwhile.
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
 __global__ void __launch_bounds__(kThreads) ElementwiseNhwc(Params p, int tx) {
   constexpr int kK = Coefficients(kBackward);
   const int ty = kThreads / tx;
   const int lane_c = threadIdx.x % tx, lane_r = threadIdx.x / tx;
   const int c0 = (blockIdx.x * tx + lane_c) * kVec;
-  if (c0 >= p.c || lane_r >= ty) return;
+  const bool active = c0 < p.c && lane_r < ty;
+  const T* x = static_cast<const T*>(p.x);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * ty + lane_r;
+  if (active && row0 < p.rows) {
+    // Inputs that no kernel of this batch norm writes: x, and r forward or
+    // dy backward without a residual.
+    const int64_t at = row0 * p.c + c0;
+    PrefetchL1(x + at);
+    if constexpr (!kBackward && kResidual) PrefetchL1(static_cast<const T*>(p.residual) + at);
+    if constexpr (kBackward && !kResidual) PrefetchL1(static_cast<const T*>(p.grad_y) + at);
+  }
+  WaitForPrerequisite();
+  if (!active) return;
   float k[kVec][kK];
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
 #pragma unroll
     for (int i = 0; i < kK; ++i) k[j][i] = p.coef[(c0 + j) * kK + i];
   }
-  const T* x = static_cast<const T*>(p.x);
   const int64_t step = static_cast<int64_t>(gridDim.y) * ty;
 #pragma unroll 2
-  for (int64_t r = static_cast<int64_t>(blockIdx.y) * ty + lane_r; r < p.rows; r += step) {
+  for (int64_t r = row0; r < p.rows; r += step) {
     const int64_t at = r * p.c + c0;
     const Pack<T, kVec> xv = LoadPack<T, kVec>(x, at);
     Pack<T, kVec> rv{}, gv{}, dzv{};
@@ -1073,13 +1117,53 @@ bool LaunchOnePassRows(const Geometry& g, const Params& p, cudaStream_t stream) 
   }
 }
 
+// Whether the NHWC element-wise pass starts while the reduction before it
+// finishes (programmatic dependent launch, above): on devices of compute
+// capability 9.0 or later, unless TRAINBENCH_BN_PDL=0 (for a side-by-side).
+// Asked once per device.
+bool DependentLaunchReady() {
+  static const bool setting = [] {
+    const char* s = std::getenv("TRAINBENCH_BN_PDL");
+    return s == nullptr || std::string_view(s) != "0";
+  }();
+  static std::array<signed char, kMaxDevices> ready{};
+  const int device = CurrentDevice();
+  if (!setting || device < 0) return false;
+  if (ready[device] == 0) {
+    int major = 0;
+    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();
+    ready[device] = ok && major >= 9 ? 1 : -1;
+  }
+  return ready[device] > 0;
+}
+
+// The NHWC element-wise pass, after the reduction just launched on `stream`.
+template <auto kernel>
+void LaunchElementwise(dim3 grid, const Params& p, int tx, cudaStream_t stream) {
+  if (DependentLaunchReady()) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    if (cudaLaunchKernelEx(&config, kernel, p, tx) == cudaSuccess) return;
+    (void)cudaGetLastError();  // refused up front: the ordinary launch instead
+  }
+  kernel<<<grid, kThreads, 0, stream>>>(p, tx);
+}
+
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
 void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
   if (pr.layout == Layout::kNhwc) {
     if (LaunchOnePassRows<T, kVec, kBackward, kRelu, kResidual>(g, p, stream)) return;
     ReduceNhwc<T, kVec, kBackward, kRelu, kResidual><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p, g.tx);
     constexpr auto elementwise = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual>;
-    elementwise<<<dim3(g.elem_tiles, ElementwiseRowBlocks<elementwise>(g)), kThreads, 0, stream>>>(p, g.elem_tx);
+    LaunchElementwise<elementwise>(dim3(g.elem_tiles, ElementwiseRowBlocks<elementwise>(g)), p, g.elem_tx, stream);
     return;
   }
   ReduceNchw<T, kVec, kBackward, kRelu, kResidual><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p);
