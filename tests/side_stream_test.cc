@@ -18,7 +18,6 @@ TEST(SideStreamSetting, UnsetOrOneAllowsEveryFork) {
     EXPECT_TRUE(ForkAllowed(Fork::kGradients, setting));
     EXPECT_TRUE(ForkAllowed(Fork::kBranches, setting));
     EXPECT_TRUE(ForkAllowed(Fork::kLateJoin, setting));
-    EXPECT_TRUE(ForkAllowed(Fork::kCasts, setting));
   }
 }
 
@@ -26,7 +25,6 @@ TEST(SideStreamSetting, ZeroAllowsNone) {
   EXPECT_FALSE(ForkAllowed(Fork::kGradients, "0"));
   EXPECT_FALSE(ForkAllowed(Fork::kBranches, "0"));
   EXPECT_FALSE(ForkAllowed(Fork::kLateJoin, "0"));
-  EXPECT_FALSE(ForkAllowed(Fork::kCasts, "0"));
 }
 
 TEST(SideStreamSetting, AListAllowsWhatItNames) {
@@ -41,9 +39,6 @@ TEST(SideStreamSetting, AListAllowsWhatItNames) {
   EXPECT_FALSE(ForkAllowed(Fork::kLateJoin, "late"));
   EXPECT_FALSE(ForkAllowed(Fork::kGradients, "late"));
   EXPECT_TRUE(ForkAllowed(Fork::kBranches, "branches"));
-  EXPECT_FALSE(ForkAllowed(Fork::kCasts, "grads,branches,late"));
-  EXPECT_TRUE(ForkAllowed(Fork::kCasts, "casts"));
-  EXPECT_FALSE(ForkAllowed(Fork::kBranches, "casts"));
 }
 
 TEST(SideStreamSetting, AnythingElseIsAnErrorNamingTheVariable) {

@@ -43,9 +43,7 @@ std::vector<torch::Tensor> Weights(int count) {
   return weights;
 }
 
-// `ahead`: the casts made first without a gradient path (CastAhead), then
-// given to CastWeights, which only makes the path.
-void ExpectCastsAsLibTorch(int count, at::ScalarType type, bool ahead = false) {
+void ExpectCastsAsLibTorch(int count, at::ScalarType type) {
   torch::manual_seed(count);
   std::vector<torch::Tensor> weights = Weights(count);
   std::vector<torch::Tensor> upstream;
@@ -57,16 +55,8 @@ void ExpectCastsAsLibTorch(int count, at::ScalarType type, bool ahead = false) {
     expected_grads.push_back(weights[i].grad().clone());
     weights[i].mutable_grad() = torch::Tensor();
   }
-  std::vector<torch::Tensor> made;
-  if (ahead) {
-    made = resnet::CastAhead(weights, type);
-    ASSERT_EQ(made.size(), weights.size());
-    for (const auto& m : made) EXPECT_EQ(m.grad_fn(), nullptr);
-  }
-  const std::vector<torch::Tensor> cast = resnet::CastWeights(weights, type, made);
+  const std::vector<torch::Tensor> cast = resnet::CastWeights(weights, type);
   ASSERT_EQ(cast.size(), weights.size());
-  // Given casts are the outputs themselves: no kernel ran for them.
-  for (size_t i = 0; i < made.size(); ++i) EXPECT_EQ(cast[i].data_ptr(), made[i].data_ptr()) << "weight " << i;
   torch::Tensor loss = torch::zeros({}, torch::TensorOptions(torch::kCUDA).dtype(type));
   for (size_t i = 0; i < cast.size(); ++i) {
     EXPECT_EQ(cast[i].scalar_type(), type);
@@ -93,19 +83,6 @@ TEST(WeightCast, OneKernelCastsAsLibTorchBf16) {
 TEST(WeightCast, OneKernelCastsAsLibTorchHalf) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ExpectCastsAsLibTorch(8, torch::kHalf);
-}
-
-TEST(WeightCast, CastAheadThenTheGradientPath) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  ExpectCastsAsLibTorch(8, torch::kBFloat16, /*ahead=*/true);
-  ExpectCastsAsLibTorch(101, torch::kHalf, /*ahead=*/true);
-}
-
-// CastAhead makes nothing where the kernel does not apply (CPU weights):
-// CastWeights then casts each weight itself.
-TEST(WeightCast, NothingAheadWhereTheKernelDoesNotApply) {
-  const std::vector<torch::Tensor> cpu{torch::randn({4, 4}).requires_grad_()};
-  EXPECT_TRUE(resnet::CastAhead(cpu, torch::kBFloat16).empty());
 }
 
 // More weights than one launch's table holds (48): several launches.

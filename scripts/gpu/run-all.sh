@@ -377,8 +377,7 @@ for stage in $STAGES; do
     # one-pass kernels only on the reductions' channel tiles, not narrower),
     # nooverlap (every SGD update after the backward: training.optimizer.overlap false),
     # nopdl (the element-wise passes launched after their reductions the
-    # ordinary way, not as programmatic dependents: TRAINBENCH_BN_PDL=0),
-    # nosidecast (the weights' casts ahead on the step's stream, not beside the stem).
+    # ordinary way, not as programmatic dependents: TRAINBENCH_BN_PDL=0).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -386,9 +385,9 @@ for stage in $STAGES; do
         [session16]="TRAINBENCH_BN_TILE_CHANNELS=64 TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8"
         [globalwait]="TRAINBENCH_BN_ONE_PASS_CLUSTER=0" [rows8]="TRAINBENCH_BN_ONE_PASS_MAX_ROWS=8"
         [splits16]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=16" [serialgrads]="TRAINBENCH_SIDE_STREAMS=0"
-        [grads]="TRAINBENCH_SIDE_STREAMS=grads,casts" [nolate]="TRAINBENCH_SIDE_STREAMS=grads,branches,casts"
-        [nobranch]="TRAINBENCH_SIDE_STREAMS=grads,late,casts" [nonarrow]="TRAINBENCH_BN_ONE_PASS_NARROW=0"
-        [nopdl]="TRAINBENCH_BN_PDL=0" [nosidecast]="TRAINBENCH_SIDE_STREAMS=grads,branches,late")
+        [grads]="TRAINBENCH_SIDE_STREAMS=grads" [nolate]="TRAINBENCH_SIDE_STREAMS=grads,branches"
+        [nobranch]="TRAINBENCH_SIDE_STREAMS=grads,late" [nonarrow]="TRAINBENCH_BN_ONE_PASS_NARROW=0"
+        [nopdl]="TRAINBENCH_BN_PDL=0")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/")
       for batch in ${GEOMETRY_BATCHES:-1024 128}; do

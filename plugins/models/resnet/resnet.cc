@@ -87,79 +87,31 @@ TORCH_MODULE(Conv);
 // finished, and its weights' gradients are final from there on: the
 // optimizer can update them beside the rest of the backward (the host's
 // `training.optimizer.overlap`).
-// The casts themselves run ahead (CastAhead, before Prepare(0)): the stem's
-// by one kernel, every stage's by one more, inside a captured step on a
-// side stream beside the stem's forward (Fork::kCasts), joined before
-// layer1's (Prepare(2)); Prepare(g) then makes only their gradient path.
-// Before, each stage's cast was a kernel of its own between two stages,
-// on the step's critical path.
 class StepWeights {
  public:
-  StepWeights(const std::vector<std::vector<ConvImpl*>>& groups, const torch::Tensor& input)
-      : groups_(groups), device_(input.device()) {
+  StepWeights(const std::vector<std::vector<ConvImpl*>>& groups, const torch::Tensor& input) : groups_(groups) {
     if (!input.is_cuda()) return;
     cast_ = sdk::autocast::Enabled(c10::kCUDA);
     late_ = SideStreamsApply(input.device(), Fork::kLateJoin) && torch::GradMode::is_enabled();
   }
   ~StepWeights() {
     for (ConvImpl* conv : used_) conv->UseStepWeight({}, -1);
-    if (!joined_) {  // a forward that failed before layer1: nothing left behind for a later join
-      try {
-        JoinLeft(device_, kAheadGroup);
-      } catch (...) {
-      }
-    }
   }
   StepWeights(const StepWeights&) = delete;
   StepWeights& operator=(const StepWeights&) = delete;
 
-  /// Every group's weights in autocast's type (weight_cast.h's CastAhead),
-  /// before Prepare(0).
-  void CastAhead() {
-    if (!cast_ || groups_.empty()) return;
-    const c10::ScalarType type = sdk::autocast::Type(c10::kCUDA);
-    ahead_.assign(groups_.size(), {});
-    ahead_[0] = resnet::CastAhead(Weights(0), type);
-    std::vector<torch::Tensor> rest, cast;
-    for (size_t g = 1; g < groups_.size(); ++g) {
-      const std::vector<torch::Tensor> weights = Weights(g);
-      rest.insert(rest.end(), weights.begin(), weights.end());
-    }
-    if (rest.empty()) return;
-    if (!SideStreamsApply(device_, Fork::kCasts)) {
-      cast = resnet::CastAhead(rest, type);
-    } else {
-      // The outputs allocated on the side stream and handed over to the
-      // step's (read there after the join).
-      SideStream side(device_);
-      side.Run([&] { cast = resnet::CastAhead(rest, type); });
-      for (const torch::Tensor& t : cast) side.HandOver(t);
-      side.Leave(rest, kAheadGroup);
-      joined_ = false;
-    }
-    if (cast.size() != rest.size()) return;  // no kernel: each group casts its own
-    auto next = cast.begin();
-    for (size_t g = 1; g < groups_.size(); ++g) {
-      const size_t count = Weights(g).size();
-      ahead_[g].assign(next, next + static_cast<std::ptrdiff_t>(count));
-      next += static_cast<std::ptrdiff_t>(count);
-    }
-  }
-
   /// Group g's weights for this forward (nothing past the last group).
   void Prepare(size_t g) {
-    if (g == 2 && !joined_) {  // layer1's forward next: the casts ahead joined
-      JoinLeft(device_, kAheadGroup);
-      joined_ = true;
-    }
     if ((!cast_ && !late_) || g >= groups_.size()) return;
     std::vector<ConvImpl*> convs;
-    std::vector<torch::Tensor> weights = Weights(g, &convs);
-    if (weights.empty()) return;
-    if (cast_) {
-      weights = resnet::CastWeights(weights, sdk::autocast::Type(c10::kCUDA),
-                                    g < ahead_.size() ? ahead_[g] : std::vector<torch::Tensor>{});
+    std::vector<torch::Tensor> weights;
+    for (ConvImpl* conv : groups_[g]) {
+      if (!conv->engine_cache()) continue;
+      convs.push_back(conv);
+      weights.push_back(conv->weight);
     }
+    if (weights.empty()) return;
+    if (cast_) weights = resnet::CastWeights(weights, sdk::autocast::Type(c10::kCUDA));
     if (late_) weights = JoinBeforeGradients(weights, static_cast<int64_t>(g));
     for (size_t i = 0; i < convs.size(); ++i) {
       convs[i]->UseStepWeight(std::move(weights[i]), late_ ? static_cast<int64_t>(g) : -1);
@@ -168,24 +120,8 @@ class StepWeights {
   }
 
  private:
-  // The group JoinLeft knows the casts ahead by (the stages' are 0-4).
-  static constexpr int64_t kAheadGroup = -2;
-
-  // Group g's weights on the cuDNN path (and their convolutions).
-  std::vector<torch::Tensor> Weights(size_t g, std::vector<ConvImpl*>* convs = nullptr) const {
-    std::vector<torch::Tensor> weights;
-    for (ConvImpl* conv : groups_[g]) {
-      if (!conv->engine_cache()) continue;
-      if (convs != nullptr) convs->push_back(conv);
-      weights.push_back(conv->weight);
-    }
-    return weights;
-  }
-
   const std::vector<std::vector<ConvImpl*>>& groups_;
-  c10::Device device_;
-  bool cast_ = false, late_ = false, joined_ = true;
-  std::vector<std::vector<torch::Tensor>> ahead_;  // per group: CastAhead's, or empty
+  bool cast_ = false, late_ = false;
   std::vector<ConvImpl*> used_;
 };
 
@@ -323,7 +259,6 @@ class ResNetImpl : public torch::nn::Module {
     // Each group's weights just before the previous group's forward
     // (StepWeights): the stem's and layer1's first, layer2's before layer1.
     StepWeights weights(conv_groups_, input);
-    weights.CastAhead();
     weights.Prepare(0);
     weights.Prepare(1);
     torch::Tensor x = BatchNormAct(bn1_, conv1_(input), {}, /*relu=*/true, bn_);

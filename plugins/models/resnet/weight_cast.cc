@@ -32,37 +32,28 @@ void Cast(const std::vector<kernels::CastJob>& jobs, at::ScalarType from, at::Sc
                                       kernels::DTypeOf(to), c10::cuda::getCurrentCUDAStream()));
 }
 
-// The weights in `to`, by one kernel on the current stream (Applies).
-variable_list CastNow(at::TensorList weights, at::ScalarType to) {
-  const c10::cuda::CUDAGuard guard(weights[0].device());
-  variable_list out;
-  std::vector<kernels::CastJob> jobs;
-  for (const torch::Tensor& w : weights) {
-    out.push_back(torch::empty_strided(w.sizes(), w.strides(), w.options().dtype(to)));
-    jobs.push_back({w.data_ptr(), out.back().data_ptr(), w.numel()});
-  }
-  Cast(jobs, at::kFloat, to);
-  return out;
-}
-
-// `cast`: the weights already in `type` (CastAhead), returned as they are;
-// empty: cast here.
 struct CastAll : public torch::autograd::Function<CastAll> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList weights, int64_t type, at::TensorList cast) {
-    variable_list out = cast.empty() ? CastNow(weights, static_cast<at::ScalarType>(type)) : cast.vec();
+  static variable_list forward(AutogradContext* ctx, at::TensorList weights, int64_t type) {
+    const c10::cuda::CUDAGuard guard(weights[0].device());
+    const auto to = static_cast<at::ScalarType>(type);
+    variable_list out;
+    std::vector<kernels::CastJob> jobs;
+    for (const torch::Tensor& w : weights) {
+      out.push_back(torch::empty_strided(w.sizes(), w.strides(), w.options().dtype(to)));
+      jobs.push_back({w.data_ptr(), out.back().data_ptr(), w.numel()});
+    }
+    Cast(jobs, at::kFloat, to);
     // The weights themselves (references, not copies): the backward's
     // gradients take their sizes, strides and device. An output nobody used
     // gets no gradient (not a zero one), as with LibTorch's cast.
     ctx->save_for_backward(weights.vec());
-    ctx->saved_data["cast"] = static_cast<int64_t>(cast.size());
     ctx->set_materialize_grads(false);
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list weights = ctx->get_saved_variables();
-    // And none for `type` and for each tensor of `cast`.
-    variable_list result(weights.size() + 1 + static_cast<size_t>(ctx->saved_data["cast"].toInt()));
+    variable_list result(weights.size() + 1);  // and none for `type`
     const c10::cuda::CUDAGuard guard(weights[0].device());
     std::vector<kernels::CastJob> jobs;
     at::ScalarType from = at::kFloat;
@@ -91,23 +82,9 @@ struct CastAll : public torch::autograd::Function<CastAll> {
 
 }  // namespace
 
-std::vector<torch::Tensor> CastAhead(const std::vector<torch::Tensor>& weights, at::ScalarType type) {
+std::vector<torch::Tensor> CastWeights(const std::vector<torch::Tensor>& weights, at::ScalarType type) {
 #ifdef TRAINBENCH_RESNET_KERNELS
-  if (Applies(weights, type)) {
-    const torch::NoGradGuard no_grad;
-    return CastNow(weights, type);
-  }
-#else
-  (void)weights, (void)type;
-#endif
-  return {};
-}
-
-std::vector<torch::Tensor> CastWeights(const std::vector<torch::Tensor>& weights, at::ScalarType type,
-                                       const std::vector<torch::Tensor>& cast) {
-#ifdef TRAINBENCH_RESNET_KERNELS
-  if (Applies(weights, type) && (cast.empty() || cast.size() == weights.size()))
-    return CastAll::apply(at::TensorList(weights), static_cast<int64_t>(type), at::TensorList(cast));
+  if (Applies(weights, type)) return CastAll::apply(at::TensorList(weights), static_cast<int64_t>(type));
 #endif
   std::vector<torch::Tensor> out;
   out.reserve(weights.size());

@@ -16,15 +16,6 @@ namespace resnet {
 /// strides). One kernel each way where this build has the kernels and every
 /// weight is a dense fp32 tensor on one CUDA device; else each weight's
 /// `.to(type)`.
-/// `cast`: the weights already in `type` by CastAhead (then no kernel runs
-/// forward, only the gradient path is made), or empty.
-std::vector<torch::Tensor> CastWeights(const std::vector<torch::Tensor>& weights, at::ScalarType type,
-                                       const std::vector<torch::Tensor>& cast = {});
-
-/// The weights in `type` by one kernel on the current stream, with no
-/// gradient path (CastWeights makes it later, from these): so that a step's
-/// casts can run together, ahead of where each group of weights is used
-/// (resnet.cc). Empty where CastWeights would not use its kernel.
-std::vector<torch::Tensor> CastAhead(const std::vector<torch::Tensor>& weights, at::ScalarType type);
+std::vector<torch::Tensor> CastWeights(const std::vector<torch::Tensor>& weights, at::ScalarType type);
 
 }  // namespace resnet
