@@ -16,7 +16,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <dlfcn.h>
 #include <execinfo.h>
-#include <ftw.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <torch/torch.h>
@@ -37,6 +36,7 @@
 #include "autocast_scope.h"
 #include "optimizer.h"
 #include "relative_error.h"
+#include "remove_tree.h"
 #include "resnet.h"
 #include "stream_gate.h"
 
@@ -96,6 +96,7 @@ std::string Name(const ::testing::TestParamInfo<Case>& info) {
 }
 
 using trainbench::testing::RelativeError;
+using trainbench::testing::RemoveTree;
 
 struct Result {
   torch::Tensor y, dx, dw;
@@ -110,17 +111,6 @@ Result RunConv(const torch::Tensor& x0, const torch::Tensor& w0, const torch::Te
                               : torch::conv2d(x, w, {}, c.stride, c.padding);
   y.backward(dy.to(type));
   return {y.detach(), x.grad(), w.grad()};
-}
-
-// Removes a folder and what it holds. Not std::filesystem::remove_all: in a
-// program linked to PyTorch's wheel, libtorch.so exports its own copies of
-// std::filesystem's functions (nm -D), and its remove_all calls through a
-// null pointer when the folder has files in it: the crash of every
-// autotuning test here until 2026-12-02 (the cache file it leaves).
-void RemoveTree(const fs::path& dir) {
-  ::nftw(
-      dir.c_str(), [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 16,
-      FTW_DEPTH | FTW_PHYS);
 }
 
 class ScopedCacheHome {

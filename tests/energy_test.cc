@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "remove_tree.h"
 #include "test_env.h"
 
 namespace trainbench::worker {
@@ -19,14 +20,14 @@ class FakePowercap : public ::testing::Test {
  protected:
   void SetUp() override {
     root_ = fs::path(::testing::TempDir()) / ("powercap_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
+    trainbench::testing::RemoveTree(root_);
     // Two packages, a core sub-domain (not summed) and another kind of zone.
     Domain("intel-rapl:0", 1000, 262143328850);
     Domain("intel-rapl:1", 2000, 262143328850);
     Domain("intel-rapl:0:0", 999999, 262143328850);
     fs::create_directories(root_ / "dtpm");
   }
-  void TearDown() override { fs::remove_all(root_); }
+  void TearDown() override { trainbench::testing::RemoveTree(root_); }
   void Domain(const std::string& name, unsigned long long energy, unsigned long long range) {
     fs::create_directories(root_ / name);
     std::ofstream(root_ / name / "energy_uj") << energy << "\n";
@@ -49,7 +50,7 @@ TEST_F(FakePowercap, PackageDomainsAreSummed) {
 
 TEST_F(FakePowercap, ACounterThatWrapsIsCountedAcrossTheWrap) {
   Domain("intel-rapl:0", 9000000, 10000000);  // 1 J below its 10 J range
-  fs::remove_all(root_ / "intel-rapl:1");
+  trainbench::testing::RemoveTree(root_ / "intel-rapl:1");
   EnergyChoice rapl = OpenRapl(root_);
   ASSERT_NE(rapl.meter, nullptr) << rapl.reason;
   const double start = rapl.meter->ReadJoules().value();
