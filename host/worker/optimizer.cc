@@ -48,9 +48,14 @@ class ForeachSgd : public Optimizer {
  public:
   ForeachSgd(std::vector<torch::Tensor> params, double lr, double momentum, double weight_decay, bool nesterov,
              bool overlap)
-      : params_(std::move(params)), lr_(lr), momentum_(momentum), weight_decay_(weight_decay), nesterov_(nesterov) {
+      : params_(std::move(params)),
+        fusable_(Fusable(params_)),
+        lr_(lr),
+        momentum_(momentum),
+        weight_decay_(weight_decay),
+        nesterov_(nesterov) {
 #ifdef TRAINBENCH_EARLY_UPDATES
-    if (overlap && !params_.empty() && Fusable(params_)) {
+    if (overlap && !params_.empty() && fusable_) {
       early_ = std::make_unique<Early>(params_[0].device().index(), params_.size());
       for (size_t i = 0; i < params_.size(); ++i) {
         if (!params_[i].requires_grad()) continue;
@@ -109,7 +114,7 @@ class ForeachSgd : public Optimizer {
       if (params_[i].grad().defined()) with_grad.push_back(i);
     if (with_grad.empty()) return;
 #if TORCH_VERSION_MAJOR >= 2
-    if (Fusable(params_)) {
+    if (fusable_) {
       FusedUpdate(with_grad);
       return;
     }
@@ -146,7 +151,8 @@ class ForeachSgd : public Optimizer {
   }
 
  private:
-  // The fused kernel: CUDA, one device and dtype (LibTorch 2.x).
+  // The fused kernel: CUDA, one device and dtype (LibTorch 2.x). Asked once:
+  // a parameter keeps its device and dtype for the optimizer's life.
   static bool Fusable(const std::vector<torch::Tensor>& params) {
     for (const auto& p : params) {
       if (!p.is_cuda() || p.device() != params[0].device() || p.scalar_type() != params[0].scalar_type()) return false;
@@ -233,6 +239,7 @@ class ForeachSgd : public Optimizer {
 #endif
 
   std::vector<torch::Tensor> params_;
+  bool fusable_;  // Fusable(params_)
   std::vector<torch::Tensor> buffers_;          // fused: one per parameter (undefined until its first update)
   std::vector<torch::Tensor> foreach_buffers_;  // foreach: one per parameter with a gradient
   std::vector<std::pair<size_t, unsigned>> hooks_;
