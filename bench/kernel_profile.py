@@ -6,7 +6,9 @@ Plain PyTorch: profiles the same step as bench/pytorch_reference.py
 trainbench: sums a Chrome trace a cell wrote with TRAINBENCH_KERNEL_TRACE
 (host/worker/kernel_trace.h), graph replays included. Either way it prints
 the GPU time per step by kind of work (convolutions and matrix products,
-batch norm, element-wise, ...) and kernel by kernel, with the step's total.
+batch norm, element-wise, ...) and kernel by kernel, with the step's total;
+for a trace, also its timeline: how much of the step the GPU was busy, ran
+kernels side by side or sat idle, and how long each kind of work ran alone.
 
   python3 bench/kernel_profile.py --model resnet50 --batch 1024 --mode eager --channels-last
   python3 bench/kernel_profile.py --model resnet50 --batch 1024 --mode compile --channels-last
@@ -86,19 +88,94 @@ def compare(paths, names):
     print("| kernels per step | " + " | ".join(f"{sum(c for _, c in d['kernels'].values()):g}" for d in docs) + " |")
 
 
-def kernels_of_trace(path):
-    """The GPU activities of a Chrome trace (Kineto's): name -> [us, calls]."""
+def gpu_events(path):
+    """The GPU activities of a Chrome trace (Kineto's)."""
     with open(path) as f:
         doc = json.load(f)
-    per_kernel = collections.defaultdict(lambda: [0.0, 0])
-    for e in doc.get("traceEvents", []):
-        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
-            k = per_kernel[e.get("name", "?")]
-            k[0] += float(e.get("dur", 0))
-            k[1] += 1
-    if not per_kernel:
+    events = [e for e in doc.get("traceEvents", [])
+              if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    if not events:
         raise SystemExit(f"{path}: no GPU kernels in this trace (was it written on a CUDA device?)")
+    return events
+
+
+def kernels_of_trace(events):
+    """name -> [us, calls] of GPU activities."""
+    per_kernel = collections.defaultdict(lambda: [0.0, 0])
+    for e in events:
+        k = per_kernel[e.get("name", "?")]
+        k[0] += float(e.get("dur", 0))
+        k[1] += 1
     return per_kernel
+
+
+def timeline(events, steps, gap_us=0.5):
+    """When the GPU worked, from the activities' start times (None where the
+    trace has none): per step, the span from the first start to the last end,
+    the time some kernel ran (busy), two or more ran (side by side) and none
+    ran (idle; and its gaps longer than `gap_us`), and per kind of work the
+    time it ran alone on the GPU (nothing of another kind beside it: what
+    making that kind faster can take off the step at most, where the rest
+    waits for it) and each stream's busy time."""
+    if any("ts" not in e for e in events):
+        return None
+    edges = []  # (time, +1 start / -1 end, kind, stream)
+    for e in events:
+        start, dur = float(e["ts"]), float(e.get("dur", 0))
+        if dur <= 0:
+            continue
+        stream = (e.get("args") or {}).get("stream", e.get("tid", "?"))
+        kind = category(e.get("name", "?"))
+        edges += [(start, 1, kind, stream), (start + dur, -1, kind, stream)]
+    if not edges:
+        return None
+    edges.sort(key=lambda x: (x[0], x[1]))  # ends before starts at the same instant
+    running = collections.Counter()
+    per_stream_running = collections.Counter()
+    alone = collections.defaultdict(float)
+    stream_busy = collections.defaultdict(float)
+    busy = side_by_side = idle_gaps = 0.0
+    gaps = 0
+    last = edges[0][0]
+    for t, sign, kind, stream in edges:
+        dt = t - last
+        if dt > 0:
+            active = sum(running.values())
+            if active > 0:
+                busy += dt
+                if active > 1:
+                    side_by_side += dt
+                kinds = [k for k, n in running.items() if n > 0]
+                if len(kinds) == 1:
+                    alone[kinds[0]] += dt
+                for s, n in per_stream_running.items():
+                    if n > 0:
+                        stream_busy[s] += dt
+            elif dt > gap_us:
+                idle_gaps += dt
+                gaps += 1
+        running[kind] += sign
+        per_stream_running[stream] += sign
+        last = t
+    span = edges[-1][0] - edges[0][0]
+    return {"span_us": span / steps, "busy_us": busy / steps, "idle_us": (span - busy) / steps,
+            "side_by_side_us": side_by_side / steps, "gaps_over_us": gap_us,
+            "gaps_per_step": gaps / steps, "gap_time_us": idle_gaps / steps,
+            "alone_us": {k: v / steps for k, v in alone.items()},
+            "stream_busy_us": {str(s): v / steps for s, v in stream_busy.items()}}
+
+
+def report_timeline(t):
+    print(f"\n## Timeline, per step: {t['span_us']:.1f} us from the first kernel's start to the last one's end; "
+          f"busy {t['busy_us']:.1f} ({t['busy_us'] / t['span_us']:.1%}), two or more side by side "
+          f"{t['side_by_side_us']:.1f}, idle {t['idle_us']:.1f} "
+          f"({t['gaps_per_step']:g} gaps over {t['gaps_over_us']:g} us: {t['gap_time_us']:.1f} us)")
+    print("\n| kind | us/step alone on the GPU |\n|---|---|")
+    for kind, us in sorted(t["alone_us"].items(), key=lambda kv: -kv[1]):
+        print(f"| {kind} | {us:.1f} |")
+    print("\n| stream | busy us/step |\n|---|---|")
+    for stream, us in sorted(t["stream_busy_us"].items(), key=lambda kv: -kv[1]):
+        print(f"| {stream} | {us:.1f} |")
 
 
 def profile_pytorch(a):
@@ -166,12 +243,23 @@ def main():
         compare(a.compare, names)
         return
     if a.trace:
-        per_kernel = kernels_of_trace(a.trace)
+        events = gpu_events(a.trace)
+        per_kernel = kernels_of_trace(events)
         title = a.title or f"trainbench trace {a.trace} b{a.batch}"
-    else:
-        per_kernel = profile_pytorch(a)
-        title = a.title or (f"{a.model} b{a.batch} {a.precision} {a.mode}"
-                            f"{' channels_last' if a.channels_last else ''}")
+        report(per_kernel, a.steps, a.batch, title, a.top, a.json)
+        t = timeline(events, a.steps)
+        if t:
+            report_timeline(t)
+            if a.json:
+                with open(a.json) as f:
+                    doc = json.load(f)
+                doc["timeline"] = t
+                with open(a.json, "w") as f:
+                    json.dump(doc, f, indent=1)
+        return
+    per_kernel = profile_pytorch(a)
+    title = a.title or (f"{a.model} b{a.batch} {a.precision} {a.mode}"
+                        f"{' channels_last' if a.channels_last else ''}")
     report(per_kernel, a.steps, a.batch, title, a.top, a.json)
 
 

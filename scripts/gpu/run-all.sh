@@ -319,7 +319,7 @@ for stage in $STAGES; do
         if [ -z "$trace" ]; then echo "$name: no trace"; grep "kernel trace" "$log"; continue; fi
         python3 bench/kernel_profile.py --trace "$trace" --steps "$steps" --batch "$kbatch" --title "trainbench $name" \
           --json "$OUT/kprofile/$name.json" > "$OUT/kprofile/$name.md"
-        sed -n '1,16p' "$OUT/kprofile/$name.md"; gzip "$trace"
+        sed -n '1,16p' "$OUT/kprofile/$name.md"; grep -A14 "^## Timeline" "$OUT/kprofile/$name.md"; gzip "$trace"
       done
       for model in ${KPROFILE_MODELS-resnet50}; do
         for mode in ${KPROFILE_MODES:-eager compile}; do

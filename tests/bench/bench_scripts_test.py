@@ -402,6 +402,35 @@ class KernelProfileOfATrace(unittest.TestCase):
         self.assertIn("| element-wise | 6.0 |", r.stdout)
         self.assertNotIn("| batch norm |", r.stdout)
 
+    def test_the_timeline_of_a_trace_with_start_times(self):
+        """Per step: span, busy, side by side, idle and its gaps, each kind's
+        time alone on the GPU, each stream's busy time (two steps 100 us
+        apart: the 20 us between them is a gap too)."""
+        conv, bn, ew, opt = (self.EVENTS[i]["name"] for i in range(4))
+        step = [{"ph": "X", "cat": "kernel", "name": conv, "ts": 0.0, "dur": 40.0, "args": {"stream": 7}},
+                {"ph": "X", "cat": "kernel", "name": bn, "ts": 45.0, "dur": 10.0, "args": {"stream": 7}},
+                {"ph": "X", "cat": "kernel", "name": ew, "ts": 70.5, "dur": 9.5, "args": {"stream": 7}},
+                {"ph": "X", "cat": "kernel", "name": opt, "ts": 50.0, "dur": 20.0, "args": {"stream": 9}}]
+        events = step + [dict(e, ts=e["ts"] + 100.0) for e in step]
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "profile.json")
+            r = self.run_profile(events, "--json", out)
+            with open(out) as f:
+                t = json.load(f)["timeline"]
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("## Timeline, per step: 90.0 us from the first kernel's start to the last one's end; busy 74.5 "
+                      "(82.8%), two or more side by side 5.0, idle 15.5 (1.5 gaps over 0.5 us: 15.0 us)", r.stdout)
+        for row in ("| convolution / matmul | 40.0 |", "| optimizer | 15.0 |", "| element-wise | 9.5 |",
+                    "| batch norm | 5.0 |", "| 7 | 59.5 |", "| 9 | 20.0 |"):
+            self.assertIn(row, r.stdout)
+        self.assertAlmostEqual(t["busy_us"], 74.5)
+        self.assertAlmostEqual(t["alone_us"]["optimizer"], 15.0)
+
+    def test_no_timeline_without_start_times(self):
+        r = self.run_profile(self.EVENTS * 2)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("Timeline", r.stdout)
+
     def test_a_trace_without_kernels_says_so(self):
         r = self.run_profile(self.EVENTS[5:])
         self.assertNotEqual(r.returncode, 0)
