@@ -239,7 +239,7 @@ class ForeachSgd : public Optimizer {
 #endif
 
   std::vector<torch::Tensor> params_;
-  bool fusable_;  // Fusable(params_)
+  bool fusable_;                                // Fusable(params_)
   std::vector<torch::Tensor> buffers_;          // fused: one per parameter (undefined until its first update)
   std::vector<torch::Tensor> foreach_buffers_;  // foreach: one per parameter with a gradient
   std::vector<std::pair<size_t, unsigned>> hooks_;
