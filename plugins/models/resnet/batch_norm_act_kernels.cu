@@ -861,6 +861,13 @@ int CountSetting(const char* name, int fallback) {
   return v >= 1 && v <= 1024 ? v : fallback;
 }
 
+// A switch from the environment variable `name`: on unless it is "0" (for a
+// side-by-side that turns a kernel feature off; each caller reads it once).
+bool OnUnlessZero(const char* name) {
+  const char* s = std::getenv(name);
+  return s == nullptr || std::string_view(s) != "0";
+}
+
 // Blocks per channel tile of a reduction: at most kMaxSplits, or
 // TRAINBENCH_BN_MAX_SPLITS.
 int MaxSplits() {
@@ -878,10 +885,7 @@ int OnePassMaxSplits() {
 // Whether the one-pass kernels may take narrower tiles than the reduction's
 // (Plan): unless TRAINBENCH_BN_ONE_PASS_NARROW=0 (for a side-by-side).
 bool OnePassNarrowSetting() {
-  static const bool value = [] {
-    const char* s = std::getenv("TRAINBENCH_BN_ONE_PASS_NARROW");
-    return s == nullptr || std::string_view(s) != "0";
-  }();
+  static const bool value = OnUnlessZero("TRAINBENCH_BN_ONE_PASS_NARROW");
   return value;
 }
 
@@ -1020,10 +1024,7 @@ int ElementwiseRowBlocks(const Geometry& g) {
 // block cluster: unless TRAINBENCH_BN_ONE_PASS_CLUSTER=0 (the blocks then
 // wait for each other through global memory, for a side-by-side).
 bool ClusterSetting() {
-  static const bool value = [] {
-    const char* s = std::getenv("TRAINBENCH_BN_ONE_PASS_CLUSTER");
-    return s == nullptr || std::string_view(s) != "0";
-  }();
+  static const bool value = OnUnlessZero("TRAINBENCH_BN_ONE_PASS_CLUSTER");
   return value;
 }
 
@@ -1122,10 +1123,7 @@ bool LaunchOnePassRows(const Geometry& g, const Params& p, cudaStream_t stream) 
 // capability 9.0 or later, unless TRAINBENCH_BN_PDL=0 (for a side-by-side).
 // Asked once per device.
 bool DependentLaunchReady() {
-  static const bool setting = [] {
-    const char* s = std::getenv("TRAINBENCH_BN_PDL");
-    return s == nullptr || std::string_view(s) != "0";
-  }();
+  static const bool setting = OnUnlessZero("TRAINBENCH_BN_PDL");
   static std::array<signed char, kMaxDevices> ready{};
   const int device = CurrentDevice();
   if (!setting || device < 0) return false;

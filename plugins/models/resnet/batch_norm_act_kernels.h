@@ -31,6 +31,10 @@
 // kernel of this file allocates or clears memory: all of them can be captured
 // in a CUDA graph.
 //
+// On sm_90 and later the NHWC element-wise pass that follows a reduction is
+// a programmatic dependent launch: its blocks start while the reduction
+// finishes and wait for it before reading what it wrote.
+//
 // The counters are per stream (PrepareDevice allocates them for up to 80
 // streams a device): kernels of this file may run on several streams at
 // once, as the branches of a captured step do (plugins/common/side_stream.h).
