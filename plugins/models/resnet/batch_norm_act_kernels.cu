@@ -983,19 +983,21 @@ Geometry Plan(const BnProblem& pr) {
 // so each kernel has its own record.
 template <auto kernel>
 int ResidentBlocks(int dynamic_shared) {
-  static std::array<int, kMaxDevices> blocks{};
+  static std::array<std::atomic<int>, kMaxDevices> blocks{};
   const int device = CurrentDevice();
   if (device < 0) return 0;
-  if (blocks[device] == 0) {
+  int b = blocks[device].load(std::memory_order_relaxed);
+  if (b == 0) {
     int n = 0;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_shared) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, dynamic_shared) != cudaSuccess) {
       (void)cudaGetLastError();  // not sticky: the two kernels run instead
       n = -1;
     }
-    blocks[device] = n > 0 ? n : -1;
+    b = n > 0 ? n : -1;
+    blocks[device].store(b, std::memory_order_relaxed);
   }
-  return blocks[device];
+  return b;
 }
 
 // Blocks per SM an element-wise grid is sized for: the kernel's own
@@ -1049,10 +1051,11 @@ cudaLaunchConfig_t ClusterConfig(const Geometry& g, int shared, cudaStream_t str
 // one such cluster fits. Asked once per device and size.
 template <auto kernel>
 bool ClusterReady(const Geometry& g, int shared) {
-  static std::array<std::array<signed char, kOnePassMaxClusterBlocks + 1>, kMaxDevices> ready{};
+  static std::array<std::array<std::atomic<signed char>, kOnePassMaxClusterBlocks + 1>, kMaxDevices> ready{};
   const int device = CurrentDevice();
   if (!ClusterSetting() || g.one_pass_splits > kOnePassMaxClusterBlocks || device < 0) return false;
-  signed char& r = ready[device][g.one_pass_splits];
+  std::atomic<signed char>& known = ready[device][g.one_pass_splits];
+  signed char r = known.load(std::memory_order_relaxed);
   if (r == 0) {
     int supported = 0, clusters = 0;
     cudaFuncAttributes attributes{};
@@ -1067,6 +1070,7 @@ bool ClusterReady(const Geometry& g, int shared) {
                     cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
     if (!ok) (void)cudaGetLastError();  // not sticky: the blocks wait through global memory instead
     r = ok ? 1 : -1;
+    known.store(r, std::memory_order_relaxed);
   }
   return r > 0;
 }
@@ -1124,16 +1128,18 @@ bool LaunchOnePassRows(const Geometry& g, const Params& p, cudaStream_t stream) 
 // Asked once per device.
 bool DependentLaunchReady() {
   static const bool setting = OnUnlessZero("TRAINBENCH_BN_PDL");
-  static std::array<signed char, kMaxDevices> ready{};
+  static std::array<std::atomic<signed char>, kMaxDevices> ready{};
   const int device = CurrentDevice();
   if (!setting || device < 0) return false;
-  if (ready[device] == 0) {
+  signed char r = ready[device].load(std::memory_order_relaxed);
+  if (r == 0) {
     int major = 0;
     const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess;
     if (!ok) (void)cudaGetLastError();
-    ready[device] = ok && major >= 9 ? 1 : -1;
+    r = ok && major >= 9 ? 1 : -1;
+    ready[device].store(r, std::memory_order_relaxed);
   }
-  return ready[device] > 0;
+  return r > 0;
 }
 
 // The NHWC element-wise pass, after the reduction just launched on `stream`.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 
 #include "kernel_types.h"
 
@@ -24,17 +25,20 @@ inline int CurrentDevice() {
 }
 
 /// The current device's multiprocessors, read once per device (1 where they
-/// cannot be read).
+/// cannot be read). Like every per-device record of these kernels' host
+/// side: atomic, as any thread may ask first (each finds the same value).
 inline int SmCount() {
-  static std::array<int, kMaxDevices> counts{};
+  static std::array<std::atomic<int>, kMaxDevices> counts{};
   const int device = CurrentDevice();
   if (device < 0) return 1;
-  if (counts[device] == 0) {
+  int count = counts[device].load(std::memory_order_relaxed);
+  if (count == 0) {
     int n = 0;
     cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
-    counts[device] = std::max(n, 1);
+    count = std::max(n, 1);
+    counts[device].store(count, std::memory_order_relaxed);
   }
-  return counts[device];
+  return count;
 }
 
 }  // namespace resnet::kernels
