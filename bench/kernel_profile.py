@@ -48,8 +48,9 @@ def category(name):
     return "other"
 
 
-def report(per_kernel, steps, batch, title, top, json_path=None):
-    """per_kernel: name -> [GPU microseconds, calls] over `steps` steps."""
+def report(per_kernel, steps, batch, title, top, json_path=None, extra=None):
+    """per_kernel: name -> [GPU microseconds, calls] over `steps` steps;
+    `extra`: more keys for the --json file."""
     total = sum(v[0] for v in per_kernel.values()) / steps
     calls = sum(v[1] for v in per_kernel.values()) / steps
     print(f"# {title}: {total:.1f} us of GPU time per step "
@@ -69,7 +70,7 @@ def report(per_kernel, steps, batch, title, top, json_path=None):
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"total_us": total, "kinds": {k: v[0] / steps for k, v in by_kind.items()},
-                       "kernels": {n: [u / steps, c / steps] for n, (u, c) in rows}}, f, indent=1)
+                       "kernels": {n: [u / steps, c / steps] for n, (u, c) in rows}, **(extra or {})}, f, indent=1)
     return total
 
 
@@ -246,16 +247,10 @@ def main():
         events = gpu_events(a.trace)
         per_kernel = kernels_of_trace(events)
         title = a.title or f"trainbench trace {a.trace} b{a.batch}"
-        report(per_kernel, a.steps, a.batch, title, a.top, a.json)
         t = timeline(events, a.steps)
+        report(per_kernel, a.steps, a.batch, title, a.top, a.json, {"timeline": t} if t else None)
         if t:
             report_timeline(t)
-            if a.json:
-                with open(a.json) as f:
-                    doc = json.load(f)
-                doc["timeline"] = t
-                with open(a.json, "w") as f:
-                    json.dump(doc, f, indent=1)
         return
     per_kernel = profile_pytorch(a)
     title = a.title or (f"{a.model} b{a.batch} {a.precision} {a.mode}"

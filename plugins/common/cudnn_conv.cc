@@ -32,6 +32,7 @@
 
 #include "cudnn_backend.h"
 #include "engine_cache.h"
+#include "env_switch.h"
 #include "side_stream.h"
 #include "stream_gate.h"
 #include "trainbench/sdk/autocast.h"
@@ -449,8 +450,7 @@ std::vector<Listed> ListCandidates(const Problem& p, const at::Device& device, b
 // cuDNN's heuristic queries are host-only, and the helper's handle is made
 // with its first job.
 bool PrefetchOn() {
-  const char* value = std::getenv("TRAINBENCH_CUDNN_PREFETCH");  // read per forward tuning: a test turns it off
-  return value == nullptr || std::string(value) != "0";
+  return plugins::OnUnlessZero("TRAINBENCH_CUDNN_PREFETCH");  // read per forward tuning: a test turns it off
 }
 
 // One helper thread, started on first use and never stopped (as the

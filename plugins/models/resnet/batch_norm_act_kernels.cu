@@ -18,9 +18,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
-#include <string_view>
 
 #include "../../common/cuda_element.cuh"
+#include "../../common/env_switch.h"
 #include "batch_norm_act_kernels.h"
 #include "kernel_host.h"
 
@@ -33,6 +33,7 @@ using trainbench::cuda::Pack;
 using trainbench::cuda::Round;
 using trainbench::cuda::StorePack;
 using trainbench::cuda::ToFloat;
+using trainbench::plugins::OnUnlessZero;
 
 constexpr int kThreads = 256;
 // The last block of a reduction adds splits x (channels of its tile) partial
@@ -861,13 +862,6 @@ int CountSetting(const char* name, int fallback) {
   return v >= 1 && v <= 1024 ? v : fallback;
 }
 
-// A switch from the environment variable `name`: on unless it is "0" (for a
-// side-by-side that turns a kernel feature off; each caller reads it once).
-bool OnUnlessZero(const char* name) {
-  const char* s = std::getenv(name);
-  return s == nullptr || std::string_view(s) != "0";
-}
-
 // Blocks per channel tile of a reduction: at most kMaxSplits, or
 // TRAINBENCH_BN_MAX_SPLITS.
 int MaxSplits() {
@@ -1030,20 +1024,26 @@ bool ClusterSetting() {
   return value;
 }
 
-// The launch of `kernel` as clusters of (1, splits, 1) blocks.
-cudaLaunchConfig_t ClusterConfig(const Geometry& g, int shared, cudaStream_t stream, cudaLaunchAttribute& attribute) {
+// A launch of kThreads-thread blocks over `grid` with one launch attribute
+// (which the caller fills in, and keeps until the launch).
+cudaLaunchConfig_t ConfigWith(dim3 grid, int shared, cudaStream_t stream, cudaLaunchAttribute& attribute) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(g.one_pass_tiles, g.one_pass_splits);
+  config.gridDim = grid;
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = shared;
   config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
+// The launch of `kernel` as clusters of (1, splits, 1) blocks.
+cudaLaunchConfig_t ClusterConfig(const Geometry& g, int shared, cudaStream_t stream, cudaLaunchAttribute& attribute) {
   attribute.id = cudaLaunchAttributeClusterDimension;
   attribute.val.clusterDim.x = 1;
   attribute.val.clusterDim.y = g.one_pass_splits;
   attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return config;
+  return ConfigWith(dim3(g.one_pass_tiles, g.one_pass_splits), shared, stream, attribute);
 }
 
 // Whether `kernel` runs as clusters of `splits` blocks on this device: its
@@ -1146,15 +1146,10 @@ bool DependentLaunchReady() {
 template <auto kernel>
 void LaunchElementwise(dim3 grid, const Params& p, int tx, cudaStream_t stream) {
   if (DependentLaunchReady()) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = dim3(kThreads);
-    config.stream = stream;
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    const cudaLaunchConfig_t config = ConfigWith(grid, 0, stream, attribute);
     if (cudaLaunchKernelEx(&config, kernel, p, tx) == cudaSuccess) return;
     (void)cudaGetLastError();  // refused up front: the ordinary launch instead
   }

@@ -1,0 +1,17 @@
+#pragma once
+// On/off settings from the environment, for side-by-side measurements that
+// turn one feature of the plugins off (TRAINBENCH_CUDNN_PREFETCH,
+// TRAINBENCH_BN_PDL, ...). Host code only; no CUDA or LibTorch here.
+#include <cstdlib>
+#include <string_view>
+
+namespace trainbench::plugins {
+
+/// The environment variable `name`: on unless it is "0" (unset: on). Read at
+/// each call; a caller that reads it once keeps the value itself.
+inline bool OnUnlessZero(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr || std::string_view(value) != "0";
+}
+
+}  // namespace trainbench::plugins
