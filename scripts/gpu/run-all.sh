@@ -302,7 +302,9 @@ for stage in $STAGES; do
     kprofile)
       mkdir -p "$OUT/kprofile"
       kbatch=${KPROFILE_BATCH:-1024}
-      sed -e "s/batch_size: 1024/batch_size: $kbatch/" bench/configs/kernel-trace.yaml > "$OUT/kprofile/kernel-trace.yaml"
+      # KPROFILE_COMPOSITE=0: trainbench's defaults only (not the stock cells).
+      sed -e "s/batch_size: 1024/batch_size: $kbatch/" $([ "${KPROFILE_COMPOSITE:-1}" = 0 ] && echo "-e /-composite/d") \
+        bench/configs/kernel-trace.yaml > "$OUT/kprofile/kernel-trace.yaml"
       # The rates untraced first (a traced cell runs a little slower), with
       # the fused batch norm's default geometry, then with the caps on its
       # blocks per channel tile that KPROFILE_SPLITS names.
