@@ -455,7 +455,7 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
 std::unique_ptr<sdk::Model> CudaResNet(bool bottleneck) {
   const sdk::Options options(R"({"num_classes": 10, "image_size": 32, "stem": "imagenet", "fused_batchnorm": true,
       "batchnorm_one_pass": true, "fused_maxpool": true, "cudnn_engine_cache": true,
-      "cudnn_runtime_compiled": false, "stem_space_to_depth": true})");
+      "cudnn_runtime_compiled": false, "stem_space_to_depth": true, "fused_sgd": true})");
   const ResNetSpec spec = bottleneck ? ResNetSpec{{3, 4, 6, 3}, true} : ResNetSpec{{2, 2, 2, 2}, false};
   std::unique_ptr<sdk::Model> model = MakeResNet(spec, options);
   model->module().to(torch::kCUDA);
@@ -591,6 +591,90 @@ TEST(OptimizerOverlap, UpdatesACapturedResNetStepAsAfterItsBackward) {
     for (size_t i = 0; i < during.size(); ++i)
       EXPECT_LE(RelativeError(during[i], after[i]), 1e-3)
           << name << (i % 2 ? " gradient" : " weight") << " of parameter " << i / 2;
+  }
+}
+
+// The ResNets' own SGD updates (sdk::Model::TakeSgdUpdates, fused_sgd.h):
+// the model takes its convolutions' weights, the host's optimizer updates
+// the rest; eager steps and replays of a captured step (every side stream),
+// bf16 and fp32, against every update by the host's optimizer after the
+// backward: the same weights, and the same logits from the next forward
+// (the bf16 copies the updates wrote are the weights' own). At this
+// learning rate a stale copy or a gradient read early shows.
+TEST(FusedSgd, TrainsAResNetAsTheHostsOptimizer) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScopedCacheHome home;
+  Autotuning autotuning;
+  for (const bool bottleneck : {false, true}) {
+    for (const bool bf16 : {true, false}) {
+      for (const bool captured : {false, true}) {
+        if (bottleneck && !(bf16 && captured)) continue;  // ResNet50: the default path only
+        const std::string name = std::string(bottleneck ? "ResNet50" : "ResNet18") + (bf16 ? " bf16" : " fp32") +
+                                 (captured ? " captured" : " eager");
+        torch::manual_seed(11);
+        const torch::Tensor x =
+            torch::randn({64, 3, 32, 32}, torch::kCUDA).contiguous(torch::MemoryFormat::ChannelsLast);
+        const torch::Tensor labels =
+            torch::randint(0, 10, {64}, torch::TensorOptions(torch::kCUDA).dtype(torch::kLong));
+        // Every weight after three updates, the next forward's logits, and
+        // how many parameters the model took.
+        auto trained = [&](bool take) {
+          torch::manual_seed(12);
+          const std::unique_ptr<sdk::Model> model = CudaResNet(bottleneck);
+          trainbench::protocol::OptimizerSettings settings;
+          settings.lr = 0.2;
+          std::vector<torch::Tensor> params = model->module().parameters(), left;
+          std::vector<torch::Tensor> taken;
+          if (take) {
+            EXPECT_TRUE(
+                model->TakeSgdUpdates({settings.lr, settings.momentum, settings.weight_decay, false}, &taken).ok());
+          }
+          for (const auto& p : params) {
+            bool in = false;
+            for (const auto& t : taken) in = in || t.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
+            if (!in) left.push_back(p);
+          }
+          const auto optimizer = trainbench::worker::MakeOptimizer(settings, left);
+          auto step = [&] {
+            for (auto& p : params) p.mutable_grad() = torch::Tensor();
+            torch::Tensor logits;
+            {
+              trainbench::worker::AutocastScope autocast(c10::kCUDA, bf16 ? sdk::Amp::kBf16 : sdk::Amp::kNone);
+              ASSERT_TRUE(model->Forward(x, &logits).ok());
+            }
+            const torch::Tensor loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+            optimizer->BeginBackward();
+            loss.backward();
+            optimizer->Step();
+          };
+          if (captured) {
+            const auto graph = CaptureWithSideStreams(step, nullptr);  // one step eagerly, then captured
+            for (int replay = 0; replay < 2; ++replay) graph->replay();
+          } else {
+            for (int s = 0; s < 3; ++s) step();
+          }
+          torch::cuda::synchronize();
+          std::vector<torch::Tensor> state;
+          for (auto& p : params) state.push_back(p.detach().clone());
+          torch::Tensor logits;
+          {
+            torch::NoGradGuard no_grad;
+            trainbench::worker::AutocastScope autocast(c10::kCUDA, bf16 ? sdk::Amp::kBf16 : sdk::Amp::kNone);
+            EXPECT_TRUE(model->Forward(x, &logits).ok());
+          }
+          state.push_back(logits.to(torch::kFloat));
+          return std::make_pair(state, taken.size());
+        };
+        const auto [expected, none] = trained(false);
+        const auto [fused, taken] = trained(true);
+        EXPECT_EQ(none, 0u) << name;
+        EXPECT_EQ(taken, bottleneck ? 53u : 20u) << name << ": every convolution's weight";
+        ASSERT_EQ(fused.size(), expected.size());
+        for (size_t i = 0; i < fused.size(); ++i)
+          EXPECT_LE(RelativeError(fused[i], expected[i]), i + 1 == fused.size() ? 1e-2 : 1e-3)
+              << name << (i + 1 == fused.size() ? ": the next forward's logits" : ": parameter " + std::to_string(i));
+      }
+    }
   }
 }
 

@@ -351,5 +351,21 @@ TEST(Models, ResNetFusedOptionsLeaveTheCpuPathAlone) {
                            b->module().named_buffers()["layer1.0.bn1.running_mean"]));
 }
 
+// The SGD updates a ResNet may take (sdk::Model::TakeSgdUpdates) are its
+// convolutions' on CUDA only: on the CPU (or with fused_sgd off) it takes
+// none, and then refuses a learning rate for them.
+TEST(Models, ResNetTakesNoSgdUpdatesOnTheCpu) {
+  for (const bool fused_sgd : {true, false}) {
+    auto model = Create(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
+                        {{"num_classes", 10}, {"fused_sgd", fused_sgd}});
+    std::vector<torch::Tensor> taken{torch::zeros({1})};  // cleared
+    ASSERT_TRUE(model->TakeSgdUpdates({0.1, 0.9, 5e-4, false}, &taken).ok());
+    EXPECT_TRUE(taken.empty());
+    const sdk::Status lr = model->SetSgdLearningRate(0.01);
+    EXPECT_FALSE(lr.ok());
+    EXPECT_NE(lr.message().find("took no SGD updates"), std::string::npos) << lr.message();
+  }
+}
+
 }  // namespace
 }  // namespace trainbench::worker

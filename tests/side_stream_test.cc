@@ -18,6 +18,7 @@ TEST(SideStreamSetting, UnsetOrOneAllowsEveryFork) {
     EXPECT_TRUE(ForkAllowed(Fork::kGradients, setting));
     EXPECT_TRUE(ForkAllowed(Fork::kBranches, setting));
     EXPECT_TRUE(ForkAllowed(Fork::kLateJoin, setting));
+    EXPECT_TRUE(ForkAllowed(Fork::kUpdates, setting));
   }
 }
 
@@ -25,6 +26,7 @@ TEST(SideStreamSetting, ZeroAllowsNone) {
   EXPECT_FALSE(ForkAllowed(Fork::kGradients, "0"));
   EXPECT_FALSE(ForkAllowed(Fork::kBranches, "0"));
   EXPECT_FALSE(ForkAllowed(Fork::kLateJoin, "0"));
+  EXPECT_FALSE(ForkAllowed(Fork::kUpdates, "0"));
 }
 
 TEST(SideStreamSetting, AListAllowsWhatItNames) {
@@ -39,18 +41,21 @@ TEST(SideStreamSetting, AListAllowsWhatItNames) {
   EXPECT_FALSE(ForkAllowed(Fork::kLateJoin, "late"));
   EXPECT_FALSE(ForkAllowed(Fork::kGradients, "late"));
   EXPECT_TRUE(ForkAllowed(Fork::kBranches, "branches"));
+  EXPECT_TRUE(ForkAllowed(Fork::kUpdates, "updates"));
+  EXPECT_FALSE(ForkAllowed(Fork::kUpdates, "grads,branches,late"));
+  EXPECT_FALSE(ForkAllowed(Fork::kGradients, "updates"));
 }
 
 TEST(SideStreamSetting, AnythingElseIsAnErrorNamingTheVariable) {
-  for (const char* setting :
-       {"grad", "grads,", ",grads", ",", "grads, late", "yes", "2", "GRADS", "grads,,late", "\xff", "grads,\nlate"}) {
+  for (const char* setting : {"grad", "grads,", ",grads", ",", "grads, late", "update", "yes", "2", "GRADS",
+                              "grads,,late", "\xff", "grads,\nlate"}) {
     try {
       ForkAllowed(Fork::kGradients, setting);
       ADD_FAILURE() << "accepted '" << setting << "'";
     } catch (const std::invalid_argument& e) {
       const std::string message = e.what();
       EXPECT_NE(message.find("TRAINBENCH_SIDE_STREAMS"), std::string::npos) << message;
-      EXPECT_NE(message.find("grads, branches, late"), std::string::npos) << message;
+      EXPECT_NE(message.find("grads, branches, late, updates"), std::string::npos) << message;
       EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     }
   }

@@ -111,6 +111,73 @@ TEST(Trainer, AResNetTrainsOnImagesOfAnotherSize) {
   EXPECT_GT(std::get<protocol::Result>(events.back()).flops_per_sample, 0);
 }
 
+// The fixture model's faults in the SGD updates a model may take
+// (sdk::Model::TakeSgdUpdates), on the CPU with SGD: the cell fails with one
+// error naming the model and what it did, and no result.
+CellSpec FaultyCell(const std::string& fault) {
+  CellSpec spec = SmallCell("simple_cnn", 32);
+  const std::filesystem::path plugin = testing::TestPluginDir() / "libtrainbench_faulty_model.so";
+  spec.model = {"faulty_model", plugin.string(), {{"fault", fault}}};
+  spec.model.options = testing::WithDefaults(LoadPlugin(plugin), spec.model.options);
+  return spec;
+}
+
+std::string ErrorOf(const std::vector<protocol::Event>& events) {
+  for (const auto& e : events) EXPECT_FALSE(std::holds_alternative<protocol::Result>(e));
+  if (events.empty() || !std::holds_alternative<protocol::Error>(events.back())) return "(no error event)";
+  return std::get<protocol::Error>(events.back()).reason;
+}
+
+TEST(Trainer, AModelTakingSgdUpdatesOfAForeignTensorFailsItsCell) {
+  const auto [code, events] = RunInProcess(FaultyCell("sgd_foreign"));
+  EXPECT_EQ(code, 1);
+  const std::string reason = ErrorOf(events);
+  EXPECT_NE(reason.find("model 'faulty_model' took SGD updates of a tensor that is not one of its parameters"),
+            std::string::npos)
+      << reason;
+  EXPECT_NE(reason.find("overlap: false"), std::string::npos) << reason;
+}
+
+TEST(Trainer, AModelTakingOneParameterTwiceFailsItsCell) {
+  const auto [code, events] = RunInProcess(FaultyCell("sgd_twice"));
+  EXPECT_EQ(code, 1);
+  const std::string reason = ErrorOf(events);
+  EXPECT_NE(reason.find("model 'faulty_model' took SGD updates of a tensor that is listed twice"), std::string::npos)
+      << reason;
+}
+
+TEST(Trainer, AModelRefusingTheOfferOrALearningRateFailsItsCellWithItsReason) {
+  {
+    const auto [code, events] = RunInProcess(FaultyCell("sgd_error"));
+    EXPECT_EQ(code, 1);
+    const std::string reason = ErrorOf(events);
+    EXPECT_NE(reason.find("model 'faulty_model'"), std::string::npos) << reason;
+    EXPECT_NE(reason.find("fixture: no updates taken, on purpose"), std::string::npos) << reason;
+  }
+  {
+    // Took the bias: the host hands it each epoch's learning rate.
+    const auto [code, events] = RunInProcess(FaultyCell("sgd_lr_error"));
+    EXPECT_EQ(code, 1);
+    const std::string reason = ErrorOf(events);
+    EXPECT_NE(reason.find("fixture: learning rate 0.010000 refused on purpose"), std::string::npos) << reason;
+  }
+}
+
+TEST(Trainer, NoOfferWithoutOverlapOrWithAdam) {
+  // The same lying model trains where the host offers nothing.
+  for (const bool adam : {false, true}) {
+    CellSpec spec = FaultyCell("sgd_foreign");
+    if (adam)
+      spec.training.optimizer.name = "adam";
+    else
+      spec.training.optimizer.overlap = false;
+    const auto [code, events] = RunInProcess(spec);
+    EXPECT_EQ(code, 0) << (adam ? "adam" : "overlap: false");
+    ASSERT_FALSE(events.empty());
+    EXPECT_TRUE(std::holds_alternative<protocol::Result>(events.back()));
+  }
+}
+
 // TRAINBENCH_KERNEL_TRACE (a diagnostic) never costs a cell its result: the
 // trace is written where LibTorch has Kineto, and where it has not (Debian's
 // LibTorch) the cell trains on without it.

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "autocast_scope.h"
@@ -147,7 +149,7 @@ class CellRun {
       cross_rank_sum_ = std::make_unique<CollectiveSum>(*collective_);
       Check(model_->SyncBatchNorm(cross_rank_sum_.get()), "sync_batchnorm: model '" + s_.model.name + "'");
     }
-    optimizer_ = MakeOptimizer(s_.training.optimizer, module.parameters());
+    optimizer_ = MakeOptimizer(s_.training.optimizer, ParametersLeftToTheHost(model_plugin));
 
     const int64_t steps_per_epoch = train_->size() / s_.training.batch_size;
     if (steps_per_epoch < 1) {
@@ -324,6 +326,46 @@ class CellRun {
     return loss.detach();
   }
 
+  // The parameters the host's optimizer updates: all of them, but those the
+  // model takes (sdk::Model::TakeSgdUpdates), offered to plugins of SDK 1.3+
+  // where the update may run inside the backward with SGD's arithmetic: SGD
+  // with `overlap`, one rank (no gradients to average first), no fp16 loss
+  // scaling (no gradients to unscale first). The plugin decides which
+  // devices it takes them on (the ResNets: CUDA). What it returns is
+  // checked: parameters of its module, each once.
+  std::vector<torch::Tensor> ParametersLeftToTheHost(const LoadedPlugin& plugin) {
+    std::vector<torch::Tensor> params = model_->module().parameters();
+    const protocol::OptimizerSettings& o = s_.training.optimizer;
+    if (o.name != "sgd" || !o.overlap || collective_ || settings_.amp == sdk::Amp::kFp16 ||
+        plugin.descriptor->abi_minor < 3)
+      return params;
+    sdk::SgdSettings sgd;
+    sgd.lr = o.lr;
+    sgd.momentum = o.momentum;
+    sgd.weight_decay = o.weight_decay;
+    sgd.nesterov = o.nesterov;
+    std::vector<torch::Tensor> taken;
+    const std::string who = "model '" + s_.model.name + "'";
+    Check(model_->TakeSgdUpdates(sgd, &taken), who);
+    if (taken.empty()) return params;
+    std::vector<torch::Tensor> left;
+    std::set<const void*> claimed;
+    for (const torch::Tensor& t : taken) {
+      const void* impl = t.defined() ? t.unsafeGetTensorImpl() : nullptr;
+      const bool ours = std::any_of(params.begin(), params.end(),
+                                    [&](const torch::Tensor& p) { return p.unsafeGetTensorImpl() == impl; });
+      if (!ours || !claimed.insert(impl).second) {
+        throw CellError(who + " took SGD updates of a tensor that is " +
+                        (ours ? "listed twice" : "not one of its parameters") +
+                        ": a fault of the plugin (set training.optimizer.overlap: false to train without them)");
+      }
+    }
+    for (const torch::Tensor& p : params)
+      if (claimed.count(p.unsafeGetTensorImpl()) == 0) left.push_back(p);
+    model_takes_sgd_ = true;
+    return left;
+  }
+
   // Data parallel: the mean of every rank's gradients, i.e. the gradient of
   // the combined batch's mean loss.
   void AverageGradients() {
@@ -490,6 +532,7 @@ class CellRun {
       const double lr = LearningRate(s_.training, epoch);
       if (lr != current_lr) {
         optimizer_->SetLearningRate(lr);
+        if (model_takes_sgd_) Check(model_->SetSgdLearningRate(lr), "model '" + s_.model.name + "'");
         if (graphed_) graphed_->Invalidate();  // the lr is baked into the graph
         current_lr = lr;
       }
@@ -621,6 +664,7 @@ class CellRun {
   sdk::DeviceSettings settings_;
   std::unique_ptr<DeviceDataset> train_, test_;
   std::unique_ptr<Optimizer> optimizer_;
+  bool model_takes_sgd_ = false;  // the model updates some parameters itself (ParametersLeftToTheHost)
   std::unique_ptr<StepTimer> timer_;
   std::unique_ptr<KernelTrace> kernel_trace_;
   std::unique_ptr<GraphedStep> graphed_;

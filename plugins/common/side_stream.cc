@@ -28,11 +28,11 @@ bool ForkAllowed(Fork fork, const char* setting) {
   for (size_t start = 0;;) {
     const size_t end = std::min(list.find(',', start), list.size());
     const std::string item = list.substr(start, end - start);
-    if (item != "grads" && item != "branches" && item != "late") {
+    if (item != "grads" && item != "branches" && item != "late" && item != "updates") {
       std::string shown;  // printable, on one line
       for (const char c : item.substr(0, 40)) shown += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
       throw std::invalid_argument("TRAINBENCH_SIDE_STREAMS: unknown part '" + shown +
-                                  "' (use 0, 1, or a comma-separated list of grads, branches, late)");
+                                  "' (use 0, 1, or a comma-separated list of grads, branches, late, updates)");
     }
     on.insert(item);
     if (end == list.size()) break;
@@ -45,6 +45,8 @@ bool ForkAllowed(Fork fork, const char* setting) {
       return on.count("branches") > 0;
     case Fork::kLateJoin:
       return on.count("grads") > 0 && on.count("late") > 0;
+    case Fork::kUpdates:
+      return on.count("updates") > 0;
   }
   return false;
 }

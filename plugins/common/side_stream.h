@@ -4,13 +4,14 @@
 // a fraction of an H200, so independent pieces of the step run side by side
 // as branches of the captured graph: a convolution's two gradients
 // (cudnn_conv.cc), a residual block's downsampling branch beside its main
-// path (resnet.cc), and the filter gradients left running past their
+// path (resnet.cc), the filter gradients left running past their
 // convolution's backward until every weight's gradient is needed
-// (JoinBeforeGradients). Outside a capture nothing forks (the cuDNN engines
+// (JoinBeforeGradients), and the model's own SGD updates of a stage's
+// weights beside the rest of the backward (fused_sgd.h). Outside a capture nothing forks (the cuDNN engines
 // are tuned there, and a neighbour on the GPU would skew their timing).
 // TRAINBENCH_SIDE_STREAMS=0 turns it all off; a comma-separated list of
-// `grads`, `branches`, `late` keeps those forks only (for side-by-side
-// measurements; `late` needs `grads`). Kernels with per-device state must not
+// `grads`, `branches`, `late`, `updates` keeps those forks only (for
+// side-by-side measurements; `late` needs `grads`). Kernels with per-device state must not
 // run on two streams at once; the batch norm's counters are per stream
 // (batch_norm_act_kernels.h).
 #include <torch/types.h>
@@ -21,14 +22,15 @@
 
 namespace trainbench::plugins {
 
-/// What forks: a convolution's two gradients, two branches of a model, or
-/// (with kGradients) the filter gradients joined late.
-enum class Fork { kGradients, kBranches, kLateJoin };
+/// What forks: a convolution's two gradients, two branches of a model,
+/// (with kGradients) the filter gradients joined late, or a model's own
+/// weight updates.
+enum class Fork { kGradients, kBranches, kLateJoin, kUpdates };
 
 /// Whether TRAINBENCH_SIDE_STREAMS' value `setting` (null or empty: unset)
 /// lets `fork` run: unset or `1`, every fork; `0`, none; else a
-/// comma-separated list of `grads`, `branches`, `late` (late only with
-/// grads). Throws std::invalid_argument naming the variable for any other value.
+/// comma-separated list of `grads`, `branches`, `late`, `updates` (late only
+/// with grads). Throws std::invalid_argument naming the variable for any other value.
 bool ForkAllowed(Fork fork, const char* setting);
 
 /// Whether work on `device` may fork now: a CUDA device whose current stream

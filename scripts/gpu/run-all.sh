@@ -391,7 +391,8 @@ for stage in $STAGES; do
         [nobranch]="TRAINBENCH_SIDE_STREAMS=grads,late" [nonarrow]="TRAINBENCH_BN_ONE_PASS_NARROW=0"
         [nopdl]="TRAINBENCH_BN_PDL=0")
       # Settings of the experiment itself: an edit of its YAML.
-      declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/")
+      declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
+        [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/")
       for batch in ${GEOMETRY_BATCHES:-1024 128}; do
         i=0
         for setting in ${GEOMETRY_STEPS:-default session16 default}; do

@@ -6,11 +6,16 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/pooling.h>
 
+#include <memory>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "batch_norm_act.h"
 #include "cudnn_conv.h"
+#include "fused_sgd.h"
 #include "max_pool.h"
 #include "side_stream.h"
 #include "stem.h"
@@ -86,13 +91,19 @@ TORCH_MODULE(Conv);
 // group g - 1's backward is queued, when its filter gradients have long
 // finished, and its weights' gradients are final from there on: the
 // optimizer can update them beside the rest of the backward (the host's
-// `training.optimizer.overlap`).
+// `training.optimizer.overlap`). Where the model took the weights' SGD
+// updates (`sgd`, fused_sgd.h), the weights come from there instead of the
+// cast: kept copies, and the group's update in the backward of the cast's
+// place.
 class StepWeights {
  public:
-  StepWeights(const std::vector<std::vector<ConvImpl*>>& groups, const torch::Tensor& input) : groups_(groups) {
+  StepWeights(const std::vector<std::vector<ConvImpl*>>& groups, const torch::Tensor& input, resnet::SgdWeights* sgd)
+      : groups_(groups) {
     if (!input.is_cuda()) return;
     cast_ = sdk::autocast::Enabled(c10::kCUDA);
     late_ = SideStreamsApply(input.device(), Fork::kLateJoin) && torch::GradMode::is_enabled();
+    sgd_ = sgd;
+    if (sgd_) sgd_->BeginForward();
   }
   ~StepWeights() {
     for (ConvImpl* conv : used_) conv->UseStepWeight({}, -1);
@@ -102,7 +113,7 @@ class StepWeights {
 
   /// Group g's weights for this forward (nothing past the last group).
   void Prepare(size_t g) {
-    if ((!cast_ && !late_) || g >= groups_.size()) return;
+    if ((!cast_ && !late_ && !sgd_) || g >= groups_.size()) return;
     std::vector<ConvImpl*> convs;
     std::vector<torch::Tensor> weights;
     for (ConvImpl* conv : groups_[g]) {
@@ -111,7 +122,12 @@ class StepWeights {
       weights.push_back(conv->weight);
     }
     if (weights.empty()) return;
-    if (cast_) weights = resnet::CastWeights(weights, sdk::autocast::Type(c10::kCUDA));
+    const std::optional<at::ScalarType> type =
+        cast_ ? std::optional<at::ScalarType>(sdk::autocast::Type(c10::kCUDA)) : std::nullopt;
+    if (sgd_)
+      weights = sgd_->Weights(g, type);
+    else if (cast_)
+      weights = resnet::CastWeights(weights, *type);
     if (late_) weights = JoinBeforeGradients(weights, static_cast<int64_t>(g));
     for (size_t i = 0; i < convs.size(); ++i) {
       convs[i]->UseStepWeight(std::move(weights[i]), late_ ? static_cast<int64_t>(g) : -1);
@@ -122,6 +138,7 @@ class StepWeights {
  private:
   const std::vector<std::vector<ConvImpl*>>& groups_;
   bool cast_ = false, late_ = false;
+  resnet::SgdWeights* sgd_ = nullptr;
   std::vector<ConvImpl*> used_;
 };
 
@@ -258,7 +275,7 @@ class ResNetImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input) {
     // Each group's weights just before the previous group's forward
     // (StepWeights): the stem's and layer1's first, layer2's before layer1.
-    StepWeights weights(conv_groups_, input);
+    StepWeights weights(conv_groups_, input, sgd_.get());
     weights.Prepare(0);
     weights.Prepare(1);
     torch::Tensor x = BatchNormAct(bn1_, conv1_(input), {}, /*relu=*/true, bn_);
@@ -274,6 +291,35 @@ class ResNetImpl : public torch::nn::Module {
     // at batch 128 on an H200).
     x = x.size(2) * x.size(3) == 1 ? x.flatten(1) : torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return fc_(x);
+  }
+
+  /// The convolutions' weights on the cuDNN path, for SGD updates inside the
+  /// backward (fused_sgd.h), where they are dense fp32 CUDA tensors on one
+  /// device and this build has the kernels; else none.
+  std::vector<torch::Tensor> TakeSgd(const sdk::SgdSettings& sgd) {
+    sgd_.reset();
+    if (!resnet::FusedSgdBuilt()) return {};
+    std::vector<std::vector<torch::Tensor>> groups;
+    for (const auto& group : conv_groups_) {
+      groups.emplace_back();
+      for (ConvImpl* conv : group) {
+        const torch::Tensor& w = conv->weight;
+        if (!conv->engine_cache()) continue;
+        if (!w.is_cuda() || w.scalar_type() != at::kFloat || !w.is_non_overlapping_and_dense() ||
+            w.device() != conv_groups_[0][0]->weight.device())
+          return {};
+        groups.back().push_back(w);
+      }
+    }
+    sgd_ = std::make_unique<resnet::SgdWeights>(sgd, std::move(groups));
+    return sgd_->All();
+  }
+
+  /// The learning rate of the updates TakeSgd took; false where it took none.
+  bool SetSgdLearningRate(double lr) {
+    if (!sgd_) return false;
+    sgd_->SetLearningRate(lr);
+    return true;
   }
 
  private:
@@ -296,12 +342,43 @@ class ResNetImpl : public torch::nn::Module {
   bool fused_pool_;
   // The convolutions (owned by the modules below): the stem's, then each stage's.
   std::vector<std::vector<ConvImpl*>> conv_groups_;
+  std::unique_ptr<resnet::SgdWeights> sgd_;  // where the model took SGD's updates
   Conv conv1_{nullptr};
   BatchNorm2d bn1_{nullptr};
   torch::nn::Sequential layers_[4] = {nullptr, nullptr, nullptr, nullptr};
   CountedLinear fc_{nullptr};
 };
 TORCH_MODULE(ResNet);
+
+// The network as a Model, taking SGD's updates of its convolutions' weights
+// where `fused_sgd` is on (the host offers them: sdk::Model::TakeSgdUpdates).
+class ResNetModel : public sdk::ModuleModel<ResNet> {
+ public:
+  ResNetModel(ResNet net, std::array<int64_t, 3> input_shape, int64_t num_classes, bool fused_sgd)
+      : ModuleModel(std::move(net), input_shape, num_classes), fused_sgd_(fused_sgd) {}
+
+  sdk::Status TakeSgdUpdates(const sdk::SgdSettings& sgd, std::vector<torch::Tensor>* taken) noexcept override {
+    try {
+      taken->clear();
+      if (fused_sgd_) *taken = net()->TakeSgd(sgd);
+      return sdk::Status::Ok();
+    } catch (const std::exception& e) {
+      return sdk::Status::Error(std::string("fused_sgd: ") + e.what());
+    }
+  }
+
+  sdk::Status SetSgdLearningRate(double lr) noexcept override {
+    try {
+      if (net()->SetSgdLearningRate(lr)) return sdk::Status::Ok();
+      return sdk::Status::Error("fused_sgd: the model took no SGD updates");
+    } catch (const std::exception& e) {
+      return sdk::Status::Error(std::string("fused_sgd: ") + e.what());
+    }
+  }
+
+ private:
+  bool fused_sgd_;
+};
 
 }  // namespace
 
@@ -316,8 +393,8 @@ std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Option
       options.GetBool("fused_maxpool") && resnet::FusedKernelsBuilt(),
       options.GetBool("cudnn_engine_cache") && cudnn_conv::Built(),
       cudnn_conv::Settings{options.GetBool("cudnn_runtime_compiled")}, options.GetBool("stem_space_to_depth")};
-  return std::make_unique<sdk::ModuleModel<ResNet>>(ResNet(spec, classes, stem == "imagenet", paths),
-                                                    std::array<int64_t, 3>{3, size, size}, classes);
+  return std::make_unique<ResNetModel>(ResNet(spec, classes, stem == "imagenet", paths),
+                                       std::array<int64_t, 3>{3, size, size}, classes, options.GetBool("fused_sgd"));
 }
 
 }  // namespace trainbench::plugins

@@ -26,4 +26,32 @@ struct CastJob {
 /// ceil(jobs / 48) launches on `stream`.
 cudaError_t CastTensors(const CastJob* jobs, int count, DType from, DType to, cudaStream_t stream) noexcept;
 
+/// One fp32 parameter's SGD update (fused_sgd.h): its gradient read in the
+/// autocast type it was computed in, the update written, and with `copy` the
+/// updated parameter in the next forward's type, in one pass.
+struct SgdJob {
+  float* param;
+  float* momentum;   ///< the momentum buffer; unused where the momentum is 0
+  const void* grad;  ///< the gradient, in the parameter's memory order
+  void* copy;        ///< null, or the parameter's low-precision copy
+  int64_t count;     ///< elements
+};
+
+/// torch.optim.SGD (dampening 0, not maximising) with momentum buffers that
+/// start at zero.
+struct SgdArgs {
+  double lr, momentum, weight_decay;
+  bool nesterov;
+};
+
+/// Every job's update with the arithmetic of PyTorch's fused SGD kernel
+/// (fp32 values, its double-precision coefficients): g (+ weight_decay * p),
+/// buf = momentum * buf + g, g = buf (or g + momentum * buf with Nesterov),
+/// p -= lr * g; then copy = p rounded to `copy_type` where the job has a
+/// copy. Gradients in `grad_type` (kFloat, kBFloat16 or kHalf), copies in
+/// `copy_type` (kBFloat16 or kHalf; kFloat: no job has one), in
+/// ceil(jobs / 32) launches on `stream`.
+cudaError_t SgdTensors(const SgdJob* jobs, int count, DType grad_type, DType copy_type, const SgdArgs& args,
+                       cudaStream_t stream) noexcept;
+
 }  // namespace resnet::kernels

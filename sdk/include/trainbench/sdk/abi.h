@@ -23,7 +23,9 @@
 /// ABI minor version of this SDK. A plugin's minor must be <= the host's.
 /// 1.1 appended Model::SyncBatchNorm() (called only on plugins of 1.1+).
 /// 1.2 appended TbPluginDescriptor::device_traits (read only from 1.2+).
-#define TRAINBENCH_SDK_ABI_MINOR 2
+/// 1.3 appended Model::TakeSgdUpdates() and Model::SetSgdLearningRate()
+/// (called only on plugins of 1.3+).
+#define TRAINBENCH_SDK_ABI_MINOR 3
 
 /// Name of the one symbol a plugin exports (a Boost.DLL alias).
 #define TRAINBENCH_PLUGIN_ENTRY_NAME "trainbench_plugin_entry"

@@ -7,12 +7,22 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "trainbench/sdk/status.h"
 
 namespace trainbench::sdk {
 
 class CrossRankSum;  // batch_norm.h
+
+/// SDK ABI 1.3. SGD's settings (torch.optim.SGD's, dampening 0), for a model
+/// that updates parameters itself (Model::TakeSgdUpdates).
+struct SgdSettings {
+  double lr = 0;
+  double momentum = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+};
 
 /// A classification network made by a model plugin (TB_PLUGIN_MODEL).
 ///
@@ -59,6 +69,34 @@ class Model {
   virtual Status SyncBatchNorm(CrossRankSum* sum) noexcept {
     (void)sum;
     return Status::Error("this model cannot synchronise batch normalisation across ranks");
+  }
+
+  /// SDK ABI 1.3. The host's offer, before the first Forward() of a cell
+  /// whose optimizer is SGD with `overlap` on one rank, without fp16 loss
+  /// scaling (bf16 autocast or none): the model may update some of its
+  /// parameters itself,
+  /// during the backward, as soon as their gradients are final, with
+  /// `sgd`'s arithmetic, torch.optim.SGD's (fused=True), so that a parameter
+  /// it casts to a lower precision for its forward can be updated from the
+  /// low-precision gradient and write the next forward's copy in the same
+  /// pass (as apex's and MLPerf's mixed-precision SGD do). Every parameter it
+  /// takes goes into `taken` (the host's optimizer leaves those alone: they
+  /// get no `.grad`), and the model must have finished (joined into the
+  /// current CUDA stream) every update of a backward when that backward
+  /// returns. The default takes none. The host calls it only on plugins
+  /// built against ABI 1.3 or newer, once, after moving the module to its
+  /// device.
+  virtual Status TakeSgdUpdates(const SgdSettings& sgd, std::vector<torch::Tensor>* taken) noexcept {
+    (void)sgd;
+    taken->clear();
+    return Status::Ok();
+  }
+
+  /// SDK ABI 1.3. The learning rate of the updates TakeSgdUpdates took, from
+  /// the next step on (the host calls it only where the model took some).
+  virtual Status SetSgdLearningRate(double lr) noexcept {
+    (void)lr;
+    return Status::Error("this model takes no SGD updates");
   }
 };
 
