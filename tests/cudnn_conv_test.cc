@@ -678,6 +678,79 @@ TEST(FusedSgd, TrainsAResNetAsTheHostsOptimizer) {
   }
 }
 
+// The same, a step at a time and eagerly, two models side by side: after
+// each step every parameter, and the gradients of the host's parameters
+// (which say whether the step's forward and backward matched), so that a
+// mismatch names the step and the tensor where it starts.
+TEST(FusedSgd, EachEagerStepAsTheHostsOptimizer) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScopedCacheHome home;
+  Autotuning autotuning;
+  torch::manual_seed(13);
+  const torch::Tensor x = torch::randn({64, 3, 32, 32}, torch::kCUDA).contiguous(torch::MemoryFormat::ChannelsLast);
+  const torch::Tensor labels = torch::randint(0, 10, {64}, torch::TensorOptions(torch::kCUDA).dtype(torch::kLong));
+  trainbench::protocol::OptimizerSettings settings;
+  settings.lr = 0.2;
+  struct Run {
+    std::unique_ptr<sdk::Model> model;
+    std::vector<torch::Tensor> params;
+    std::vector<bool> taken;
+    std::unique_ptr<trainbench::worker::Optimizer> optimizer;
+  };
+  auto make = [&](bool take) {
+    torch::manual_seed(14);
+    Run run;
+    run.model = CudaResNet(false);
+    run.params = run.model->module().parameters();
+    std::vector<torch::Tensor> taken, left;
+    if (take)
+      EXPECT_TRUE(
+          run.model->TakeSgdUpdates({settings.lr, settings.momentum, settings.weight_decay, false}, &taken).ok());
+    for (const auto& p : run.params) {
+      bool in = false;
+      for (const auto& t : taken) in = in || t.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
+      run.taken.push_back(in);
+      if (!in) left.push_back(p);
+    }
+    run.optimizer = trainbench::worker::MakeOptimizer(settings, left);
+    return run;
+  };
+  Run host = make(false), fused = make(true);
+  auto step = [&](Run& run) {
+    for (auto& p : run.params) p.mutable_grad() = torch::Tensor();
+    torch::Tensor logits;
+    {
+      trainbench::worker::AutocastScope autocast(c10::kCUDA, sdk::Amp::kBf16);
+      ASSERT_TRUE(run.model->Forward(x, &logits).ok());
+    }
+    const torch::Tensor loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+    run.optimizer->BeginBackward();
+    loss.backward();
+    run.optimizer->Step();
+    torch::cuda::synchronize();
+  };
+  const auto names = host.model->module().named_parameters();
+  for (int s = 0; s < 3; ++s) {
+    step(host);
+    step(fused);
+    int bad = 0;
+    for (size_t i = 0; i < host.params.size() && bad < 6; ++i) {
+      const std::string name = "step " + std::to_string(s) + ", " + names[i].key();
+      if (fused.taken[i]) {
+        EXPECT_FALSE(fused.params[i].grad().defined()) << name;
+      } else if (host.params[i].grad().defined()) {
+        const double g = RelativeError(fused.params[i].grad(), host.params[i].grad());
+        EXPECT_LE(g, 1e-2) << name << ": gradient";
+        bad += g > 1e-2;
+      }
+      const double w = RelativeError(fused.params[i].detach(), host.params[i].detach());
+      EXPECT_LE(w, 1e-3) << name << (fused.taken[i] ? " (taken)" : "");
+      bad += w > 1e-3;
+    }
+    if (bad > 0) break;
+  }
+}
+
 // The tuning's StreamGate: the stream waits until the gate opens, so that
 // events around work queued behind it time the GPU and not the host; a gate
 // left shut lets go after its limit.

@@ -85,6 +85,7 @@ class ForeachSgd : public Optimizer {
     early_->arrived.clear();
     early_->arrived_elements = 0;
     early_->updated.assign(params_.size(), false);
+    early_->forked = false;
     return start;
 #else
     return false;
@@ -102,9 +103,15 @@ class ForeachSgd : public Optimizer {
         for (size_t i = 0; i < params_.size(); ++i)
           if (!early_->updated[i] && params_[i].grad().defined()) rest.push_back(i);
         FusedUpdate(rest);
-        at::cuda::CUDAEvent joined;
-        joined.record(early_->side);
-        joined.block(c10::cuda::getCurrentCUDAStream(early_->device));
+        // Only a side stream that forked from this capture joins it: one
+        // that ran nothing here is not part of the capture, and waiting on
+        // it fails the capture (cudaErrorStreamCaptureIsolation; the
+        // parameters left to the host may all be below the launch size).
+        if (early_->forked) {
+          at::cuda::CUDAEvent joined;
+          joined.record(early_->side);
+          joined.block(c10::cuda::getCurrentCUDAStream(early_->device));
+        }
         return;
       }
     }
@@ -195,6 +202,7 @@ class ForeachSgd : public Optimizer {
     c10::cuda::CUDAStream side;
     mutable std::mutex mutex;  // hooks run on autograd's device thread
     bool on = false;
+    bool forked = false;          // the side stream joined this capture (LaunchArrived)
     std::vector<size_t> arrived;  // gradients stored, not yet updated
     int64_t arrived_elements = 0;
     std::vector<bool> updated;  // this step
@@ -226,6 +234,7 @@ class ForeachSgd : public Optimizer {
     at::cuda::CUDAEvent ready;
     ready.record(here);
     ready.block(early_->side);
+    early_->forked = true;
     {
       const c10::cuda::CUDAStreamGuard guard(early_->side);
       torch::NoGradGuard no_grad;
