@@ -344,6 +344,7 @@ class CellRun {
     sgd.momentum = o.momentum;
     sgd.weight_decay = o.weight_decay;
     sgd.nesterov = o.nesterov;
+    sgd.bf16_autocast = settings_.amp == sdk::Amp::kBf16;
     std::vector<torch::Tensor> taken;
     const std::string who = "model '" + s_.model.name + "'";
     Check(model_->TakeSgdUpdates(sgd, &taken), who);

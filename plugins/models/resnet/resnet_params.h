@@ -36,7 +36,7 @@ inline const TbParamSpec kResNetParams[] = {
      "LibTorch (0.1-0.4 s each to build in NVRTC on a first run; on an H200 one won 2 of 288 ResNet convolutions)",
      nullptr, 0, 0, 0},
     {"fused_sgd", TB_PARAM_BOOL, "true",
-     "with cudnn_engine_cache on CUDA, where the host offers it (SGD, one rank, bf16 or no autocast), the "
+     "with cudnn_engine_cache on CUDA, where the host offers it (SGD, one rank, bf16 autocast), the "
      "convolutions' SGD updates run inside the backward as each stage's gradients are final, in one kernel that reads "
      "the bf16 gradients, updates the fp32 weights and writes the next forward's bf16 copies (apex's and MLPerf's "
      "mixed-precision SGD; the same arithmetic as torch.optim.SGD); false: autocast's casts and the host's optimizer",

@@ -22,6 +22,10 @@ struct SgdSettings {
   double momentum = 0;
   double weight_decay = 0;
   bool nesterov = false;
+  /// The cell's forward runs under bf16 autocast: what a model that casts
+  /// its weights gains from updating them itself (the ResNets take nothing
+  /// without it).
+  bool bf16_autocast = false;
 };
 
 /// A classification network made by a model plugin (TB_PLUGIN_MODEL).
