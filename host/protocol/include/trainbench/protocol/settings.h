@@ -61,6 +61,8 @@ void VisitFields(OptimizerSettings& o, V& v) {
   v(Field{"overlap",
           "sgd on one CUDA GPU in a captured step (cuda_graph): update each parameter once its gradient is final, "
           "on a side stream beside the rest of the backward (the same arithmetic; false: after the whole backward). "
+          "Also what lets a model of SDK 1.3+ take its own parameters' updates inside the backward, with one rank and "
+          "no fp16 loss scaling (the ResNets' fused_sgd, under bf16 autocast; false: no offer). "
           "Assumes the model reads no parameter in the backward after its gradient (true of the shipped models)"},
     o.overlap);
 }
