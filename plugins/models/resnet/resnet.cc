@@ -315,7 +315,9 @@ class ResNetImpl : public torch::nn::Module {
       }
     }
     sgd_ = std::make_unique<resnet::SgdWeights>(sgd, std::move(groups));
-    return sgd_->All();
+    std::vector<torch::Tensor> taken = sgd_->All();
+    if (taken.empty()) sgd_.reset();  // no convolution on the cuDNN path
+    return taken;
   }
 
   /// The learning rate of the updates TakeSgd took; false where it took none.
