@@ -630,13 +630,9 @@ SgdRun MakeSgdRun(bool bottleneck, bool take, double lr) {
 
 // The worker's bf16 training step.
 void SgdStep(SgdRun& run, const torch::Tensor& x, const torch::Tensor& labels) {
-  for (auto& p : run.params) p.mutable_grad() = torch::Tensor();
-  torch::Tensor logits;
-  {
-    trainbench::worker::AutocastScope autocast(c10::kCUDA, sdk::Amp::kBf16);
-    ASSERT_TRUE(run.model->Forward(x, &logits).ok());
-  }
-  const torch::Tensor loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+  torch::Tensor loss;
+  Bf16Loss(*run.model, x, labels, &loss);
+  ASSERT_TRUE(loss.defined());
   run.optimizer->BeginBackward();
   loss.backward();
   run.optimizer->Step();
