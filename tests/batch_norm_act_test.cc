@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_graph.h"
 #include "relative_error.h"
 #include "stream_gate.h"
 
@@ -336,16 +337,9 @@ TEST(BatchNormActGraph, ReplaysInACudaGraph) {
   at::cuda::CUDAGraph graph;
   std::vector<torch::Tensor> expected;
   torch::Tensor running_after_one;
-  auto stream = c10::cuda::getStreamFromPool();
-  {
-    c10::cuda::CUDAStreamGuard guard(stream);
-    step();
+  trainbench::testing::WarmUpAndCapture(graph, step, [&] {
     expected = {x.grad().clone(), skip.grad().clone(), bn1->weight.grad().clone(), bn2->bias.grad().clone()};
-    stream.synchronize();
-    graph.capture_begin();
-    step();
-    graph.capture_end();
-  }
+  });
   torch::cuda::synchronize();
   // Capturing ran nothing: the running mean moved once (the eager step).
   const torch::Tensor mean_before = bn1->running_mean.clone();

@@ -14,6 +14,8 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_graph.h"
+
 namespace {
 
 namespace F = torch::nn::functional;
@@ -103,18 +105,10 @@ TEST(BiasReluMaxPoolGraph, ReplaysInACudaGraph) {
   };
   at::cuda::CUDAGraph graph;
   torch::Tensor expected_y, expected_b;
-  auto stream = c10::cuda::getStreamFromPool();
-  {
-    // As the trainer (and torch.cuda.graph): warm up on a side stream, then capture there.
-    c10::cuda::CUDAStreamGuard guard(stream);
-    step();
+  trainbench::testing::WarmUpAndCapture(graph, step, [&] {
     expected_y = y.grad().clone();
     expected_b = b.grad().clone();
-    stream.synchronize();
-    graph.capture_begin();
-    step();
-    graph.capture_end();
-  }
+  });
   torch::NoGradGuard no_grad;
   y.grad().zero_();
   b.grad().zero_();

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "autocast_scope.h"
+#include "cuda_graph.h"
 #include "optimizer.h"
 #include "relative_error.h"
 #include "remove_tree.h"
@@ -365,15 +366,7 @@ std::unique_ptr<at::cuda::CUDAGraph> CaptureWithSideStreams(const std::function<
   else
     setenv("TRAINBENCH_SIDE_STREAMS", side_streams, 1);
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
-  auto stream = c10::cuda::getStreamFromPool();
-  {
-    c10::cuda::CUDAStreamGuard guard(stream);
-    step();
-    stream.synchronize();
-    graph->capture_begin();
-    step();
-    graph->capture_end();
-  }
+  trainbench::testing::WarmUpAndCapture(*graph, step);
   unsetenv("TRAINBENCH_SIDE_STREAMS");
   return graph;
 }

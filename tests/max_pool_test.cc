@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda_graph.h"
+
 namespace {
 
 struct Case {
@@ -150,17 +152,8 @@ TEST(MaxPoolGraph, ReplaysInACudaGraph) {
     resnet::MaxPool2d(x, 3, 2, 1, true).to(torch::kFloat).square().sum().backward();
   };
   at::cuda::CUDAGraph graph;
-  auto stream = c10::cuda::getStreamFromPool();
   torch::Tensor expected;
-  {
-    c10::cuda::CUDAStreamGuard guard(stream);
-    step();
-    expected = x.grad().clone();
-    stream.synchronize();
-    graph.capture_begin();
-    step();
-    graph.capture_end();
-  }
+  trainbench::testing::WarmUpAndCapture(graph, step, [&] { expected = x.grad().clone(); });
   torch::cuda::synchronize();
   for (int replay = 0; replay < 2; ++replay) {
     {

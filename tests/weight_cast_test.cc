@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda_graph.h"
+
 namespace {
 
 // Weights of assorted shapes: channels_last convolutions, odd element
@@ -128,17 +130,10 @@ TEST(WeightCastGraph, ReplaysInACudaGraph) {
     loss.backward();
   };
   at::cuda::CUDAGraph graph;
-  auto stream = c10::cuda::getStreamFromPool();
   std::vector<torch::Tensor> expected;
-  {
-    c10::cuda::CUDAStreamGuard guard(stream);
-    step();
+  trainbench::testing::WarmUpAndCapture(graph, step, [&] {
     for (const auto& w : weights) expected.push_back(w.grad().clone());
-    stream.synchronize();
-    graph.capture_begin();
-    step();
-    graph.capture_end();
-  }
+  });
   torch::cuda::synchronize();
   {
     torch::NoGradGuard no_grad;
