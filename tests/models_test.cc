@@ -301,6 +301,17 @@ TEST(Models, ResNetFusedMaxPoolOnCudaMatchesLibTorchs) {
   }
 }
 
+// The classifier as this plugin's kernels (fp32 logits, one kernel each way)
+// against torch::nn::Linear (under autocast: cuBLAS in bf16), in a whole
+// training step, both against fp64.
+TEST(Models, ResNetFusedClassifierOnCudaMatchesLibTorchs) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string name : {"resnet18", "resnet50"}) {
+    ExpectFusedMatchesComposite(name, "fused_classifier", sdk::Amp::kNone, false, 1e-3, /*truth=*/true);
+    ExpectFusedMatchesComposite(name, "fused_classifier", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true);
+  }
+}
+
 // The convolutions through cuDNN's backend API (the engine cache) against
 // LibTorch's, in a whole training step, both against fp64.
 TEST(Models, ResNetEngineCacheConvolutionsOnCudaMatchLibTorchs) {
@@ -336,6 +347,7 @@ TEST(Models, ResNetFusedOptionsLeaveTheCpuPathAlone) {
                                                                             {"image_size", 32},
                                                                             {"fused_batchnorm", false},
                                                                             {"fused_maxpool", false},
+                                                                            {"fused_classifier", false},
                                                                             {"cudnn_engine_cache", true}});
   {
     torch::NoGradGuard no_grad;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdint>
 
 #include "kernel_types.h"
 
@@ -15,6 +16,9 @@ namespace resnet::kernels {
 constexpr int kMaxDevices = 64;  // per-device state is kept for devices 0-63
 
 inline int ElementBytes(DType dtype) { return dtype == DType::kFloat ? 4 : 2; }
+
+/// Whether `p` is a multiple of `bytes` (a power of two).
+inline bool Aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 /// The current device, where per-device state can be kept for it; -1 where
 /// it cannot be read or is beyond kMaxDevices.

@@ -149,8 +149,6 @@ int Blocks(int64_t threads) {
   return static_cast<int>(std::clamp<int64_t>((threads + kThreads - 1) / kThreads, 1, int64_t{32} * SmCount()));
 }
 
-bool Aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
 // The widest pack (NHWC) that divides the channels and that every pointer is
 // aligned to; NCHW: one element.
 int PackWidth(const PoolProblem& pr, std::initializer_list<const void*> pointers) {

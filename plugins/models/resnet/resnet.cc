@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "batch_norm_act.h"
+#include "classifier.h"
 #include "cudnn_conv.h"
 #include "fused_sgd.h"
 #include "max_pool.h"
@@ -158,6 +159,7 @@ torch::Tensor BatchNormAct(BatchNorm2d& bn, const torch::Tensor& x, const torch:
 struct Paths {
   BnPath batchnorm;
   bool fused_maxpool;
+  bool fused_classifier;
   bool engine_cache;
   cudnn_conv::Settings conv;
   bool stem_space_to_depth;
@@ -246,7 +248,10 @@ TORCH_MODULE(Block);
 class ResNetImpl : public torch::nn::Module {
  public:
   ResNetImpl(const ResNetSpec& spec, int64_t num_classes, bool imagenet_stem, const Paths& paths)
-      : imagenet_stem_(imagenet_stem), bn_(paths.batchnorm), fused_pool_(paths.fused_maxpool) {
+      : imagenet_stem_(imagenet_stem),
+        bn_(paths.batchnorm),
+        fused_pool_(paths.fused_maxpool),
+        fused_classifier_(paths.fused_classifier) {
     conv1_ = register_module(
         "conv1", imagenet_stem ? Conv(3, 64, 7, 2, 3, paths.engine_cache, paths.conv, paths.stem_space_to_depth)
                                : Conv3x3(3, 64, 1, paths));
@@ -290,6 +295,10 @@ class ResNetImpl : public torch::nn::Module {
     // the map itself: a view, no kernel either way (5 us of ResNet18's step
     // at batch 128 on an H200).
     x = x.size(2) * x.size(3) == 1 ? x.flatten(1) : torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    // Elsewhere the counted layer (the FLOP count runs on the CPU).
+    if (fused_classifier_ && x.size(0) <= resnet::kClassifierMaxRows &&
+        resnet::ClassifierApplies(x, fc_->weight, fc_->bias))
+      return resnet::Classifier(x, fc_->weight, fc_->bias);
     return fc_(x);
   }
 
@@ -345,6 +354,7 @@ class ResNetImpl : public torch::nn::Module {
   bool imagenet_stem_;
   BnPath bn_;
   bool fused_pool_;
+  bool fused_classifier_;
   // The convolutions (owned by the modules below): the stem's, then each stage's.
   std::vector<std::vector<ConvImpl*>> conv_groups_;
   std::unique_ptr<resnet::SgdWeights> sgd_;  // where the model took SGD's updates
@@ -396,8 +406,10 @@ std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Option
   const Paths paths{
       BnPath{options.GetBool("fused_batchnorm") && resnet::FusedKernelsBuilt(), options.GetBool("batchnorm_one_pass")},
       options.GetBool("fused_maxpool") && resnet::FusedKernelsBuilt(),
+      options.GetBool("fused_classifier") && resnet::FusedKernelsBuilt(),
       options.GetBool("cudnn_engine_cache") && cudnn_conv::Built(),
-      cudnn_conv::Settings{options.GetBool("cudnn_runtime_compiled")}, options.GetBool("stem_space_to_depth")};
+      cudnn_conv::Settings{options.GetBool("cudnn_runtime_compiled")},
+      options.GetBool("stem_space_to_depth")};
   return std::make_unique<ResNetModel>(ResNet(spec, classes, stem == "imagenet", paths),
                                        std::array<int64_t, 3>{3, size, size}, classes, options.GetBool("fused_sgd"));
 }
