@@ -26,7 +26,7 @@ MODEL_LIST=${MODELS// /, }
 for model in $MODELS; do
   case $model in
     simple_cnn) MODEL_LIST="$MODEL_LIST, {plugin: simple_cnn, label: simple_cnn-composite, options: {fused_epilogue: false}}" ;;
-    resnet18|resnet50) MODEL_LIST="$MODEL_LIST, {plugin: $model, label: $model-composite, options: {fused_batchnorm: false, fused_maxpool: false, cudnn_engine_cache: false}}" ;;
+    resnet18|resnet50) MODEL_LIST="$MODEL_LIST, {plugin: $model, label: $model-composite, options: {fused_batchnorm: false, fused_maxpool: false, fused_classifier: false, cudnn_engine_cache: false}}" ;;
   esac
 done
 # The devices (precision, layout, graph), the same labels on both sides;

@@ -183,7 +183,7 @@ for stage in $STAGES; do
       synthetic=(-e 's|^  kind: cifar10|  kind: synthetic|' -e 's|^  path: .*|  train_size: 50000\n  test_size: 5000|')
       stock=(-e '/^  - plugin: cpu$/,/time_budget_seconds/d' -e 's/^  baseline: cpu/  baseline: cuda/'
              -e 's/^  - simple_cnn$/  - {plugin: simple_cnn, label: simple_cnn-stock, options: {fused_epilogue: false}}/'
-             -e 's/^  - \(resnet[0-9]*\)$/  - {plugin: \1, label: \1-stock, options: {fused_batchnorm: false, fused_maxpool: false, cudnn_engine_cache: false}}/')
+             -e 's/^  - \(resnet[0-9]*\)$/  - {plugin: \1, label: \1-stock, options: {fused_batchnorm: false, fused_maxpool: false, fused_classifier: false, cudnn_engine_cache: false}}/')
       paper_run() {  # paper_run NAME SED-ARGS...: configs/paper.yaml, edited
         local name=$1; shift
         sed -e "s/time_budget_seconds: 300/time_budget_seconds: ${CPU_BUDGET:-40}/" -e "s/^name: paper/name: $name/" "$@" \
@@ -392,7 +392,8 @@ for stage in $STAGES; do
         [nopdl]="TRAINBENCH_BN_PDL=0")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
-        [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/")
+        [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"
+        [noclassifier]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_classifier: false}}, {plugin: resnet50, options: {fused_classifier: false}}]/")
       for batch in ${GEOMETRY_BATCHES:-1024 128}; do
         i=0
         for setting in ${GEOMETRY_STEPS:-default session16 default}; do

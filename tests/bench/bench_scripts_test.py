@@ -178,7 +178,7 @@ class GpuBenchExperiments(unittest.TestCase):
                     text = f.read()
                 self.assertIn("{plugin: simple_cnn, label: simple_cnn-composite, options: {fused_epilogue: false}}", text)
                 for model in ("resnet18", "resnet50"):
-                    self.assertIn(f"{{plugin: {model}, label: {model}-composite, options: {{fused_batchnorm: false, fused_maxpool: false, cudnn_engine_cache: false}}}}",
+                    self.assertIn(f"{{plugin: {model}, label: {model}-composite, options: {{fused_batchnorm: false, fused_maxpool: false, fused_classifier: false, cudnn_engine_cache: false}}}}",
                                   text)
                 v = validate(os.path.join(out, name))
                 self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
