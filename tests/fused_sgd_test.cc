@@ -180,6 +180,39 @@ TEST(FusedSgd, MakesACopyAgainWhereItsWeightChangedInPlace) {
   EXPECT_TRUE(torch::equal(copies[0], groups[1][0].to(at::kBFloat16)));
 }
 
+// A backward that runs after the SgdWeights (the model) was destroyed still
+// updates the weights: its autograd nodes keep the state alive.
+TEST(FusedSgd, ABackwardAfterTheObjectIsGoneStillUpdates) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(10);
+  std::vector<std::vector<torch::Tensor>> groups = Groups();
+  const SgdSettings settings{0.1, 0.9, 0, false};
+  const auto grads = StepGradients(groups, 1, at::kBFloat16)[0];
+  std::vector<torch::Tensor> outputs, upstream, expected;
+  {
+    resnet::SgdWeights sgd(settings, groups);
+    sgd.BeginForward();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const std::vector<torch::Tensor> w = sgd.Weights(g, at::kBFloat16);
+      for (size_t i = 0; i < w.size(); ++i) {
+        outputs.push_back(w[i]);
+        upstream.push_back(grads[g][i]);
+        torch::Tensor p = groups[g][i].detach().clone(), buf = torch::zeros_like(p);
+        ReferenceStep(p, buf, grads[g][i].to(torch::kFloat), settings);
+        expected.push_back(p);
+      }
+    }
+  }
+  torch::autograd::backward(outputs, upstream);
+  torch::cuda::synchronize();
+  size_t k = 0;
+  for (const auto& group : groups)
+    for (const auto& w : group) {
+      EXPECT_LE(MaxRelative(w.detach(), expected[k]), 1e-6) << "weight " << k;
+      ++k;
+    }
+}
+
 TEST(FusedSgd, RefusesWeightsItCannotUpdate) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const SgdSettings s{0.1, 0.9, 0, false};

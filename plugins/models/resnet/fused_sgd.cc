@@ -61,27 +61,33 @@ torch::Tensor Alias(const torch::Tensor& t) {
   return torch::empty({0}, t.options()).set_(t.storage(), t.storage_offset(), t.sizes(), t.strides());
 }
 
+// The state as a node keeps it: a backward that runs after the model was
+// destroyed still updates live tensors.
+struct StateRef : torch::CustomClassHolder {
+  explicit StateRef(std::shared_ptr<SgdWeights::State> s) : state(std::move(s)) {}
+  std::shared_ptr<SgdWeights::State> state;
+};
+
 // One group's weights for the convolutions: forward hands out the copies
 // (or the weights) under this node, whose backward is the group's update.
 struct UpdateNode : public torch::autograd::Function<UpdateNode> {
   // `copies`: whether the convolutions read the group's copies.
-  static variable_list forward(AutogradContext* ctx, at::TensorList weights, int64_t state, int64_t group,
-                               bool copies) {
-    auto* s = reinterpret_cast<SgdWeights::State*>(state);
-    const SgdWeights::State::Group& kept = s->groups[static_cast<size_t>(group)];
+  static variable_list forward(AutogradContext* ctx, at::TensorList weights,
+                               const std::shared_ptr<SgdWeights::State>& state, int64_t group, bool copies) {
+    const SgdWeights::State::Group& kept = state->groups[static_cast<size_t>(group)];
     variable_list out;
     for (size_t i = 0; i < weights.size(); ++i) out.push_back(Alias(copies ? kept.copies[i] : weights[i]));
-    ctx->saved_data["state"] = state;
+    ctx->saved_data["state"] = c10::IValue::make_capsule(c10::make_intrusive<StateRef>(state));
     ctx->saved_data["group"] = group;
-    ctx->saved_data["type"] = static_cast<int64_t>(copies ? *s->copy_type : at::kFloat);
+    ctx->saved_data["type"] = static_cast<int64_t>(copies ? *state->copy_type : at::kFloat);
     ctx->set_materialize_grads(false);
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* s = reinterpret_cast<SgdWeights::State*>(ctx->saved_data["state"].toInt());
+    const auto ref = c10::static_intrusive_pointer_cast<StateRef>(ctx->saved_data["state"].toCapsule());
     const auto group = static_cast<size_t>(ctx->saved_data["group"].toInt());
-    s->Update(group, grads, static_cast<at::ScalarType>(ctx->saved_data["type"].toInt()));
+    ref->state->Update(group, grads, static_cast<at::ScalarType>(ctx->saved_data["type"].toInt()));
     return variable_list(grads.size() + 3);  // none for the weights, the state, the group or `copies`
   }
 };
@@ -130,7 +136,7 @@ void SgdWeights::State::Update(size_t, const std::vector<torch::Tensor>&, at::Sc
 #endif
 
 SgdWeights::SgdWeights(const trainbench::sdk::SgdSettings& sgd, std::vector<std::vector<torch::Tensor>> groups)
-    : state_(std::make_unique<State>()) {
+    : state_(std::make_shared<State>()) {
   if (!FusedSgdBuilt()) throw std::invalid_argument("this build has no CUDA kernels for SGD updates");
   state_->sgd = sgd;
   torch::NoGradGuard no_grad;
@@ -200,8 +206,7 @@ std::vector<torch::Tensor> SgdWeights::Weights(size_t g, std::optional<at::Scala
     const std::lock_guard<std::mutex> lock(state_->mutex);
     ++state_->pending;
   }
-  return UpdateNode::apply(at::TensorList(group.weights), reinterpret_cast<int64_t>(state_.get()),
-                           static_cast<int64_t>(g), cast.has_value());
+  return UpdateNode::apply(at::TensorList(group.weights), state_, static_cast<int64_t>(g), cast.has_value());
 #else
   (void)cast;
   return group.weights;

@@ -61,7 +61,7 @@ class SgdWeights {
   struct State;
 
  private:
-  std::unique_ptr<State> state_;
+  std::shared_ptr<State> state_;  // and the autograd nodes of backwards still to run
 };
 
 }  // namespace resnet
