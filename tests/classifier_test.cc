@@ -126,7 +126,8 @@ TEST_P(Classifier, AtLeastAsCloseAsAutocastsPath) {
 }
 
 // The ResNets' shapes at 32 px and 224 px, and the edges: one class, the most,
-// features that need one element at a time, one row, a misaligned input.
+// features that need one element at a time, one row, a misaligned input, the
+// weight's gradient over many rows.
 INSTANTIATE_TEST_SUITE_P(
     Cuda, Classifier,
     ::testing::Values(Case{torch::kBFloat16, 128, 512, 10, true, false},
@@ -135,29 +136,39 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{torch::kFloat, 64, 2048, 16, false, false}, Case{torch::kBFloat16, 33, 100, 16, true, false},
                       Case{torch::kBFloat16, 7, 24, 1, false, false}, Case{torch::kHalf, 1, 64, 3, true, false},
                       Case{torch::kBFloat16, 100, 520, 7, true, true}, Case{torch::kFloat, 65, 129, 5, true, true},
-                      Case{torch::kHalf, 3000, 72, 9, true, false}),
+                      Case{torch::kHalf, 3000, 72, 9, true, false},
+                      // Above 256 rows the weight's gradient in chunks of rows:
+                      // a last chunk shorter than the others, a misaligned input.
+                      Case{torch::kBFloat16, 1000, 512, 10, true, false},
+                      Case{torch::kFloat, 257, 2048, 10, false, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return Name(info.param); });
 
 // Only the gradients autograd asks for: an input that needs none (a frozen
-// backbone), a weight that needs none.
+// backbone), a weight that needs none; at a few rows and at many (the
+// weight's gradient in chunks).
 TEST(ClassifierGradients, OnlyThoseAskedFor) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(7);
   const auto cuda = torch::TensorOptions(torch::kCUDA);
-  const torch::Tensor x = torch::randn({32, 64}, cuda.dtype(torch::kBFloat16));
-  const torch::Tensor w = torch::randn({10, 64}, cuda).requires_grad_();
-  const torch::Tensor b = torch::randn({10}, cuda);
-  resnet::Classifier(x, w, b).sum().backward();
-  ASSERT_TRUE(w.grad().defined());
-  const torch::Tensor expected = torch::ones({32, 10}, cuda).t().mm(x.to(torch::kFloat));
-  EXPECT_LT(RelativeError(w.grad(), expected), 1e-5);
+  for (const int64_t rows : {32, 1024}) {
+    const torch::Tensor x = torch::randn({rows, 64}, cuda.dtype(torch::kBFloat16));
+    const torch::Tensor w = torch::randn({10, 64}, cuda).requires_grad_();
+    const torch::Tensor b = torch::randn({10}, cuda);
+    resnet::Classifier(x, w, b).sum().backward();
+    ASSERT_TRUE(w.grad().defined()) << rows;
+    const torch::Tensor expected = torch::ones({rows, 10}, cuda).t().mm(x.to(torch::kFloat));
+    EXPECT_LT(RelativeError(w.grad(), expected), 1e-5) << rows;
 
-  const torch::Tensor x2 = x.detach().clone().requires_grad_();
-  const torch::Tensor frozen = w.detach();
-  resnet::Classifier(x2, frozen, b).sum().backward();
-  ASSERT_TRUE(x2.grad().defined());
-  const torch::Tensor expected_dx = torch::ones({32, 10}, cuda).mm(frozen).to(torch::kBFloat16);
-  EXPECT_LT(RelativeError(x2.grad(), expected_dx), 8e-3);
+    const torch::Tensor x2 = x.detach().clone().requires_grad_();
+    const torch::Tensor frozen = w.detach();
+    const torch::Tensor b2 = b.detach().clone().requires_grad_();
+    resnet::Classifier(x2, frozen, b2).sum().backward();
+    ASSERT_TRUE(x2.grad().defined()) << rows;
+    const torch::Tensor expected_dx = torch::ones({rows, 10}, cuda).mm(frozen).to(torch::kBFloat16);
+    EXPECT_LT(RelativeError(x2.grad(), expected_dx), 8e-3) << rows;
+    ASSERT_TRUE(b2.grad().defined()) << rows;
+    EXPECT_TRUE(torch::allclose(b2.grad(), torch::full({10}, static_cast<double>(rows), cuda))) << rows;
+  }
 }
 
 // Where the kernels do not apply, LibTorch's linear: the same values.
@@ -190,35 +201,39 @@ TEST(ClassifierFallback, LibTorchsLinearWhereTheKernelsDoNotApply) {
   }
 }
 
-// Forward and backward captured in a CUDA graph and replayed on new inputs.
+// Forward and backward captured in a CUDA graph and replayed on new inputs:
+// at batch 128 and at 1024 (the weight's gradient in chunks, its workspace
+// allocated inside the capture).
 TEST(ClassifierGraph, ReplaysInACudaGraph) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(9);
   const auto cuda = torch::TensorOptions(torch::kCUDA);
-  torch::Tensor x = torch::randn({128, 512}, cuda.dtype(torch::kBFloat16)).requires_grad_();
-  torch::Tensor w = torch::randn({10, 512}, cuda).requires_grad_();
-  torch::Tensor b = torch::randn({10}, cuda).requires_grad_();
-  auto step = [&] {
-    for (auto* t : {&x, &w, &b}) t->mutable_grad() = torch::Tensor();
-    resnet::Classifier(x, w, b).square().sum().backward();
-  };
-  at::cuda::CUDAGraph graph;
-  trainbench::testing::WarmUpAndCapture(graph, step);
-  torch::cuda::synchronize();
-  for (int replay = 0; replay < 2; ++replay) {
-    {
-      torch::NoGradGuard no_grad;
-      x.copy_(torch::randn_like(x));
-    }
-    graph.replay();
+  for (const int64_t rows : {128, 1024}) {
+    torch::Tensor x = torch::randn({rows, 512}, cuda.dtype(torch::kBFloat16)).requires_grad_();
+    torch::Tensor w = torch::randn({10, 512}, cuda).requires_grad_();
+    torch::Tensor b = torch::randn({10}, cuda).requires_grad_();
+    auto step = [&] {
+      for (auto* t : {&x, &w, &b}) t->mutable_grad() = torch::Tensor();
+      resnet::Classifier(x, w, b).square().sum().backward();
+    };
+    at::cuda::CUDAGraph graph;
+    trainbench::testing::WarmUpAndCapture(graph, step);
     torch::cuda::synchronize();
-    const torch::Tensor captured[] = {x.grad().clone(), w.grad().clone(), b.grad().clone()};
-    torch::Tensor x2 = x.detach().clone().requires_grad_(), w2 = w.detach().clone().requires_grad_(),
-                  b2 = b.detach().clone().requires_grad_();
-    resnet::Classifier(x2, w2, b2).square().sum().backward();
-    EXPECT_TRUE(torch::equal(captured[0], x2.grad())) << "replay " << replay;
-    EXPECT_TRUE(torch::equal(captured[1], w2.grad())) << "replay " << replay;
-    EXPECT_TRUE(torch::equal(captured[2], b2.grad())) << "replay " << replay;
+    for (int replay = 0; replay < 2; ++replay) {
+      {
+        torch::NoGradGuard no_grad;
+        x.copy_(torch::randn_like(x));
+      }
+      graph.replay();
+      torch::cuda::synchronize();
+      const torch::Tensor captured[] = {x.grad().clone(), w.grad().clone(), b.grad().clone()};
+      torch::Tensor x2 = x.detach().clone().requires_grad_(), w2 = w.detach().clone().requires_grad_(),
+                    b2 = b.detach().clone().requires_grad_();
+      resnet::Classifier(x2, w2, b2).square().sum().backward();
+      EXPECT_TRUE(torch::equal(captured[0], x2.grad())) << rows << " rows, replay " << replay;
+      EXPECT_TRUE(torch::equal(captured[1], w2.grad())) << rows << " rows, replay " << replay;
+      EXPECT_TRUE(torch::equal(captured[2], b2.grad())) << rows << " rows, replay " << replay;
+    }
   }
 }
 

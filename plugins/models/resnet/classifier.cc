@@ -2,6 +2,10 @@
 
 #include <torch/nn/functional/linear.h>
 
+#include <charconv>
+#include <cstdlib>
+#include <string_view>
+
 #ifdef TRAINBENCH_RESNET_KERNELS
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -52,9 +56,13 @@ struct FusedClassifier : public torch::autograd::Function<FusedClassifier> {
     if (ctx->needs_input_grad(0)) dx = torch::empty_like(x, c10::MemoryFormat::Contiguous);
     if (ctx->needs_input_grad(1)) dw = torch::empty_like(weight, c10::MemoryFormat::Contiguous);
     if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) db = torch::empty({weight.size(0)}, dy.options());
-    C10_CUDA_CHECK(kernels::ClassifierBackward(Problem(x, weight), x.data_ptr(), weight.data_ptr<float>(),
-                                               dy.data_ptr<float>(), dx.defined() ? dx.data_ptr() : nullptr,
-                                               FloatsOrNull(dw), FloatsOrNull(db), c10::cuda::getCurrentCUDAStream()));
+    const kernels::ClassifierProblem problem = Problem(x, weight);
+    // Each chunk of rows' sums of the weight's gradient (many rows only).
+    const int64_t scratch = kernels::ClassifierBackwardWorkspace(problem, dw.defined());
+    const torch::Tensor workspace = scratch > 0 ? torch::empty({scratch}, dy.options()) : torch::Tensor();
+    C10_CUDA_CHECK(kernels::ClassifierBackward(
+        problem, x.data_ptr(), weight.data_ptr<float>(), dy.data_ptr<float>(), dx.defined() ? dx.data_ptr() : nullptr,
+        FloatsOrNull(dw), FloatsOrNull(db), FloatsOrNull(workspace), c10::cuda::getCurrentCUDAStream()));
     return {dx, dw, db};
   }
 };
@@ -65,6 +73,19 @@ bool FloatOn(const torch::Tensor& t, const torch::Tensor& x) {
 #endif
 
 }  // namespace
+
+int64_t ClassifierMaxRows() {
+  static const int64_t value = [] {
+    constexpr int64_t kDefault = 256;
+    const char* s = std::getenv("TRAINBENCH_CLASSIFIER_MAX_ROWS");
+    if (s == nullptr) return kDefault;
+    const std::string_view text(s);
+    int64_t v = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
+    return error == std::errc() && end == text.data() + text.size() && v >= 1 ? v : kDefault;
+  }();
+  return value;
+}
 
 bool ClassifierApplies(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
 #ifdef TRAINBENCH_RESNET_KERNELS

@@ -4,11 +4,15 @@
 // larger operand at batch 128: ResNet50's are 80 KB of fp32, its rows 4 KB);
 // the forward's k sums of each row in registers (kK of them, kK >= k),
 // reduced across each warp by shuffles and then across the warps in shared
-// memory, in warp order. Columns (grad_weight): a block per 64 features, each lane two of
-// them over every eighth row, the warps' sums added in shared memory in warp
-// order; the first such block also sums grad_y's columns for grad_bias.
-// Nothing is allocated or cleared, so both kernels can be captured in a CUDA
-// graph.
+// memory, in warp order. Columns (grad_weight): a block per 64 features and
+// chunk of rows, each lane two of them over every eighth row of the chunk,
+// the warps' sums added in shared memory in warp order; up to kOneChunkRows
+// rows one chunk writes grad_weight itself, above it each chunk writes its
+// sums to the caller's workspace and a second kernel adds the chunks in
+// order (one chunk per 64 features had few blocks for the many rows of batch
+// 1024: 8 of them for ResNet18). The first column block of the first chunk
+// also sums grad_y's columns for grad_bias. Nothing is allocated or cleared,
+// so the kernels can be captured in a CUDA graph.
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -31,6 +35,12 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRows = 4;  // rows a block of the forward or of grad_x takes at a time
 constexpr int kColumnsPerLane = 2;
 constexpr int kColumnsPerBlock = 32 * kColumnsPerLane;
+// grad_weight: rows summed in one chunk up to this many (the form measured at
+// batch 128), else in chunks of at least kMinChunkRows, as many as fill the
+// device once.
+constexpr int64_t kOneChunkRows = 256;
+constexpr int64_t kMinChunkRows = 64;
+constexpr int64_t kMaxChunks = 1024;
 
 struct ClassifierParams {
   const void* x;
@@ -41,9 +51,13 @@ struct ClassifierParams {
   void* grad_x;
   float* grad_weight;
   float* grad_bias;
+  float* workspace;  // chunks x k x c sums of grad_weight, where chunks > 1
   int64_t n;
   int c, k;
-  int row_blocks;  // the backward's blocks [0, row_blocks) compute grad_x
+  int row_blocks;     // the backward's blocks [0, row_blocks) compute grad_x
+  int column_blocks;  // then column_blocks x chunks blocks grad_weight (and grad_bias)
+  int chunks;
+  int64_t chunk_rows;
 };
 
 // kVec consecutive fp32 weights: 16-byte loads where kVec is a multiple of 4.
@@ -166,17 +180,20 @@ __device__ __forceinline__ void GradInputRows(const ClassifierParams& p) {
   }
 }
 
-// grad_weight's columns [first, first + 64) (where grad_weight is not null),
-// and in the first column block grad_bias.
+// grad_weight's columns [first, first + 64) over one chunk of rows (where
+// grad_weight is not null), and in the first column block of the first chunk
+// grad_bias.
 template <typename T, int kK>
 __device__ __forceinline__ void GradWeightColumns(const ClassifierParams& p, int block) {
   __shared__ float partial[kWarps][kK][kColumnsPerBlock];
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const int column_block = block % p.column_blocks, chunk = block / p.column_blocks;
   const T* x = static_cast<const T*>(p.x);
   if (p.grad_weight != nullptr) {
-    const int first = block * kColumnsPerBlock + lane * kColumnsPerLane;
+    const int first = column_block * kColumnsPerBlock + lane * kColumnsPerLane;
+    const int64_t begin = chunk * p.chunk_rows, end = min(p.n, begin + p.chunk_rows);
     float sum[kK][kColumnsPerLane] = {};
-    for (int64_t row = warp; row < p.n; row += kWarps) {
+    for (int64_t row = begin + warp; row < end; row += kWarps) {
       float xs[kColumnsPerLane];
 #pragma unroll
       for (int i = 0; i < kColumnsPerLane; ++i) xs[i] = first + i < p.c ? ToFloat<T>(x[row * p.c + first + i]) : 0.0f;
@@ -193,13 +210,14 @@ __device__ __forceinline__ void GradWeightColumns(const ClassifierParams& p, int
 #pragma unroll
       for (int i = 0; i < kColumnsPerLane; ++i) partial[warp][j][lane * kColumnsPerLane + i] = sum[j][i];
     __syncthreads();
+    float* out = p.chunks > 1 ? p.workspace + static_cast<int64_t>(chunk) * p.k * p.c : p.grad_weight;
     for (int o = threadIdx.x; o < p.k * kColumnsPerBlock; o += kThreads) {
-      const int j = o / kColumnsPerBlock, col = block * kColumnsPerBlock + o % kColumnsPerBlock;
+      const int j = o / kColumnsPerBlock, col = column_block * kColumnsPerBlock + o % kColumnsPerBlock;
       if (col >= p.c) continue;
       float s = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) s += partial[w][j][o % kColumnsPerBlock];
-      p.grad_weight[static_cast<int64_t>(j) * p.c + col] = s;
+      out[static_cast<int64_t>(j) * p.c + col] = s;
     }
   }
   if (block != 0 || p.grad_bias == nullptr) return;
@@ -233,8 +251,45 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(ClassifierParams p) {
   }
 }
 
+// grad_weight = the chunks' sums added in chunk order (elements = k x c).
+__global__ void __launch_bounds__(kThreads)
+    SumChunksKernel(const float* workspace, float* grad_weight, int64_t elements, int chunks) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < elements;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    float s = 0.0f;
+    for (int chunk = 0; chunk < chunks; ++chunk) s += workspace[chunk * elements + i];
+    grad_weight[i] = s;
+  }
+}
+
 int RowBlocks(int64_t rows) {
   return static_cast<int>(std::clamp<int64_t>((rows + kRows - 1) / kRows, 1, int64_t{16} * SmCount()));
+}
+
+struct WeightPlan {
+  int64_t column_blocks = 0;
+  int64_t chunks = 1;
+  int64_t chunk_rows = 0;
+};
+
+// grad_weight's blocks: 64 features each, the rows in one chunk or (above
+// kOneChunkRows) in as many chunks as make one wave of blocks, each a
+// multiple of kWarps rows and at least kMinChunkRows.
+WeightPlan PlanWeight(const ClassifierProblem& pr, bool grad_weight, bool grad_bias) {
+  WeightPlan plan;
+  plan.chunk_rows = pr.n;
+  if (!grad_weight) {
+    plan.column_blocks = grad_bias ? 1 : 0;
+    return plan;
+  }
+  plan.column_blocks = (pr.c + kColumnsPerBlock - 1) / kColumnsPerBlock;
+  if (pr.n <= kOneChunkRows) return plan;
+  const int64_t wave = (SmCount() + plan.column_blocks - 1) / plan.column_blocks;
+  const int64_t chunks = std::clamp<int64_t>(wave, 1, std::min(kMaxChunks, pr.n / kMinChunkRows));
+  const int64_t rows = (pr.n + chunks - 1) / chunks;
+  plan.chunk_rows = (rows + kWarps - 1) / kWarps * kWarps;
+  plan.chunks = (pr.n + plan.chunk_rows - 1) / plan.chunk_rows;
+  return plan;
 }
 
 // The widest pack of features (16 bytes of x) that divides c and that every
@@ -287,6 +342,12 @@ cudaError_t Launch(bool backward, const ClassifierProblem& pr, ClassifierParams 
       LaunchTyped<__half>(backward, width, p, blocks, stream);
       break;
   }
+  if (backward && p.grad_weight != nullptr && p.chunks > 1) {
+    const int64_t elements = static_cast<int64_t>(p.k) * p.c;
+    const int sum_blocks =
+        static_cast<int>(std::clamp<int64_t>((elements + kThreads - 1) / kThreads, 1, 4 * SmCount()));
+    SumChunksKernel<<<sum_blocks, kThreads, 0, stream>>>(p.workspace, p.grad_weight, elements, p.chunks);
+  }
   return cudaGetLastError();
 }
 
@@ -308,11 +369,22 @@ cudaError_t ClassifierForward(const ClassifierProblem& pr, const void* x, const 
   return Launch(false, pr, p, PackWidth(pr, weight, {x}), RowBlocks(pr.n), stream);
 }
 
+int64_t ClassifierBackwardWorkspace(const ClassifierProblem& pr, bool grad_weight) noexcept {
+  if (!grad_weight || !ClassifierSupported(pr)) return 0;
+  const WeightPlan plan = PlanWeight(pr, true, false);
+  return plan.chunks > 1 ? plan.chunks * pr.k * pr.c : 0;
+}
+
 cudaError_t ClassifierBackward(const ClassifierProblem& pr, const void* x, const float* weight, const float* grad_y,
-                               void* grad_x, float* grad_weight, float* grad_bias, cudaStream_t stream) noexcept {
+                               void* grad_x, float* grad_weight, float* grad_bias, float* workspace,
+                               cudaStream_t stream) noexcept {
   if (grad_y == nullptr || (grad_x != nullptr && weight == nullptr) || (grad_weight != nullptr && x == nullptr))
     return cudaErrorInvalidValue;
   if (grad_x == nullptr && grad_weight == nullptr && grad_bias == nullptr) return cudaSuccess;
+  if (!ClassifierSupported(pr)) return cudaErrorInvalidValue;
+  const WeightPlan plan = PlanWeight(pr, grad_weight != nullptr, grad_bias != nullptr);
+  if (plan.column_blocks * plan.chunks > int64_t{1} << 24) return cudaErrorInvalidValue;
+  if (plan.chunks > 1 && workspace == nullptr) return cudaErrorInvalidValue;
   ClassifierParams p{};
   p.x = x;
   p.weight = weight;
@@ -320,12 +392,13 @@ cudaError_t ClassifierBackward(const ClassifierProblem& pr, const void* x, const
   p.grad_x = grad_x;
   p.grad_weight = grad_weight;
   p.grad_bias = grad_bias;
+  p.workspace = workspace;
   p.row_blocks = grad_x != nullptr ? RowBlocks(pr.n) : 0;
-  const int64_t column_blocks =
-      grad_weight != nullptr ? (pr.c + kColumnsPerBlock - 1) / kColumnsPerBlock : (grad_bias != nullptr ? 1 : 0);
-  if (column_blocks > int64_t{1} << 24) return cudaErrorInvalidValue;
+  p.column_blocks = static_cast<int>(plan.column_blocks);
+  p.chunks = static_cast<int>(plan.chunks);
+  p.chunk_rows = plan.chunk_rows;
   const int width = grad_x != nullptr ? PackWidth(pr, weight, {grad_x}) : 1;
-  return Launch(true, pr, p, width, p.row_blocks + static_cast<int>(column_blocks), stream);
+  return Launch(true, pr, p, width, p.row_blocks + p.column_blocks * p.chunks, stream);
 }
 
 }  // namespace resnet::kernels

@@ -10,8 +10,9 @@
 // last layer and its backward. Here the forward is one kernel that reads the
 // activations in their own type and the fp32 weights, and writes fp32 logits
 // (no cast either way); the backward is one kernel whose blocks compute the
-// input's gradient (rows) or the weight's and bias's (columns). Each sum runs
-// in fp32 in a fixed order, rounded once: the same values every run.
+// input's gradient (rows) or the weight's and bias's (columns; over many rows
+// in chunks, which a second kernel adds). Each sum runs in fp32 in a fixed
+// order, rounded once: the same values every run.
 //
 // x and grad_x: (n, c) row-major, float, bfloat16 or half; weight and
 // grad_weight: (k, c) row-major fp32; bias and grad_bias: (k) fp32; y and
@@ -42,10 +43,17 @@ bool ClassifierSupported(const ClassifierProblem& problem) noexcept;
 cudaError_t ClassifierForward(const ClassifierProblem& problem, const void* x, const float* weight, const float* bias,
                               float* y, cudaStream_t stream) noexcept;
 
+/// The fp32 elements of scratch memory ClassifierBackward needs on the
+/// current device (0: none): with grad_weight over many rows, each chunk of
+/// rows' sums, which a second kernel adds in chunk order.
+int64_t ClassifierBackwardWorkspace(const ClassifierProblem& problem, bool grad_weight) noexcept;
+
 /// grad_x = grad_y W (null: not computed), grad_weight = grad_y^T x, grad_bias
 /// = the column sums of grad_y (null: not computed); every element written.
+/// `workspace`: ClassifierBackwardWorkspace's elements (null where it is 0),
+/// on the current device, used by nothing else until the kernels ran.
 cudaError_t ClassifierBackward(const ClassifierProblem& problem, const void* x, const float* weight,
                                const float* grad_y, void* grad_x, float* grad_weight, float* grad_bias,
-                               cudaStream_t stream) noexcept;
+                               float* workspace, cudaStream_t stream) noexcept;
 
 }  // namespace resnet::kernels

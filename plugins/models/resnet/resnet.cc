@@ -296,7 +296,7 @@ class ResNetImpl : public torch::nn::Module {
     // at batch 128 on an H200).
     x = x.size(2) * x.size(3) == 1 ? x.flatten(1) : torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     // Elsewhere the counted layer (the FLOP count runs on the CPU).
-    if (fused_classifier_ && x.size(0) <= resnet::kClassifierMaxRows &&
+    if (fused_classifier_ && x.size(0) <= resnet::ClassifierMaxRows() &&
         resnet::ClassifierApplies(x, fc_->weight, fc_->bias))
       return resnet::Classifier(x, fc_->weight, fc_->bias);
     return fc_(x);
