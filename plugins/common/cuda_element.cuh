@@ -59,4 +59,27 @@ __device__ __forceinline__ void StorePack(T* base, Index at, const Pack<T, kVec>
   *reinterpret_cast<Pack<T, kVec>*>(base + at) = pack;
 }
 
+/// An element type as a value: ForElementType's argument.
+template <typename T>
+struct ElementType {
+  using type = T;
+};
+
+/// f(ElementType<T>{}) for the T that `dtype` names: __nv_bfloat16 for
+/// kBFloat16, __half for kHalf, float for kFloat (`DType`: a kernel header's
+/// enum of the three). A launcher's one switch over its element types; host
+/// code. In f, `typename decltype(t)::type` is the type.
+template <typename DType, typename F>
+decltype(auto) ForElementType(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return f(ElementType<__nv_bfloat16>{});
+    case DType::kHalf:
+      return f(ElementType<__half>{});
+    case DType::kFloat:
+      break;
+  }
+  return f(ElementType<float>{});
+}
+
 }  // namespace trainbench::cuda

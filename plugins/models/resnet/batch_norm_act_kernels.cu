@@ -27,6 +27,7 @@
 namespace resnet::kernels {
 namespace {
 
+using trainbench::cuda::ForElementType;
 using trainbench::cuda::FromFloat;
 using trainbench::cuda::LoadPack;
 using trainbench::cuda::Pack;
@@ -1253,17 +1254,7 @@ cudaError_t Launch(Pass pass, const BnProblem& pr, Params p, cudaStream_t stream
     p.first_stream = slot == 0;
     p.partials = p.coef + static_cast<int64_t>(pr.c) * kBackwardCoefficients;
   }
-  switch (pr.dtype) {
-    case DType::kFloat:
-      LaunchWidth<float>(pass, pr, g, p, stream);
-      break;
-    case DType::kBFloat16:
-      LaunchWidth<__nv_bfloat16>(pass, pr, g, p, stream);
-      break;
-    case DType::kHalf:
-      LaunchWidth<__half>(pass, pr, g, p, stream);
-      break;
-  }
+  ForElementType(pr.dtype, [&](auto t) { LaunchWidth<typename decltype(t)::type>(pass, pr, g, p, stream); });
   return cudaGetLastError();
 }
 

@@ -24,6 +24,7 @@
 namespace resnet::kernels {
 namespace {
 
+using trainbench::cuda::ForElementType;
 using trainbench::cuda::FromFloat;
 using trainbench::cuda::LoadPack;
 using trainbench::cuda::Pack;
@@ -331,17 +332,8 @@ cudaError_t Launch(bool backward, const ClassifierProblem& pr, ClassifierParams 
   p.n = pr.n;
   p.c = static_cast<int>(pr.c);
   p.k = static_cast<int>(pr.k);
-  switch (pr.dtype) {
-    case DType::kFloat:
-      LaunchTyped<float>(backward, width, p, blocks, stream);
-      break;
-    case DType::kBFloat16:
-      LaunchTyped<__nv_bfloat16>(backward, width, p, blocks, stream);
-      break;
-    case DType::kHalf:
-      LaunchTyped<__half>(backward, width, p, blocks, stream);
-      break;
-  }
+  ForElementType(pr.dtype,
+                 [&](auto t) { LaunchTyped<typename decltype(t)::type>(backward, width, p, blocks, stream); });
   if (backward && p.grad_weight != nullptr && p.chunks > 1) {
     const int64_t elements = static_cast<int64_t>(p.k) * p.c;
     const int sum_blocks =

@@ -13,6 +13,7 @@
 namespace resnet::kernels {
 namespace {
 
+using trainbench::cuda::ForElementType;
 using trainbench::cuda::FromFloat;
 using trainbench::cuda::LoadPack;
 using trainbench::cuda::Pack;
@@ -211,17 +212,8 @@ cudaError_t Launch(bool backward, const PoolProblem& pr, PoolParams p, int width
   p.kernel = pr.kernel;
   p.stride = pr.stride;
   p.padding = pr.padding;
-  switch (pr.dtype) {
-    case DType::kFloat:
-      LaunchTyped<float>(backward, pr.layout, width, p, stream);
-      break;
-    case DType::kBFloat16:
-      LaunchTyped<__nv_bfloat16>(backward, pr.layout, width, p, stream);
-      break;
-    case DType::kHalf:
-      LaunchTyped<__half>(backward, pr.layout, width, p, stream);
-      break;
-  }
+  ForElementType(pr.dtype,
+                 [&](auto t) { LaunchTyped<typename decltype(t)::type>(backward, pr.layout, width, p, stream); });
   return cudaGetLastError();
 }
 

@@ -9,6 +9,7 @@
 namespace resnet::kernels {
 namespace {
 
+using trainbench::cuda::ForElementType;
 using trainbench::cuda::FromFloat;
 using trainbench::cuda::Pack;
 using trainbench::cuda::StorePack;
@@ -95,21 +96,6 @@ void LaunchBlocks(const StemProblem& p, const void* x, void* s, cudaStream_t str
                                                          p.w, bh, bw, sc);
 }
 
-template <typename TX>
-void LaunchBlocksFrom(const StemProblem& p, const void* x, void* s, cudaStream_t stream) {
-  switch (p.s_dtype) {
-    case DType::kFloat:
-      LaunchBlocks<TX, float>(p, x, s, stream);
-      break;
-    case DType::kBFloat16:
-      LaunchBlocks<TX, __nv_bfloat16>(p, x, s, stream);
-      break;
-    case DType::kHalf:
-      LaunchBlocks<TX, __half>(p, x, s, stream);
-      break;
-  }
-}
-
 template <typename T>
 void LaunchWeight(bool grad, Layout layout, int64_t k, int c, const void* in, void* out, cudaStream_t stream) {
   const int sc = static_cast<int>(StemChannels(c));
@@ -127,17 +113,9 @@ cudaError_t Weight(bool grad, DType dtype, Layout layout, int64_t k, int64_t c, 
                    cudaStream_t stream) {
   if (k < 1 || k > (int64_t{1} << 30) || c < 1 || c > 4 || in == nullptr || out == nullptr)
     return cudaErrorInvalidValue;
-  switch (dtype) {
-    case DType::kFloat:
-      LaunchWeight<float>(grad, layout, k, static_cast<int>(c), in, out, stream);
-      break;
-    case DType::kBFloat16:
-      LaunchWeight<__nv_bfloat16>(grad, layout, k, static_cast<int>(c), in, out, stream);
-      break;
-    case DType::kHalf:
-      LaunchWeight<__half>(grad, layout, k, static_cast<int>(c), in, out, stream);
-      break;
-  }
+  ForElementType(dtype, [&](auto t) {
+    LaunchWeight<typename decltype(t)::type>(grad, layout, k, static_cast<int>(c), in, out, stream);
+  });
   return cudaGetLastError();
 }
 
@@ -152,17 +130,11 @@ bool StemSupported(const StemProblem& p) noexcept {
 cudaError_t StemBlocks(const StemProblem& p, const void* x, void* s, cudaStream_t stream) noexcept {
   if (!StemSupported(p) || x == nullptr || s == nullptr || reinterpret_cast<uintptr_t>(s) % 16 != 0)
     return cudaErrorInvalidValue;
-  switch (p.x_dtype) {
-    case DType::kFloat:
-      LaunchBlocksFrom<float>(p, x, s, stream);
-      break;
-    case DType::kBFloat16:
-      LaunchBlocksFrom<__nv_bfloat16>(p, x, s, stream);
-      break;
-    case DType::kHalf:
-      LaunchBlocksFrom<__half>(p, x, s, stream);
-      break;
-  }
+  ForElementType(p.x_dtype, [&](auto tx) {
+    ForElementType(p.s_dtype, [&](auto ts) {
+      LaunchBlocks<typename decltype(tx)::type, typename decltype(ts)::type>(p, x, s, stream);
+    });
+  });
   return cudaGetLastError();
 }
 

@@ -12,6 +12,7 @@
 namespace resnet::kernels {
 namespace {
 
+using trainbench::cuda::ForElementType;
 using trainbench::cuda::FromFloat;
 using trainbench::cuda::LoadPack;
 using trainbench::cuda::Pack;
@@ -90,19 +91,6 @@ cudaError_t LaunchTyped(const CastJob* jobs, int count, cudaStream_t stream) {
     if (error != cudaSuccess) return error;
   }
   return cudaSuccess;
-}
-
-template <typename S>
-cudaError_t LaunchFrom(const CastJob* jobs, int count, DType to, cudaStream_t stream) {
-  switch (to) {
-    case DType::kFloat:
-      return LaunchTyped<S, float>(jobs, count, stream);
-    case DType::kBFloat16:
-      return LaunchTyped<S, __nv_bfloat16>(jobs, count, stream);
-    case DType::kHalf:
-      return LaunchTyped<S, __half>(jobs, count, stream);
-  }
-  return cudaErrorInvalidValue;
 }
 
 // SGD (SgdTensors): a block updates kPerBlock elements of one job, 8 per
@@ -222,46 +210,28 @@ cudaError_t LaunchSgd(const SgdJob* jobs, int count, const SgdArgs& args, cudaSt
   return cudaSuccess;
 }
 
-template <typename G>
-cudaError_t LaunchSgdFrom(const SgdJob* jobs, int count, DType copy_type, const SgdArgs& args, cudaStream_t stream) {
-  switch (copy_type) {
-    case DType::kFloat:
-      return LaunchSgd<G, void>(jobs, count, args, stream);
-    case DType::kBFloat16:
-      return LaunchSgd<G, __nv_bfloat16>(jobs, count, args, stream);
-    case DType::kHalf:
-      return LaunchSgd<G, __half>(jobs, count, args, stream);
-  }
-  return cudaErrorInvalidValue;
-}
-
 }  // namespace
 
 cudaError_t SgdTensors(const SgdJob* jobs, int count, DType grad_type, DType copy_type, const SgdArgs& args,
                        cudaStream_t stream) noexcept {
   if (count < 0 || (count > 0 && jobs == nullptr)) return cudaErrorInvalidValue;
-  switch (grad_type) {
-    case DType::kFloat:
-      return LaunchSgdFrom<float>(jobs, count, copy_type, args, stream);
-    case DType::kBFloat16:
-      return LaunchSgdFrom<__nv_bfloat16>(jobs, count, copy_type, args, stream);
-    case DType::kHalf:
-      return LaunchSgdFrom<__half>(jobs, count, copy_type, args, stream);
-  }
-  return cudaErrorInvalidValue;
+  return ForElementType(grad_type, [&](auto g) {
+    return ForElementType(copy_type, [&](auto c) {
+      // fp32 copies: none (the weights themselves).
+      using Copy = typename decltype(c)::type;
+      return LaunchSgd<typename decltype(g)::type, std::conditional_t<std::is_same_v<Copy, float>, void, Copy>>(
+          jobs, count, args, stream);
+    });
+  });
 }
 
 cudaError_t CastTensors(const CastJob* jobs, int count, DType from, DType to, cudaStream_t stream) noexcept {
   if (count < 0 || (count > 0 && jobs == nullptr)) return cudaErrorInvalidValue;
-  switch (from) {
-    case DType::kFloat:
-      return LaunchFrom<float>(jobs, count, to, stream);
-    case DType::kBFloat16:
-      return LaunchFrom<__nv_bfloat16>(jobs, count, to, stream);
-    case DType::kHalf:
-      return LaunchFrom<__half>(jobs, count, to, stream);
-  }
-  return cudaErrorInvalidValue;
+  return ForElementType(from, [&](auto f) {
+    return ForElementType(to, [&](auto t) {
+      return LaunchTyped<typename decltype(f)::type, typename decltype(t)::type>(jobs, count, stream);
+    });
+  });
 }
 
 }  // namespace resnet::kernels

@@ -11,6 +11,7 @@
 namespace simple_cnn::kernels {
 namespace {
 
+using trainbench::cuda::ForElementType;
 using trainbench::cuda::FromFloat;
 using trainbench::cuda::Pack;
 using trainbench::cuda::Round;
@@ -217,17 +218,7 @@ void LaunchWithWidth(bool forward, const PoolProblem& pr, const Buffers& b, cuda
 cudaError_t Run(bool forward, const PoolProblem& pr, const Buffers& b, cudaStream_t stream) {
   if (pr.h % 2 != 0 || pr.w % 2 != 0) return cudaErrorInvalidValue;
   if (pr.n * pr.c * pr.h * pr.w == 0) return cudaSuccess;
-  switch (pr.dtype) {
-    case DType::kFloat:
-      LaunchWithWidth<float>(forward, pr, b, stream);
-      break;
-    case DType::kBFloat16:
-      LaunchWithWidth<__nv_bfloat16>(forward, pr, b, stream);
-      break;
-    case DType::kHalf:
-      LaunchWithWidth<__half>(forward, pr, b, stream);
-      break;
-  }
+  ForElementType(pr.dtype, [&](auto t) { LaunchWithWidth<typename decltype(t)::type>(forward, pr, b, stream); });
   return cudaGetLastError();
 }
 
