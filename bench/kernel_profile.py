@@ -27,9 +27,15 @@ CATEGORIES = [
     # Autocast's weight casts: trainbench's one kernel each way, Inductor's cast-only kernels
     # (both under another kind before: batch norm and element-wise).
     ("weight casts", r"resnet::kernels::.*CastKernel|^triton_poi_fused__to_copy_\d+$"),
-    ("copy / layout", r"nchwToNhwc|nhwcToNchw|[Tt]ranspose|convert.*[Ll]ayout|copy_kernel|CatArrayBatched"),
+    # trainbench's other kernels in resnet::kernels (before session 24 all but
+    # these two counted as batch norm): the fused SGD update, the stem's
+    # space-to-depth rearrangements, the classifier (fc layer).
+    ("optimizer", r"resnet::kernels::.*::SgdKernel"),
+    ("copy / layout", r"nchwToNhwc|nhwcToNchw|[Tt]ranspose|convert.*[Ll]ayout|copy_kernel|CatArrayBatched|"
+                      r"resnet::kernels::.*::(Blocks|Weight|WeightGrad)Kernel<"),
+    ("convolution / matmul", r"resnet::kernels::.*::(Forward|Backward|SumChunks)Kernel\b"),
     ("pooling", r"resnet::kernels::.*MaxPool"),  # trainbench's stem max pool, before its batch norm
-    ("batch norm", r"batch_norm|batchnorm|BatchNorm|\bbn_|_bn|welford|resnet::kernels::"),
+    ("batch norm", r"batch_norm|batchnorm|BatchNorm|\bbn_|_bn|welford|resnet::kernels::.*::(Reduce|Elementwise|OnePass)N"),
     ("convolution / matmul", r"conv|Conv|cudnn|xmma|implicit_gemm|gemm|Gemm|GEMM|cutlass|wgrad|dgrad|fprop|"
                              r"sm\d+_|nvjet|ampere|hopper|cublas|splitK"),
     ("optimizer", r"multi_tensor_apply|[Ff]used.*[Ss]gd|sgd|foreach|momentum"),

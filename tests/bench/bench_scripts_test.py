@@ -402,6 +402,30 @@ class KernelProfileOfATrace(unittest.TestCase):
         self.assertIn("| element-wise | 6.0 |", r.stdout)
         self.assertNotIn("| batch norm |", r.stdout)
 
+    def test_the_plugins_other_kernels_are_not_batch_norm(self):
+        """trainbench's SGD update, stem rearrangements and classifier share
+        resnet::kernels with the batch norm's kernels; each counts as its
+        own kind of work (the SGD update counted as batch norm in sessions
+        22-23's profiles)."""
+        ns = "void resnet::kernels::(anonymous namespace)::"
+        kernels = [(ns + "SgdKernel<__nv_bfloat16, __nv_bfloat16, true>(resnet::kernels::(anonymous namespace)::"
+                    "SgdBatch, resnet::kernels::SgdArgs)", 16.0),
+                   (ns + "BlocksKernel<__nv_bfloat16, __nv_bfloat16>(const __nv_bfloat16 *, ...)", 1.0),
+                   (ns + "WeightGradKernel<float>(const float *, float *, long, int, int)", 2.0),
+                   (ns + "ForwardKernel<__nv_bfloat16, 16, 8>(resnet::kernels::(anonymous namespace)::"
+                    "ClassifierParams)", 4.0),
+                   (ns + "BackwardKernel<__nv_bfloat16, 16, 8>(resnet::kernels::(anonymous namespace)::"
+                    "ClassifierParams)", 8.0),
+                   (ns + "MaxPoolForwardKernel<__nv_bfloat16, 8, true, unsigned int>(...)", 32.0),
+                   (ns + "OnePassNhwc<__nv_bfloat16, 8, true, true, false, 2, true>(...)", 64.0),
+                   (ns + "ElementwiseNhwc<__nv_bfloat16, 8, true, true, false>(...)", 128.0),
+                   (ns + "SomeFutureKernel<float>(...)", 256.0)]
+        r = self.run_profile([{"ph": "X", "cat": "kernel", "name": n, "dur": d} for n, d in kernels] * 2)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for row in ("| optimizer | 16.0 |", "| copy / layout | 3.0 |", "| convolution / matmul | 12.0 |",
+                    "| pooling | 32.0 |", "| batch norm | 192.0 |", "| other | 256.0 |"):
+            self.assertIn(row, r.stdout)
+
     def test_the_timeline_of_a_trace_with_start_times(self):
         """Per step: span, busy, side by side, idle and its gaps, each kind's
         time alone on the GPU, each stream's busy time (two steps 100 us
