@@ -1,10 +1,13 @@
 // See max_pool_kernels.h. One thread per pack of kVec channels (NHWC; NCHW
 // takes one element per thread), grid-stride over the output (forward) or
-// the input (backward); every kernel reads and writes each element once, and
+// the input (backward; with TRAINBENCH_MAXPOOL_BLOCKS=1 the stem's NHWC pool
+// over 2x2 blocks of the input); every kernel writes each element once, and
 // nothing is allocated or cleared, so both can be captured in a CUDA graph.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "../../common/cuda_element.cuh"
 #include "kernel_host.h"
@@ -146,6 +149,78 @@ __global__ void __launch_bounds__(kThreads) MaxPoolBackwardKernel(PoolParams p) 
   }
 }
 
+// The stem's pool (3x3, stride 2, padding 1) backward in NHWC, a thread per
+// 2x2 block of input pixels and pack of channels. Window (oh, ow) covers input
+// rows 2 oh - 1 .. 2 oh + 1, so block (a, b) (rows 2a, 2a + 1, columns 2b,
+// 2b + 1) lies in windows a .. a + 1 by b .. b + 1 and in no other: each of
+// those windows' gradient and position is loaded once for the four pixels
+// (MaxPoolBackwardKernel loads them once per pixel, 2.25 times each, and
+// divides by the runtime stride), and every index below is a constant. Each
+// pixel adds its windows in MaxPoolBackwardKernel's order (by row, then
+// column) in fp32: the same values.
+template <typename T, int kVec, typename Index>
+__global__ void __launch_bounds__(kThreads) MaxPoolBackwardBlocksKernel(PoolParams p) {
+  const int64_t bh = (p.h + 1) / 2, bw = (p.w + 1) / 2;
+  const int64_t total = p.n * bh * bw * p.c / kVec;
+  const T* grad_y = static_cast<const T*>(p.in);
+  T* grad_x = static_cast<T*>(p.out);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    int64_t n, c, a, b;
+    Coordinates<true, kVec, Index>(static_cast<Index>(i), static_cast<Index>(p.c), static_cast<Index>(bh),
+                                   static_cast<Index>(bw), n, c, a, b);
+    float sum[2][2][kVec] = {};  // pixel (2a + r, 2b + s), channel c + j
+#pragma unroll
+    for (int dy = 0; dy < 2; ++dy) {
+      if (a + dy >= p.oh) break;
+#pragma unroll
+      for (int dx = 0; dx < 2; ++dx) {
+        if (b + dx >= p.ow) break;
+        const int64_t at = At<true>(n, c, a + dy, b + dx, p.c, p.oh, p.ow);
+        const Pack<uint8_t, kVec> where = LoadPack<uint8_t, kVec>(p.argmax, at);
+        const Pack<T, kVec> g = LoadPack<T, kVec>(grad_y, at);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {
+            // Pixel (2a + r, 2b + s) sits at (kh, kw) of window (a + dy, b + dx).
+            constexpr int kKernel = 3;
+            const int kh = r - 2 * dy + 1, kw = s - 2 * dx + 1;
+            if (kh < 0 || kh >= kKernel || kw < 0 || kw >= kKernel) continue;
+            const int here = kh * kKernel + kw;
+#pragma unroll
+            for (int j = 0; j < kVec; ++j)
+              if (where.v[j] == here) sum[r][s][j] += ToFloat(g.v[j]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        if (2 * a + r >= p.h || 2 * b + s >= p.w) continue;
+        Pack<T, kVec> out;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) out.v[j] = FromFloat<T>(sum[r][s][j]);
+        StorePack<T, kVec>(grad_x, At<true>(n, c, 2 * a + r, 2 * b + s, p.c, p.h, p.w), out);
+      }
+    }
+  }
+}
+
+// Whether the stem's pool backward runs as MaxPoolBackwardBlocksKernel:
+// TRAINBENCH_MAXPOOL_BLOCKS=1 (not yet measured on a GPU; until it is, off).
+bool BlocksSetting() {
+  static const bool value = [] {
+    const char* s = std::getenv("TRAINBENCH_MAXPOOL_BLOCKS");
+    return s != nullptr && std::string_view(s) == "1";
+  }();
+  return value;
+}
+
+bool TakesBlocks(const PoolParams& p) { return p.kernel == 3 && p.stride == 2 && p.padding == 1 && BlocksSetting(); }
+
 int Blocks(int64_t threads) {
   return static_cast<int>(std::clamp<int64_t>((threads + kThreads - 1) / kThreads, 1, int64_t{32} * SmCount()));
 }
@@ -166,6 +241,13 @@ int PackWidth(const PoolProblem& pr, std::initializer_list<const void*> pointers
 
 template <typename T, int kVec, bool kNhwc, typename Index>
 void LaunchIndexed(bool backward, const PoolParams& p, cudaStream_t stream) {
+  if constexpr (kNhwc) {
+    if (backward && TakesBlocks(p)) {
+      const int64_t threads = p.n * ((p.h + 1) / 2) * ((p.w + 1) / 2) * p.c / kVec;
+      MaxPoolBackwardBlocksKernel<T, kVec, Index><<<Blocks(threads), kThreads, 0, stream>>>(p);
+      return;
+    }
+  }
   if (backward) {
     MaxPoolBackwardKernel<T, kVec, kNhwc, Index><<<Blocks(p.n * p.h * p.w * p.c / kVec), kThreads, 0, stream>>>(p);
   } else {
