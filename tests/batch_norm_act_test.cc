@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda_graph.h"
@@ -139,6 +140,52 @@ TEST_P(BatchNormAct, EqualsTheCompositeInTrainingAndEvaluation) {
   EXPECT_FALSE(fused.grad_fn());
   EXPECT_TRUE(fused.is_contiguous(format));
   ExpectClose(fused, ref, truth, fp32, "evaluation y");
+}
+
+// BatchNormActTwice (a block's output for its two readers): two outputs of
+// the same values, whose two gradients the backward's kernels add where they
+// read them; the same gradients, bit for bit, as BatchNormAct given their
+// sum (autograd's add, in the element type), and with one gradient only
+// those of BatchNormAct given it.
+TEST_P(BatchNormAct, TwoOutputsGiveTheGradientsOfTheirSum) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = GetParam();
+  if (c.act != Act::kAddRelu) GTEST_SKIP() << "only a block's output (residual and ReLU) is read twice";
+  const auto format = c.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  const auto cuda = torch::TensorOptions(torch::kCUDA);
+  torch::manual_seed(12);
+  const int64_t channels = c.shape[1];
+  auto input = [&] { return torch::randn(c.shape, cuda).to(c.dtype).contiguous(format); };
+  const torch::Tensor base = input(), skip = input(), g1 = input(), g2 = input();
+  BatchNorm2d twice_bn(channels), once_bn(channels);
+  for (auto* bn : {&twice_bn, &once_bn}) (*bn)->to(torch::kCUDA);
+  // (which gradients reach the two outputs, the one gradient BatchNormAct gets)
+  const std::vector<std::tuple<bool, bool, torch::Tensor, const char*>> runs = {
+      {true, true, g1 + g2, "both"}, {false, true, g2, "the second only"}, {true, false, g1, "the first only"}};
+  for (const auto& [first, second, sum, what] : runs) {
+    torch::Tensor x = base.clone().requires_grad_(), r = skip.clone().requires_grad_();
+    const auto [y1, y2] = resnet::BatchNormActTwice(*twice_bn, x, r, true, c.one_pass);
+    ASSERT_TRUE(y1.grad_fn() && y2.grad_fn());
+    EXPECT_NE(y1.grad_fn()->name().find("FusedBatchNormAct"), std::string::npos) << y1.grad_fn()->name();
+    EXPECT_EQ(y1.data_ptr(), y2.data_ptr()) << "one output, two tensors";
+    std::vector<torch::Tensor> outputs, grads;
+    if (first) outputs.push_back(y1), grads.push_back(g1);
+    if (second) outputs.push_back(y2), grads.push_back(g2);
+    torch::autograd::backward(outputs, grads);
+    const Step once = RunStep(once_bn, base, skip, sum, Act::kAddRelu, true, c.one_pass);
+    EXPECT_TRUE(torch::equal(y1, once.y)) << what;
+    EXPECT_TRUE(torch::equal(x.grad(), once.dx)) << what;
+    EXPECT_TRUE(torch::equal(r.grad(), once.dr)) << what;
+    EXPECT_TRUE(torch::equal(twice_bn->weight.grad(), once.dw)) << what;
+    EXPECT_TRUE(torch::equal(twice_bn->bias.grad(), once.db)) << what;
+    twice_bn->weight.mutable_grad() = torch::Tensor();
+    twice_bn->bias.mutable_grad() = torch::Tensor();
+  }
+  // Where the fused path does not apply: the composite's one tensor, twice.
+  BatchNorm2d cpu_bn(channels);
+  const auto [a, b] =
+      resnet::BatchNormActTwice(*cpu_bn, base.cpu().to(torch::kFloat), skip.cpu().to(torch::kFloat), true, c.one_pass);
+  EXPECT_TRUE(a.is_same(b));
 }
 
 std::vector<Case> Cases() {

@@ -383,7 +383,10 @@ for stage in $STAGES; do
     # nofusedsgd and noclassifier (the ResNets' fused_sgd or fused_classifier
     # off), classifierall (the classifier's kernels at every batch size, not
     # only up to 256 rows: TRAINBENCH_CLASSIFIER_MAX_ROWS), poolblocks (the
-    # stem pool's backward by 2x2 blocks of pixels: TRAINBENCH_MAXPOOL_BLOCKS=1).
+    # stem pool's backward by 2x2 blocks of pixels: TRAINBENCH_MAXPOOL_BLOCKS=1),
+    # splitgrad (each block's output handed on as two tensors, their
+    # gradients added inside the batch norm's backward:
+    # TRAINBENCH_BN_SPLIT_GRADIENT=1), all24 (session 24's three together).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -394,7 +397,8 @@ for stage in $STAGES; do
         [grads]="TRAINBENCH_SIDE_STREAMS=grads" [nolate]="TRAINBENCH_SIDE_STREAMS=grads,branches"
         [nobranch]="TRAINBENCH_SIDE_STREAMS=grads,late" [nonarrow]="TRAINBENCH_BN_ONE_PASS_NARROW=0"
         [nopdl]="TRAINBENCH_BN_PDL=0" [classifierall]="TRAINBENCH_CLASSIFIER_MAX_ROWS=1000000"
-        [poolblocks]="TRAINBENCH_MAXPOOL_BLOCKS=1")
+        [poolblocks]="TRAINBENCH_MAXPOOL_BLOCKS=1" [splitgrad]="TRAINBENCH_BN_SPLIT_GRADIENT=1"
+        [all24]="TRAINBENCH_CLASSIFIER_MAX_ROWS=1000000 TRAINBENCH_MAXPOOL_BLOCKS=1 TRAINBENCH_BN_SPLIT_GRADIENT=1")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"

@@ -1,5 +1,9 @@
 #include "batch_norm_act.h"
 
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
 #ifdef TRAINBENCH_RESNET_KERNELS
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -68,14 +72,26 @@ torch::Tensor OrAbsent(const torch::Tensor& t, const torch::Tensor& like) {
 }
 bool Present(const torch::Tensor& t) { return t.defined() && t.numel() > 0; }
 
+// A new tensor on `t`'s memory (not a view): the second output of a node
+// that hands its result to two readers.
+torch::Tensor Alias(const torch::Tensor& t) {
+  return torch::empty({0}, t.options()).set_(t.storage(), t.storage_offset(), t.sizes(), t.strides());
+}
+
+// dy as the kernels read it: in x's type and layout.
+torch::Tensor AsGradient(const torch::Tensor& g, const torch::Tensor& x, bool nhwc) {
+  return g.to(x.scalar_type()).contiguous(Format(nhwc));
+}
+
 struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
   // residual: OrAbsent; running_mean, running_var: updated in place, or
-  // OrAbsent (not tracked).
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+  // OrAbsent (not tracked). `twice` (with a residual): y and an alias of it,
+  // two outputs whose gradients the backward adds.
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& bias, const torch::Tensor& residual,
                                const torch::Tensor& running_mean, const torch::Tensor& running_var,
                                const torch::Tensor& num_batches_tracked, double eps, double momentum, bool relu,
-                               bool one_pass) {
+                               bool one_pass, bool twice) {
     const c10::cuda::CUDAGuard guard(x.device());
     const bool nhwc = IsNhwc(x);
     const torch::Tensor r = Present(residual) ? residual.contiguous(Format(nhwc)) : torch::Tensor();
@@ -109,7 +125,10 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
       ctx->save_for_backward({x, weight, bias, mean, invstd});
     ctx->saved_data["relu"] = relu;
     ctx->saved_data["one_pass"] = one_pass;
-    return y;
+    if (!twice) return {y};
+    // Either output may get no gradient (a reader outside autograd).
+    ctx->set_materialize_grads(false);
+    return {y, Alias(y)};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -120,7 +139,13 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     const bool nhwc = IsNhwc(x);
     const kernels::BnProblem problem =
         Problem(x, nhwc, ctx->saved_data["relu"].toBool(), residual, ctx->saved_data["one_pass"].toBool());
-    const torch::Tensor dy = grads[0].to(x.scalar_type()).contiguous(Format(nhwc));
+    // Two outputs: either gradient may be undefined (materialize_grads off).
+    const torch::Tensor& g0 = grads[0];
+    const torch::Tensor g1 = grads.size() > 1 ? grads[1] : torch::Tensor();
+    const torch::Tensor dy = g0.defined()   ? AsGradient(g0, x, nhwc)
+                             : g1.defined() ? AsGradient(g1, x, nhwc)
+                                            : torch::zeros_like(x);
+    const torch::Tensor dy2 = g0.defined() && g1.defined() ? AsGradient(g1, x, nhwc) : torch::Tensor();
     torch::Tensor dx = torch::empty_like(x);
     torch::Tensor dr = residual ? torch::empty_like(x) : torch::Tensor();
     const auto f32 = x.options().dtype(torch::kFloat).memory_format(c10::MemoryFormat::Contiguous);
@@ -139,6 +164,7 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     args.grad_weight = dw.data_ptr<float>();
     args.grad_bias = db.data_ptr<float>();
     args.workspace = workspace.data_ptr<float>();
+    args.grad_y2 = dy2.defined() ? dy2.data_ptr() : nullptr;
     // Autograd runs this on the forward's stream, which may be a side
     // stream of a captured step that has not asked for its counters yet.
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -150,6 +176,7 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
             dw,
             db,
             dr,
+            torch::Tensor(),
             torch::Tensor(),
             torch::Tensor(),
             torch::Tensor(),
@@ -208,8 +235,12 @@ int ReduceTileChannels(const torch::Tensor& x) {
 #endif
 }
 
-torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu,
-                           bool fused, bool one_pass) {
+namespace {
+
+// The fused path's outputs (one, or two with `twice`), or none where it does
+// not apply.
+std::vector<torch::Tensor> Fused(BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu,
+                                 bool fused, bool one_pass, bool twice) {
 #ifdef TRAINBENCH_RESNET_KERNELS
   if (fused && FusedApplies(bn, x, residual, relu)) {
     const bool batch_statistics = bn.is_training() || !bn.options.track_running_stats();
@@ -217,7 +248,7 @@ torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const to
       const bool needs_grad =
           torch::GradMode::is_enabled() && (x.requires_grad() || bn.weight.requires_grad() || bn.bias.requires_grad() ||
                                             (residual.defined() && residual.requires_grad()));
-      if (!needs_grad) return Inference(bn, x, residual, relu);
+      if (!needs_grad) return {Inference(bn, x, residual, relu)};
     } else if (kernels::PrepareDevice(c10::cuda::getCurrentCUDAStream(x.device().index()))) {
       const bool track = bn.is_training() && bn.options.track_running_stats();
       // The batch is counted as the module's own forward would: by the
@@ -234,13 +265,36 @@ torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const to
                                       OrAbsent(track ? bn.running_mean : torch::Tensor(), bn.weight),
                                       OrAbsent(track ? bn.running_var : torch::Tensor(), bn.weight),
                                       OrAbsent(counter_on_device ? bn.num_batches_tracked : torch::Tensor(), bn.weight),
-                                      bn.options.eps(), momentum, relu, one_pass);
+                                      bn.options.eps(), momentum, relu, one_pass, twice && residual.defined());
     }
   }
 #else
-  (void)fused, (void)one_pass;
+  (void)bn, (void)x, (void)residual, (void)relu, (void)fused, (void)one_pass, (void)twice;
 #endif
-  return Composite(bn, x, residual, relu);
+  return {};
+}
+
+}  // namespace
+
+torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu,
+                           bool fused, bool one_pass) {
+  std::vector<torch::Tensor> out = Fused(bn, x, residual, relu, fused, one_pass, /*twice=*/false);
+  return out.empty() ? Composite(bn, x, residual, relu) : out[0];
+}
+
+std::pair<torch::Tensor, torch::Tensor> BatchNormActTwice(BatchNorm2dImpl& bn, const torch::Tensor& x,
+                                                          const torch::Tensor& residual, bool fused, bool one_pass) {
+  std::vector<torch::Tensor> out = Fused(bn, x, residual, /*relu=*/true, fused, one_pass, /*twice=*/true);
+  if (out.empty()) out = {Composite(bn, x, residual, /*relu=*/true)};
+  return out.size() > 1 ? std::make_pair(out[0], out[1]) : std::make_pair(out[0], out[0]);
+}
+
+bool SplitGradientSetting() {
+  static const bool value = [] {
+    const char* s = std::getenv("TRAINBENCH_BN_SPLIT_GRADIENT");
+    return s != nullptr && std::string_view(s) == "1";
+  }();
+  return value;
 }
 
 }  // namespace resnet

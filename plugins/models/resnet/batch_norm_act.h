@@ -7,6 +7,8 @@
 
 #include <torch/types.h>
 
+#include <utility>
+
 #include "trainbench/sdk/batch_norm.h"
 
 namespace resnet {
@@ -23,6 +25,21 @@ bool FusedKernelsBuilt() noexcept;
 /// batch_norm_act_kernels.h), else always two.
 torch::Tensor BatchNormAct(trainbench::sdk::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual,
                            bool relu, bool fused, bool one_pass = true);
+
+/// relu(batch_norm(x) + residual) as two tensors of the same values, for a
+/// residual block's output that the next block reads twice (its first
+/// convolution, its residual branch): on the fused path two outputs of one
+/// node, whose two gradients the backward's kernels add where they read them
+/// (in fp32, rounded as autograd rounds its own add of them) instead of a
+/// separate add before it; elsewhere the same tensor twice.
+std::pair<torch::Tensor, torch::Tensor> BatchNormActTwice(trainbench::sdk::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                                                          const torch::Tensor& residual, bool fused,
+                                                          bool one_pass = true);
+
+/// Whether the ResNets hand a block's output to the next block as
+/// BatchNormActTwice's two tensors: TRAINBENCH_BN_SPLIT_GRADIENT=1 (read
+/// once; not yet measured on a GPU, so off by default).
+bool SplitGradientSetting();
 
 /// Whether a training step of `x` (CUDA, 4-d) would run one kernel each way
 /// with `one_pass` on this device (for tests and benchmarks).

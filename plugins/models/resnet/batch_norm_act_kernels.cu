@@ -101,7 +101,8 @@ struct Params {
   const void* residual;
   const void* y;
   const void* grad_y;
-  void* out;  // forward: y; backward: grad_x
+  const void* grad_y2;  // backward with a residual: null, or added to grad_y where read
+  void* out;            // forward: y; backward: grad_x
   void* grad_residual;
   const float* weight;
   const float* bias;
@@ -177,6 +178,18 @@ __device__ __forceinline__ float MaskedGrad(float dy, float x, float y, float sc
   if constexpr (!kRelu) return dy;
   if constexpr (kResidual) return y > 0.f ? dy : 0.f;
   return Passes<T>(x, scale, shift) ? dy : 0.f;
+}
+
+// dy where the output had two readers (kSecondGrad: p.grad_y2, a separate
+// instantiation so that the other kernels keep their registers): the two
+// gradients added in fp32 and rounded to T, as autograd adds them.
+template <typename T, int kVec>
+__device__ __forceinline__ Pack<T, kVec> AddSecondGrad(const Params& p, const Pack<T, kVec>& gv, int64_t at) {
+  const Pack<T, kVec> g2 = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y2), at);
+  Pack<T, kVec> sum;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) sum.v[j] = FromFloat<T>(ToFloat(gv.v[j]) + ToFloat(g2.v[j]));
+  return sum;
 }
 
 // What a channel's finish reads besides the sums: loaded by the last block
@@ -403,7 +416,7 @@ __device__ __forceinline__ void WriteBlockSums(const Params& p, const float (&a0
 
 // NHWC reduction. Forward: sums of d and d^2 (d = x - the channel's first
 // value); backward: of dz and dz (x - mean), writing dr = dz with a residual.
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad = false>
 __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Params p, int tx) {
   LetDependentsStart();
   const int ty = kThreads / tx;
@@ -426,6 +439,7 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Param
       Pack<T, kVec> gv{}, yv{};
       if constexpr (kBackward) gv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
       if constexpr (kBackward && kResidual) yv = LoadPack<T, kVec>(static_cast<const T*>(p.y), at);
+      if constexpr (kBackward && kResidual && kSecondGrad) gv = AddSecondGrad<T, kVec>(p, gv, at);
       const Pack<T, kVec> dzv = Accumulate<T, kVec, kBackward, kRelu, kResidual>(xv, gv, yv, ref, scale, shift, a0, a1);
       if constexpr (kBackward && kResidual) StorePack<T, kVec>(static_cast<T*>(p.grad_residual), at, dzv);
     }
@@ -441,7 +455,7 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Param
 
 // NCHW reduction: blockIdx.x is the channel; packs of kVec elements of one
 // H * W run.
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad = false>
 __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNchw(Params p) {
   const int c = blockIdx.x;
   const T* x = static_cast<const T*>(p.x);
@@ -468,9 +482,10 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNchw(Param
         a1 = fmaf(d, d, a1);
       }
     } else {
-      const Pack<T, kVec> gv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
+      Pack<T, kVec> gv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
       Pack<T, kVec> yv{};
       if constexpr (kResidual) yv = LoadPack<T, kVec>(static_cast<const T*>(p.y), at);
+      if constexpr (kResidual && kSecondGrad) gv = AddSecondGrad<T, kVec>(p, gv, at);
       Pack<T, kVec> dzv;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
@@ -671,7 +686,8 @@ __host__ __device__ constexpr int SharedXBytes(bool backward, int rows) {
 // kCluster: the blocks of a channel tile are a thread block cluster
 // (FinishTileInCluster), else they wait for each other through global memory
 // (FinishTileTogether).
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows, bool kCluster>
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows, bool kCluster,
+          bool kSecondGrad = false>
 __global__ void __launch_bounds__(kThreads, kOnePassBlocksPerSm) OnePassNhwc(Params p, int tx) {
   const int ty = kThreads / tx;
   const int lane_c = threadIdx.x % tx, lane_r = threadIdx.x / tx;
@@ -704,6 +720,13 @@ __global__ void __launch_bounds__(kThreads, kOnePassBlocksPerSm) OnePassNhwc(Par
         x_at(i) = LoadPack<T, kVec>(x, at);
         if constexpr (kBackward) gs[i - i0] = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
         if constexpr (kBackward && kResidual) ys[i - i0] = LoadPack<T, kVec>(static_cast<const T*>(p.y), at);
+      }
+      if constexpr (kBackward && kResidual && kSecondGrad) {
+#pragma unroll
+        for (int i = i0; i < i0 + kChunk; ++i) {
+          if (row0 + i * step >= p.rows) continue;
+          gs[i - i0] = AddSecondGrad<T, kVec>(p, gs[i - i0], (row0 + i * step) * p.c + c0);
+        }
       }
 #pragma unroll
       for (int i = i0; i < i0 + kChunk; ++i) {
@@ -1084,10 +1107,10 @@ bool ClusterReady(const Geometry& g, int shared) {
 // could each hold part of the device while waiting for blocks that cannot
 // start; a cluster waits for none outside it, and one such launch beside
 // other kernels only waits for them to finish.
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows>
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows, bool kSecondGrad>
 bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
   constexpr int kShared = SharedXBytes(kBackward, kRows);
-  constexpr auto clustered = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows, true>;
+  constexpr auto clustered = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows, true, kSecondGrad>;
   if (ClusterReady<clustered>(g, kShared)) {
     cudaLaunchAttribute attribute{};
     const cudaLaunchConfig_t config = ClusterConfig(g, kShared, stream, attribute);
@@ -1095,7 +1118,7 @@ bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
     (void)cudaGetLastError();  // a launch refused up front: the two kernels instead
     return false;
   }
-  constexpr auto kernel = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows, false>;
+  constexpr auto kernel = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows, false, kSecondGrad>;
   if (!p.first_stream) return false;
   if (static_cast<int64_t>(ResidentBlocks<kernel>(kShared)) * SmCount() <
       static_cast<int64_t>(g.one_pass_tiles) * g.one_pass_splits)
@@ -1104,7 +1127,7 @@ bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
   return true;
 }
 
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad>
 bool LaunchOnePassRows(const Geometry& g, const Params& p, cudaStream_t stream) {
   if constexpr (kVec * sizeof(T) != 16) {
     return false;
@@ -1112,11 +1135,11 @@ bool LaunchOnePassRows(const Geometry& g, const Params& p, cudaStream_t stream) 
     static_assert(kOnePassRows[0] == 2 && kOnePassRows[1] == 4 && kOnePassRows[2] == 8);
     switch (g.one_pass_rows) {
       case 2:
-        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 2>(g, p, stream);
+        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 2, kSecondGrad>(g, p, stream);
       case 4:
-        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 4>(g, p, stream);
+        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 4, kSecondGrad>(g, p, stream);
       case 8:
-        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 8>(g, p, stream);
+        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 8, kSecondGrad>(g, p, stream);
       default:
         return false;
     }
@@ -1157,16 +1180,18 @@ void LaunchElementwise(dim3 grid, const Params& p, int tx, cudaStream_t stream) 
   kernel<<<grid, kThreads, 0, stream>>>(p, tx);
 }
 
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
+// kSecondGrad: the backward adds p.grad_y2 to dy (BnBackwardArgs::grad_y2).
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad = false>
 void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
   if (pr.layout == Layout::kNhwc) {
-    if (LaunchOnePassRows<T, kVec, kBackward, kRelu, kResidual>(g, p, stream)) return;
-    ReduceNhwc<T, kVec, kBackward, kRelu, kResidual><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p, g.tx);
+    if (LaunchOnePassRows<T, kVec, kBackward, kRelu, kResidual, kSecondGrad>(g, p, stream)) return;
+    ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad>
+        <<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p, g.tx);
     constexpr auto elementwise = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual>;
     LaunchElementwise<elementwise>(dim3(g.elem_tiles, ElementwiseRowBlocks<elementwise>(g)), p, g.elem_tx, stream);
     return;
   }
-  ReduceNchw<T, kVec, kBackward, kRelu, kResidual><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p);
+  ReduceNchw<T, kVec, kBackward, kRelu, kResidual, kSecondGrad><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p);
   const int64_t packs = pr.n * pr.c * pr.s / kVec;
   const int blocks = static_cast<int>(std::min<int64_t>((packs + kThreads - 1) / kThreads, int64_t{1} << 20));
   if (pr.n * pr.c * pr.s < (int64_t{1} << 31)) {
@@ -1214,7 +1239,9 @@ void LaunchPass(Pass pass, const BnProblem& pr, const Geometry& g, const Params&
 
 template <typename T, int kVec>
 void LaunchAct(Pass pass, const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
-  if (pr.residual)
+  if (pass == Pass::kBackward && pr.residual && p.grad_y2 != nullptr)
+    LaunchTyped<T, kVec, true, true, true, /*kSecondGrad=*/true>(pr, g, p, stream);
+  else if (pr.residual)
     LaunchPass<T, kVec, true, true>(pass, pr, g, p, stream);
   else if (pr.relu)
     LaunchPass<T, kVec, true, false>(pass, pr, g, p, stream);
@@ -1343,8 +1370,10 @@ cudaError_t BnForwardInference(const BnProblem& pr, const void* x, const void* r
 
 cudaError_t BnBackwardTraining(const BnProblem& pr, const BnBackwardArgs& a, cudaStream_t stream) noexcept {
   if ((a.grad_residual != nullptr) != pr.residual || (a.y != nullptr) != pr.residual) return cudaErrorInvalidValue;
+  if (a.grad_y2 != nullptr && !pr.residual) return cudaErrorInvalidValue;
   Params p{};
   p.grad_y = a.grad_y;
+  p.grad_y2 = a.grad_y2;
   p.x = a.x;
   p.y = a.y;
   p.out = a.grad_x;

@@ -120,6 +120,12 @@ struct BnBackwardArgs {
   float* grad_weight;
   float* grad_bias;
   float* workspace;  ///< WorkspaceFloats(problem)
+  /// With a residual: null, or a second gradient of y that the kernels add
+  /// to grad_y where they read it (in fp32, rounded to the element type, as
+  /// autograd adds the two gradients of a tensor that two layers read: a
+  /// block's output, read by the next block's first convolution and by its
+  /// residual branch), instead of a separate add before them.
+  const void* grad_y2;
 };
 
 cudaError_t BnBackwardTraining(const BnProblem& problem, const BnBackwardArgs& args, cudaStream_t stream) noexcept;

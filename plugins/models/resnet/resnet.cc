@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -209,16 +210,22 @@ class BlockImpl : public torch::nn::Module {
   // Inside a captured step the downsampling branch (a 1x1 convolution and
   // its batch norm) runs on a side stream beside the main path (side_stream.h);
   // autograd runs its backward on that stream too.
-  torch::Tensor forward(const torch::Tensor& x) {
-    if (!downsample_) return Tail(MainPath(x), x);
-    if (!SideStreamsApply(x.device(), Fork::kBranches)) return Tail(MainPath(x), Downsample(x));
+  torch::Tensor forward(const torch::Tensor& x) { return Forward(x, x, /*split=*/false).first; }
+
+  // The block on the previous block's output as its two readers see it: `x`
+  // (the first convolution's input) and `x_branch` (the residual branch's:
+  // the same values, see resnet::BatchNormActTwice). `split`: this block's
+  // output so too, else the same tensor twice.
+  std::pair<torch::Tensor, torch::Tensor> Forward(const torch::Tensor& x, const torch::Tensor& x_branch, bool split) {
+    if (!downsample_) return Tail(MainPath(x), x_branch, split);
+    if (!SideStreamsApply(x.device(), Fork::kBranches)) return Tail(MainPath(x), Downsample(x_branch), split);
     SideStream side(x.device());
     torch::Tensor identity;
-    side.Run([&] { identity = Downsample(x); });
+    side.Run([&] { identity = Downsample(x_branch); });
     const torch::Tensor y = MainPath(x);
     side.Join();
     side.HandOver(identity);
-    return Tail(y, identity);
+    return Tail(y, identity, split);
   }
 
  private:
@@ -233,8 +240,11 @@ class BlockImpl : public torch::nn::Module {
     return BatchNormAct(downsample_bn_, downsample_conv_(x), {}, /*relu=*/false, bn_);
   }
   // The last batch norm, the residual add and ReLU.
-  torch::Tensor Tail(const torch::Tensor& y, const torch::Tensor& identity) {
-    return BatchNormAct(bottleneck_ ? bn3_ : bn2_, y, identity, /*relu=*/true, bn_);
+  std::pair<torch::Tensor, torch::Tensor> Tail(const torch::Tensor& y, const torch::Tensor& identity, bool split) {
+    BatchNorm2d& bn = bottleneck_ ? bn3_ : bn2_;
+    if (split) return resnet::BatchNormActTwice(*bn, y, identity, bn_.fused, bn_.one_pass);
+    torch::Tensor out = BatchNormAct(bn, y, identity, /*relu=*/true, bn_);
+    return {out, out};
   }
 
   bool bottleneck_;
@@ -266,6 +276,7 @@ class ResNetImpl : public torch::nn::Module {
         in = spec.bottleneck ? widths[stage] * 4 : widths[stage];
       }
       layers_[stage] = register_module("layer" + std::to_string(stage + 1), layer);
+      for (const auto& block : layer->children()) blocks_[stage].push_back(block->as<BlockImpl>());
     }
     fc_ = register_module("fc", CountedLinear(in, num_classes));
     Initialise();
@@ -287,9 +298,17 @@ class ResNetImpl : public torch::nn::Module {
     if (imagenet_stem_) {
       x = resnet::MaxPool2d(x, /*kernel=*/3, /*stride=*/2, /*padding=*/1, fused_pool_);
     }
+    // With TRAINBENCH_BN_SPLIT_GRADIENT=1 each block hands its output to the
+    // next as two tensors, one per reader (resnet::BatchNormActTwice): the
+    // backward adds their gradients inside the batch norm's kernels.
+    const bool split = bn_.fused && resnet::SplitGradientSetting();
+    torch::Tensor branch = x;
     for (size_t stage = 0; stage < 4; ++stage) {
       weights.Prepare(stage + 2);
-      x = layers_[stage]->forward(x);
+      for (size_t b = 0; b < blocks_[stage].size(); ++b) {
+        const bool last = stage == 3 && b + 1 == blocks_[stage].size();  // read once: by the pooling
+        std::tie(x, branch) = blocks_[stage][b]->Forward(x, branch, split && !last);
+      }
     }
     // At a 1x1 map (32 px images through the ImageNet stem) the average is
     // the map itself: a view, no kernel either way (5 us of ResNet18's step
@@ -361,6 +380,7 @@ class ResNetImpl : public torch::nn::Module {
   Conv conv1_{nullptr};
   BatchNorm2d bn1_{nullptr};
   torch::nn::Sequential layers_[4] = {nullptr, nullptr, nullptr, nullptr};
+  std::vector<BlockImpl*> blocks_[4];  // each layer's blocks (owned by layers_)
   CountedLinear fc_{nullptr};
 };
 TORCH_MODULE(ResNet);
