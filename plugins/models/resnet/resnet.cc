@@ -300,8 +300,9 @@ class ResNetImpl : public torch::nn::Module {
     }
     // With TRAINBENCH_BN_SPLIT_GRADIENT=1 each block hands its output to the
     // next as two tensors, one per reader (resnet::BatchNormActTwice): the
-    // backward adds their gradients inside the batch norm's kernels.
-    const bool split = bn_.fused && resnet::SplitGradientSetting();
+    // backward adds their gradients inside the batch norm's kernels (on the
+    // composite path the same tensor twice).
+    const bool split = resnet::SplitGradientSetting();
     torch::Tensor branch = x;
     for (size_t stage = 0; stage < 4; ++stage) {
       weights.Prepare(stage + 2);
