@@ -1,8 +1,8 @@
 #include "batch_norm_act.h"
 
-#include <cstdlib>
-#include <string_view>
 #include <vector>
+
+#include "env_switch.h"
 
 #ifdef TRAINBENCH_RESNET_KERNELS
 #include <c10/cuda/CUDAException.h>
@@ -12,6 +12,7 @@
 
 #include "batch_norm_act_kernels.h"
 #include "kernel_dtype.h"
+#include "tensor_alias.h"
 #endif
 
 namespace resnet {
@@ -71,12 +72,6 @@ torch::Tensor OrAbsent(const torch::Tensor& t, const torch::Tensor& like) {
   return t.defined() ? t : torch::empty({0}, like.options());
 }
 bool Present(const torch::Tensor& t) { return t.defined() && t.numel() > 0; }
-
-// A new tensor on `t`'s memory (not a view): the second output of a node
-// that hands its result to two readers.
-torch::Tensor Alias(const torch::Tensor& t) {
-  return torch::empty({0}, t.options()).set_(t.storage(), t.storage_offset(), t.sizes(), t.strides());
-}
 
 // dy as the kernels read it: in x's type and layout.
 torch::Tensor AsGradient(const torch::Tensor& g, const torch::Tensor& x, bool nhwc) {
@@ -290,10 +285,7 @@ std::pair<torch::Tensor, torch::Tensor> BatchNormActTwice(BatchNorm2dImpl& bn, c
 }
 
 bool SplitGradientSetting() {
-  static const bool value = [] {
-    const char* s = std::getenv("TRAINBENCH_BN_SPLIT_GRADIENT");
-    return s != nullptr && std::string_view(s) == "1";
-  }();
+  static const bool value = trainbench::plugins::OnIfOne("TRAINBENCH_BN_SPLIT_GRADIENT");
   return value;
 }
 

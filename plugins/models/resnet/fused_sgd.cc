@@ -13,6 +13,7 @@
 
 #include "kernel_dtype.h"
 #include "side_stream.h"
+#include "tensor_alias.h"
 #include "weight_cast_kernels.h"
 #endif
 
@@ -54,12 +55,6 @@ using trainbench::plugins::Fork;
 // The side streams of the updates are joined under this group
 // (side_stream.h), apart from the late joins' (one per stage index).
 constexpr int64_t kJoinGroup = int64_t{1} << 40;
-
-// A new tensor on `t`'s memory (not a view: autograd gives it this forward's
-// history, and the kept tensor carries none from one step to the next).
-torch::Tensor Alias(const torch::Tensor& t) {
-  return torch::empty({0}, t.options()).set_(t.storage(), t.storage_offset(), t.sizes(), t.strides());
-}
 
 // The state as a node keeps it: a backward that runs after the model was
 // destroyed still updates live tensors.

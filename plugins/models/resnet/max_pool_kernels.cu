@@ -6,10 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
 #include "../../common/cuda_element.cuh"
+#include "../../common/env_switch.h"
 #include "kernel_host.h"
 #include "max_pool_kernels.h"
 
@@ -212,10 +211,7 @@ __global__ void __launch_bounds__(kThreads) MaxPoolBackwardBlocksKernel(PoolPara
 // Whether the stem's pool backward runs as MaxPoolBackwardBlocksKernel:
 // TRAINBENCH_MAXPOOL_BLOCKS=1 (not yet measured on a GPU; until it is, off).
 bool BlocksSetting() {
-  static const bool value = [] {
-    const char* s = std::getenv("TRAINBENCH_MAXPOOL_BLOCKS");
-    return s != nullptr && std::string_view(s) == "1";
-  }();
+  static const bool value = trainbench::plugins::OnIfOne("TRAINBENCH_MAXPOOL_BLOCKS");
   return value;
 }
 
