@@ -448,7 +448,7 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
 std::unique_ptr<sdk::Model> CudaResNet(bool bottleneck) {
   const sdk::Options options(R"({"num_classes": 10, "image_size": 32, "stem": "imagenet", "fused_batchnorm": true,
       "batchnorm_one_pass": true, "fused_maxpool": true, "cudnn_engine_cache": true,
-      "cudnn_runtime_compiled": false, "stem_space_to_depth": true, "fused_sgd": true})");
+      "cudnn_runtime_compiled": false, "stem_space_to_depth": true, "fused_sgd": true, "fused_classifier": true})");
   const ResNetSpec spec = bottleneck ? ResNetSpec{{3, 4, 6, 3}, true} : ResNetSpec{{2, 2, 2, 2}, false};
   std::unique_ptr<sdk::Model> model = MakeResNet(spec, options);
   model->module().to(torch::kCUDA);

@@ -94,7 +94,7 @@ for stage in $STAGES; do
     # their tests alone (a subset of `test`).
     # KERNEL_TESTS: another ctest regex (a rerun of a few); KERNEL_BENCH=0:
     # without the batch norm micro-benchmark.
-    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|Models\.}" > "$OUT/kernels.log" 2>&1
+    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|SideStreams|OptimizerOverlap|StreamGate|Models\.|PoolGeneral|OneGradient}" > "$OUT/kernels.log" 2>&1
       echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60
       # The ResNets' batch norm alone, fused vs composite, per shape.
       [ "${KERNEL_BENCH:-1}" = 0 ] || build-gpu/bin/batch_norm_act_bench 1024 | tee "$OUT/batch-norm-bench.md" ;;
@@ -381,12 +381,13 @@ for stage in $STAGES; do
     # nopdl (the element-wise passes launched after their reductions the
     # ordinary way, not as programmatic dependents: TRAINBENCH_BN_PDL=0),
     # nofusedsgd and noclassifier (the ResNets' fused_sgd or fused_classifier
-    # off), classifierall (the classifier's kernels at every batch size, not
-    # only up to 256 rows: TRAINBENCH_CLASSIFIER_MAX_ROWS), poolblocks (the
-    # stem pool's backward by 2x2 blocks of pixels: TRAINBENCH_MAXPOOL_BLOCKS=1),
-    # splitgrad (each block's output handed on as two tensors, their
-    # gradients added inside the batch norm's backward:
-    # TRAINBENCH_BN_SPLIT_GRADIENT=1), all24 (session 24's three together).
+    # off), classifier256 (the classifier's kernels only up to 256 rows, LibTorch's
+    # linear above: TRAINBENCH_CLASSIFIER_MAX_ROWS=256), poolgeneral (the stem
+    # pool's backward by the general gather, not by 2x2 blocks of pixels:
+    # TRAINBENCH_MAXPOOL_BLOCKS=0), onegrad (each block's output handed on as
+    # one tensor, autograd adding its two gradients:
+    # TRAINBENCH_BN_SPLIT_GRADIENT=0), before25 (the three together: the
+    # defaults before session 25).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -396,9 +397,9 @@ for stage in $STAGES; do
         [splits16]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=16" [serialgrads]="TRAINBENCH_SIDE_STREAMS=0"
         [grads]="TRAINBENCH_SIDE_STREAMS=grads" [nolate]="TRAINBENCH_SIDE_STREAMS=grads,branches"
         [nobranch]="TRAINBENCH_SIDE_STREAMS=grads,late" [nonarrow]="TRAINBENCH_BN_ONE_PASS_NARROW=0"
-        [nopdl]="TRAINBENCH_BN_PDL=0" [classifierall]="TRAINBENCH_CLASSIFIER_MAX_ROWS=1000000"
-        [poolblocks]="TRAINBENCH_MAXPOOL_BLOCKS=1" [splitgrad]="TRAINBENCH_BN_SPLIT_GRADIENT=1"
-        [all24]="TRAINBENCH_CLASSIFIER_MAX_ROWS=1000000 TRAINBENCH_MAXPOOL_BLOCKS=1 TRAINBENCH_BN_SPLIT_GRADIENT=1")
+        [nopdl]="TRAINBENCH_BN_PDL=0" [classifier256]="TRAINBENCH_CLASSIFIER_MAX_ROWS=256"
+        [poolgeneral]="TRAINBENCH_MAXPOOL_BLOCKS=0" [onegrad]="TRAINBENCH_BN_SPLIT_GRADIENT=0"
+        [before25]="TRAINBENCH_CLASSIFIER_MAX_ROWS=256 TRAINBENCH_MAXPOOL_BLOCKS=0 TRAINBENCH_BN_SPLIT_GRADIENT=0")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"

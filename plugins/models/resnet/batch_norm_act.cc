@@ -285,7 +285,7 @@ std::pair<torch::Tensor, torch::Tensor> BatchNormActTwice(BatchNorm2dImpl& bn, c
 }
 
 bool SplitGradientSetting() {
-  static const bool value = trainbench::plugins::OnIfOne("TRAINBENCH_BN_SPLIT_GRADIENT");
+  static const bool value = trainbench::plugins::OnUnlessZero("TRAINBENCH_BN_SPLIT_GRADIENT");
   return value;
 }
 

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <string_view>
 
 #ifdef TRAINBENCH_RESNET_KERNELS
@@ -76,7 +77,7 @@ bool FloatOn(const torch::Tensor& t, const torch::Tensor& x) {
 
 int64_t ClassifierMaxRows() {
   static const int64_t value = [] {
-    constexpr int64_t kDefault = 256;
+    constexpr int64_t kDefault = std::numeric_limits<int64_t>::max();
     const char* s = std::getenv("TRAINBENCH_CLASSIFIER_MAX_ROWS");
     if (s == nullptr) return kDefault;
     const std::string_view text(s);

@@ -298,7 +298,7 @@ class ResNetImpl : public torch::nn::Module {
     if (imagenet_stem_) {
       x = resnet::MaxPool2d(x, /*kernel=*/3, /*stride=*/2, /*padding=*/1, fused_pool_);
     }
-    // With TRAINBENCH_BN_SPLIT_GRADIENT=1 each block hands its output to the
+    // Unless TRAINBENCH_BN_SPLIT_GRADIENT=0 each block hands its output to the
     // next as two tensors, one per reader (resnet::BatchNormActTwice): the
     // backward adds their gradients inside the batch norm's kernels (on the
     // composite path the same tensor twice).

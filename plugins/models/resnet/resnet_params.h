@@ -27,8 +27,7 @@ inline const TbParamSpec kResNetParams[] = {
      "backward a gather, several times faster than LibTorch's at the stem's shape; false: LibTorch's max_pool2d)",
      nullptr, 0, 0, 0},
     {"fused_classifier", TB_PARAM_BOOL, "true",
-     "on CUDA, for at most 16 classes and 256 samples a batch, the fc layer as this plugin's kernels: one kernel "
-     "forward that writes fp32 "
+     "on CUDA, for at most 16 classes, the fc layer as this plugin's kernels: one kernel forward that writes fp32 "
      "logits from the activations in their own type (no weight casts, no separate bias add) and one backward for "
      "every gradient, summed in fp32 (false: torch::nn::Linear; under autocast its casts and cuBLAS in bf16)",
      nullptr, 0, 0, 0},
