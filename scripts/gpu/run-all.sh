@@ -295,16 +295,20 @@ for stage in $STAGES; do
     # tests and the models' (a subset of `test`).
     conv) ctest --test-dir build-gpu --output-on-failure -j 4 -R "CudnnConv|StemConv|StreamGate|EngineCache|Models\." > "$OUT/conv.log" 2>&1
       echo "conv tests rc=$?"; tail -4 "$OUT/conv.log"; grep -E "FAILED|Failure|error" -A8 "$OUT/conv.log" | head -80 ;;
-    # Issue 16: the ResNets' captured step kernel by kernel, bf16, batch
-    # KPROFILE_BATCH (default 1024): trainbench (defaults and stock) from its
-    # own traces, plain PyTorch (KPROFILE_MODES, default eager and compile)
-    # from torch.profiler (KPROFILE_MODELS).
+    # Issue 16: the ResNets' captured step kernel by kernel, bf16 (and fp32
+    # with KPROFILE_FP32=1), batch KPROFILE_BATCH (default 1024): trainbench
+    # (defaults and stock) from its own traces, plain PyTorch (KPROFILE_MODES,
+    # default eager and compile) from torch.profiler (KPROFILE_MODELS).
     kprofile)
       mkdir -p "$OUT/kprofile"
       kbatch=${KPROFILE_BATCH:-1024}
       # KPROFILE_COMPOSITE=0: trainbench's defaults only (not the stock cells).
-      sed -e "s/batch_size: 1024/batch_size: $kbatch/" $([ "${KPROFILE_COMPOSITE:-1}" = 0 ] && echo "-e /-composite/d") \
-        bench/configs/kernel-trace.yaml > "$OUT/kprofile/kernel-trace.yaml"
+      precisions=bf16 edits=(-e "s/batch_size: 1024/batch_size: $kbatch/")
+      [ "${KPROFILE_COMPOSITE:-1}" = 0 ] && edits+=(-e /-composite/d)
+      # KPROFILE_FP32=1: an fp32 device beside the bf16 one (no autocast).
+      [ "${KPROFILE_FP32:-0}" = 1 ] && precisions="bf16 fp32" &&
+        edits+=(-e "/label: bf16-cl-graph,/{p;s/bf16-cl-graph/fp32-cl-graph/;s/amp: bf16, //}")
+      sed "${edits[@]}" bench/configs/kernel-trace.yaml > "$OUT/kprofile/kernel-trace.yaml"
       # The rates untraced first (a traced cell runs a little slower), with
       # the fused batch norm's default geometry, then with the caps on its
       # blocks per channel tile that KPROFILE_SPLITS names.
@@ -324,11 +328,12 @@ for stage in $STAGES; do
         sed -n '1,16p' "$OUT/kprofile/$name.md"; grep -A14 "^## Timeline" "$OUT/kprofile/$name.md"; gzip "$trace"
       done
       for model in ${KPROFILE_MODELS-resnet50}; do
-        for mode in ${KPROFILE_MODES:-eager compile}; do
-          python3 bench/kernel_profile.py --model $model --batch "$kbatch" --mode $mode --channels-last \
-            --json "$OUT/kprofile/pytorch-$model-$mode.json" > "$OUT/kprofile/pytorch-$model-$mode.md" 2> "$OUT/kprofile/pytorch-$model-$mode.err"
-          echo "pytorch $model $mode rc=$?"; sed -n '1,16p' "$OUT/kprofile/pytorch-$model-$mode.md"
-        done
+        for mode in ${KPROFILE_MODES:-eager compile}; do for precision in $precisions; do
+          name=pytorch-$model-$mode$([ "$precision" = bf16 ] || echo "-$precision")
+          python3 bench/kernel_profile.py --model $model --batch "$kbatch" --mode $mode --precision $precision --channels-last \
+            --json "$OUT/kprofile/$name.json" > "$OUT/kprofile/$name.md" 2> "$OUT/kprofile/$name.err"
+          echo "$name rc=$?"; sed -n '1,16p' "$OUT/kprofile/$name.md"
+        done; done
       done
       python3 bench/kernel_profile.py --compare "$OUT"/kprofile/*.json | tee "$OUT/kprofile/side-by-side.md" ;;
     # Issue 16: the stem's convolution in space-to-depth form against the 7x7
