@@ -457,13 +457,14 @@ std::unique_ptr<sdk::Model> CudaResNet(bool bottleneck) {
   return model;
 }
 
-// The worker's bf16 step up to its loss: the gradients unset, the forward
-// under autocast, cross entropy in float.
-void Bf16Loss(sdk::Model& model, const torch::Tensor& x, const torch::Tensor& labels, torch::Tensor* loss) {
+// The worker's step up to its loss: the gradients unset, the forward under
+// bf16 autocast (or, with `bf16` false, in fp32), cross entropy in float.
+void StepLoss(sdk::Model& model, const torch::Tensor& x, const torch::Tensor& labels, torch::Tensor* loss,
+              bool bf16 = true) {
   for (auto& p : model.module().parameters()) p.mutable_grad() = torch::Tensor();
   torch::Tensor logits;
   {
-    trainbench::worker::AutocastScope autocast(c10::kCUDA, sdk::Amp::kBf16);
+    trainbench::worker::AutocastScope autocast(c10::kCUDA, bf16 ? sdk::Amp::kBf16 : sdk::Amp::kNone);
     ASSERT_TRUE(model.Forward(x, &logits).ok());
   }
   *loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
@@ -490,7 +491,7 @@ TEST(SideStreams, LeaveACapturedResNetStepUnchanged) {
     const torch::Tensor labels = torch::randint(0, 10, {64}, torch::TensorOptions(torch::kCUDA).dtype(torch::kLong));
     auto step = [&] {
       torch::Tensor loss;
-      Bf16Loss(*model, x, labels, &loss);
+      StepLoss(*model, x, labels, &loss);
       loss.backward();
     };
     // One replay of a captured step: every gradient, then the running means.
@@ -558,7 +559,7 @@ TEST(OptimizerOverlap, UpdatesACapturedResNetStepAsAfterItsBackward) {
       const auto optimizer = trainbench::worker::MakeOptimizer(settings, model->module().parameters());
       auto step = [&] {
         torch::Tensor loss;
-        Bf16Loss(*model, x, labels, &loss);
+        StepLoss(*model, x, labels, &loss);
         optimizer->BeginBackward();
         loss.backward();
         optimizer->Step();
@@ -595,10 +596,12 @@ struct SgdRun {
   std::vector<torch::Tensor> params;
   std::vector<bool> taken;
   std::unique_ptr<trainbench::worker::Optimizer> optimizer;
+  bool bf16 = true;  // the forward under bf16 autocast, else fp32
 };
 
-SgdRun MakeSgdRun(bool bottleneck, bool take, double lr) {
+SgdRun MakeSgdRun(bool bottleneck, bool take, double lr, bool bf16 = true) {
   SgdRun run;
+  run.bf16 = bf16;
   run.model = CudaResNet(bottleneck);
   run.params = run.model->module().parameters();
   trainbench::protocol::OptimizerSettings settings;
@@ -607,7 +610,7 @@ SgdRun MakeSgdRun(bool bottleneck, bool take, double lr) {
   if (take) {
     EXPECT_TRUE(run.model
                     ->TakeSgdUpdates({settings.lr, settings.momentum, settings.weight_decay, false,
-                                      /*bf16_autocast=*/true},
+                                      /*bf16_autocast=*/bf16},
                                      &taken)
                     .ok());
   }
@@ -621,10 +624,10 @@ SgdRun MakeSgdRun(bool bottleneck, bool take, double lr) {
   return run;
 }
 
-// The worker's bf16 training step.
+// The worker's training step.
 void SgdStep(SgdRun& run, const torch::Tensor& x, const torch::Tensor& labels) {
   torch::Tensor loss;
-  Bf16Loss(*run.model, x, labels, &loss);
+  StepLoss(*run.model, x, labels, &loss, run.bf16);
   ASSERT_TRUE(loss.defined());
   run.optimizer->BeginBackward();
   loss.backward();
@@ -645,8 +648,8 @@ torch::Tensor Bf16Logits(sdk::Model& model, const torch::Tensor& x) {
 // parameter and the host's gradients as close as two runs of one path (the
 // arithmetic is torch.optim.SGD's; later steps at this learning rate
 // amplify the last bit of bf16 rounding, so one step is what is compared).
-TEST(FusedSgd, OneStepAsTheHostsOptimizer) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+// In fp32 the model takes the updates only with TRAINBENCH_FUSED_SGD_FP32=1.
+void ExpectOneStepAsTheHosts(bool bf16) {
   ScopedCacheHome home;
   Autotuning autotuning;
   for (const bool bottleneck : {false, true}) {
@@ -655,13 +658,15 @@ TEST(FusedSgd, OneStepAsTheHostsOptimizer) {
     const torch::Tensor labels = torch::randint(0, 10, {64}, torch::TensorOptions(torch::kCUDA).dtype(torch::kLong));
     {
       torch::manual_seed(14);  // the engines tuned before either run is compared
-      SgdRun warm = MakeSgdRun(bottleneck, false, 0.2);
+      SgdRun warm = MakeSgdRun(bottleneck, false, 0.2, bf16);
       SgdStep(warm, x, labels);
     }
     torch::manual_seed(14);
-    SgdRun host = MakeSgdRun(bottleneck, false, 0.2);
+    SgdRun host = MakeSgdRun(bottleneck, false, 0.2, bf16);
     torch::manual_seed(14);
-    SgdRun fused = MakeSgdRun(bottleneck, true, 0.2);
+    if (!bf16) ASSERT_EQ(::setenv("TRAINBENCH_FUSED_SGD_FP32", "1", 1), 0);
+    SgdRun fused = MakeSgdRun(bottleneck, true, 0.2, bf16);
+    ::unsetenv("TRAINBENCH_FUSED_SGD_FP32");
     size_t taken = 0;
     for (const bool t : fused.taken) taken += t;
     EXPECT_EQ(taken, bottleneck ? 53u : 20u) << "every convolution's weight";
@@ -678,6 +683,25 @@ TEST(FusedSgd, OneStepAsTheHostsOptimizer) {
       EXPECT_LE(RelativeError(fused.params[i].detach(), host.params[i].detach()), 1e-5) << name;
     }
   }
+}
+
+TEST(FusedSgd, OneStepAsTheHostsOptimizer) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ExpectOneStepAsTheHosts(/*bf16=*/true);
+}
+
+TEST(FusedSgd, OneStepAsTheHostsOptimizerInFp32) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ExpectOneStepAsTheHosts(/*bf16=*/false);
+}
+
+// Without autocast the model leaves the updates to the host unless
+// TRAINBENCH_FUSED_SGD_FP32=1.
+TEST(FusedSgd, Fp32TakesNothingByDefault) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ::unsetenv("TRAINBENCH_FUSED_SGD_FP32");
+  const SgdRun run = MakeSgdRun(/*bottleneck=*/false, /*take=*/true, 0.1, /*bf16=*/false);
+  for (const bool t : run.taken) EXPECT_FALSE(t);
 }
 
 // After eager steps and replays of a captured step (every side stream), the

@@ -1,8 +1,8 @@
 #pragma once
 // On/off settings from the environment, for side-by-side measurements that
 // turn one feature of the plugins off (TRAINBENCH_CUDNN_PREFETCH,
-// TRAINBENCH_BN_PDL, TRAINBENCH_MAXPOOL_BLOCKS, ...). Host code only; no CUDA
-// or LibTorch here.
+// TRAINBENCH_BN_PDL, TRAINBENCH_MAXPOOL_BLOCKS, ...) or on
+// (TRAINBENCH_FUSED_SGD_FP32). Host code only; no CUDA or LibTorch here.
 #include <cstdlib>
 #include <string_view>
 
@@ -13,6 +13,13 @@ namespace trainbench::plugins {
 inline bool OnUnlessZero(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr || std::string_view(value) != "0";
+}
+
+/// The environment variable `name`: on only if it is "1" (unset: off), for
+/// what stays off until measured. Read at each call, as OnUnlessZero.
+inline bool OnIfOne(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::string_view(value) == "1";
 }
 
 }  // namespace trainbench::plugins

@@ -17,6 +17,7 @@
 #include "batch_norm_act.h"
 #include "classifier.h"
 #include "cudnn_conv.h"
+#include "env_switch.h"
 #include "fused_sgd.h"
 #include "max_pool.h"
 #include "side_stream.h"
@@ -327,10 +328,14 @@ class ResNetImpl : public torch::nn::Module {
   /// weights are dense fp32 CUDA tensors on one device and this build has
   /// the kernels; else none. Without autocast there is no cast to save: the
   /// host's updates beside the backward were as fast or faster on an H200
-  /// (fp32, batch 128: 1-2%).
+  /// (fp32, batch 128: 1-2%, session 22), so fp32 takes them only with
+  /// TRAINBENCH_FUSED_SGD_FP32=1 (read at each call), for the side-by-side
+  /// measurement at batch 1024, where the host's foreach SGD was five times
+  /// the GPU time of one fused pass (session 25's profile).
   std::vector<torch::Tensor> TakeSgd(const sdk::SgdSettings& sgd) {
     sgd_.reset();
-    if (!resnet::FusedSgdBuilt() || !sgd.bf16_autocast) return {};
+    const bool fp32 = !sgd.bf16_autocast && trainbench::plugins::OnIfOne("TRAINBENCH_FUSED_SGD_FP32");
+    if (!resnet::FusedSgdBuilt() || !(sgd.bf16_autocast || fp32)) return {};
     std::vector<std::vector<torch::Tensor>> groups;
     for (const auto& group : conv_groups_) {
       groups.emplace_back();
