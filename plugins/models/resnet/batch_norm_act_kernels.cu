@@ -34,6 +34,7 @@ using trainbench::cuda::Pack;
 using trainbench::cuda::Round;
 using trainbench::cuda::StorePack;
 using trainbench::cuda::ToFloat;
+using trainbench::plugins::OnIfOne;
 using trainbench::plugins::OnUnlessZero;
 
 constexpr int kThreads = 256;
@@ -121,6 +122,7 @@ struct Params {
   int64_t rows;  // elements per channel: N * H * W
   int64_t s;     // H * W
   int c;
+  bool reverse_rows;  // host only: the NHWC element-wise pass visits the rows last to first (ReverseRowsSetting)
 };
 
 // The one place the forward's affine constants are computed: the backward's
@@ -546,7 +548,9 @@ struct Elementwise {
 // The element-wise pass, NHWC: the reductions' geometry, a thread's channels
 // fixed. Launched after a reduction, it waits for it (programmatic dependent
 // launch, above) with its first row of inputs asked into L1 meanwhile.
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual>
+// kReverse: the rows from the last (the reduction's last reads, the likeliest
+// still in L2) to the first; the same rows, each once, the same values.
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kReverse = false>
 __global__ void __launch_bounds__(kThreads) ElementwiseNhwc(Params p, int tx) {
   constexpr int kK = Coefficients(kBackward);
   const int ty = kThreads / tx;
@@ -555,10 +559,11 @@ __global__ void __launch_bounds__(kThreads) ElementwiseNhwc(Params p, int tx) {
   const bool active = c0 < p.c && lane_r < ty;
   const T* x = static_cast<const T*>(p.x);
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * ty + lane_r;
+  const auto row_at = [&](int64_t r) { return (kReverse ? p.rows - 1 - r : r) * p.c + c0; };
   if (active && row0 < p.rows) {
     // Inputs that no kernel of this batch norm writes: x, and r forward or
     // dy backward without a residual.
-    const int64_t at = row0 * p.c + c0;
+    const int64_t at = row_at(row0);
     PrefetchL1(x + at);
     if constexpr (!kBackward && kResidual) PrefetchL1(static_cast<const T*>(p.residual) + at);
     if constexpr (kBackward && !kResidual) PrefetchL1(static_cast<const T*>(p.grad_y) + at);
@@ -574,7 +579,7 @@ __global__ void __launch_bounds__(kThreads) ElementwiseNhwc(Params p, int tx) {
   const int64_t step = static_cast<int64_t>(gridDim.y) * ty;
 #pragma unroll 2
   for (int64_t r = row0; r < p.rows; r += step) {
-    const int64_t at = r * p.c + c0;
+    const int64_t at = row_at(r);
     const Pack<T, kVec> xv = LoadPack<T, kVec>(x, at);
     Pack<T, kVec> rv{}, gv{}, dzv{};
     if constexpr (!kBackward && kResidual) rv = LoadPack<T, kVec>(static_cast<const T*>(p.residual), at);
@@ -1018,6 +1023,15 @@ int ResidentBlocks(int dynamic_shared) {
   return b;
 }
 
+// Whether the NHWC element-wise passes of training walk their rows last to
+// first, so that they start on what the reduction before them read last (in
+// L2 when the tensors are not much larger than it):
+// TRAINBENCH_BN_REVERSE_ROWS=1 (not yet measured on a GPU; until it is, off).
+bool ReverseRowsSetting() {
+  static const bool value = OnIfOne("TRAINBENCH_BN_REVERSE_ROWS");
+  return value;
+}
+
 // Blocks per SM an element-wise grid is sized for: the kernel's own
 // occupancy, or TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM (8: the grid before
 // it followed the occupancy, for a side-by-side).
@@ -1188,7 +1202,11 @@ void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaSt
     ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad>
         <<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p, g.tx);
     constexpr auto elementwise = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual>;
-    LaunchElementwise<elementwise>(dim3(g.elem_tiles, ElementwiseRowBlocks<elementwise>(g)), p, g.elem_tx, stream);
+    constexpr auto reversed = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual, true>;
+    if (p.reverse_rows)
+      LaunchElementwise<reversed>(dim3(g.elem_tiles, ElementwiseRowBlocks<reversed>(g)), p, g.elem_tx, stream);
+    else
+      LaunchElementwise<elementwise>(dim3(g.elem_tiles, ElementwiseRowBlocks<elementwise>(g)), p, g.elem_tx, stream);
     return;
   }
   ReduceNchw<T, kVec, kBackward, kRelu, kResidual, kSecondGrad><<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p);
@@ -1273,6 +1291,7 @@ cudaError_t Launch(Pass pass, const BnProblem& pr, Params p, cudaStream_t stream
   p.rows = pr.n * pr.s;
   p.s = pr.s;
   p.c = static_cast<int>(pr.c);
+  p.reverse_rows = ReverseRowsSetting();
   if (pass != Pass::kInference) {
     const int device = CurrentDevice();
     const int slot = device < 0 ? -1 : StreamSlot(device, stream);
