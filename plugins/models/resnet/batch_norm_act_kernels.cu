@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <string_view>
 
 #include "../../common/cuda_element.cuh"
 #include "../../common/env_switch.h"
@@ -34,7 +35,6 @@ using trainbench::cuda::Pack;
 using trainbench::cuda::Round;
 using trainbench::cuda::StorePack;
 using trainbench::cuda::ToFloat;
-using trainbench::plugins::OnIfOne;
 using trainbench::plugins::OnUnlessZero;
 
 constexpr int kThreads = 256;
@@ -122,7 +122,7 @@ struct Params {
   int64_t rows;  // elements per channel: N * H * W
   int64_t s;     // H * W
   int c;
-  bool reverse_rows;  // host only: the NHWC element-wise pass visits the rows last to first (ReverseRowsSetting)
+  int reverse;  // host only: which NHWC pass of training visits its rows last to first (Reverse, ReverseSetting)
 };
 
 // The one place the forward's affine constants are computed: the backward's
@@ -418,7 +418,10 @@ __device__ __forceinline__ void WriteBlockSums(const Params& p, const float (&a0
 
 // NHWC reduction. Forward: sums of d and d^2 (d = x - the channel's first
 // value); backward: of dz and dz (x - mean), writing dr = dz with a residual.
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad = false>
+// kReverse: the rows from the last to the first (what the kernel before it
+// wrote last, the likeliest still in L2): the same sums in another order.
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad = false,
+          bool kReverse = false>
 __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Params p, int tx) {
   LetDependentsStart();
   const int ty = kThreads / tx;
@@ -432,11 +435,7 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Param
     float ref[kVec], scale[kVec] = {}, shift[kVec] = {};
     ReductionConstants<T, kVec, kBackward, kRelu, kResidual>(p, c0, ref, scale, shift);
     const int64_t step = static_cast<int64_t>(gridDim.y) * ty;
-    // Several loads in flight per thread (four rows forward, two rows of two
-    // or three tensors backward): a reduction has no stores to overlap with.
-#pragma unroll(kBackward ? 2 : 4)
-    for (int64_t r = static_cast<int64_t>(blockIdx.y) * ty + lane_r; r < p.rows; r += step) {
-      const int64_t at = r * p.c + c0;
+    const auto row = [&](int64_t at) {
       const Pack<T, kVec> xv = LoadPack<T, kVec>(x, at);
       Pack<T, kVec> gv{}, yv{};
       if constexpr (kBackward) gv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
@@ -444,6 +443,18 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Param
       if constexpr (kBackward && kResidual && kSecondGrad) gv = AddSecondGrad<T, kVec>(p, gv, at);
       const Pack<T, kVec> dzv = Accumulate<T, kVec, kBackward, kRelu, kResidual>(xv, gv, yv, ref, scale, shift, a0, a1);
       if constexpr (kBackward && kResidual) StorePack<T, kVec>(static_cast<T*>(p.grad_residual), at, dzv);
+    };
+    const int64_t row0 = static_cast<int64_t>(blockIdx.y) * ty + lane_r;
+    // Several loads in flight per thread (four rows forward, two rows of two
+    // or three tensors backward): a reduction has no stores to overlap with.
+    if constexpr (kReverse) {
+      const int64_t at_step = step * p.c;
+      int64_t at = (p.rows - 1 - row0) * p.c + c0;
+#pragma unroll(kBackward ? 2 : 4)
+      for (int64_t r = row0; r < p.rows; r += step, at -= at_step) row(at);
+    } else {
+#pragma unroll(kBackward ? 2 : 4)
+      for (int64_t r = row0; r < p.rows; r += step) row(r * p.c + c0);
     }
   }
   const int tile_c = tx * kVec;
@@ -1023,12 +1034,20 @@ int ResidentBlocks(int dynamic_shared) {
   return b;
 }
 
-// Whether the NHWC element-wise passes of training walk their rows last to
-// first, so that they start on what the reduction before them read last (in
-// L2 when the tensors are not much larger than it):
-// TRAINBENCH_BN_REVERSE_ROWS=1 (not yet measured on a GPU; until it is, off).
-bool ReverseRowsSetting() {
-  static const bool value = OnIfOne("TRAINBENCH_BN_REVERSE_ROWS");
+// Which NHWC pass of training walks its rows last to first, so that it
+// starts on what the kernel before it touched last (in L2 when the tensors
+// are not much larger than it): none, the element-wise pass (into what the
+// reduction read last; TRAINBENCH_BN_REVERSE_ROWS=1) or the reduction (into
+// what the convolution before it wrote last, the element-wise pass then into
+// what the reduction read last; TRAINBENCH_BN_REVERSE_ROWS=reduction). Not yet
+// measured on a GPU; until it is, none.
+enum Reverse { kReverseNone, kReverseElementwise, kReverseReduction };
+int ReverseSetting() {
+  static const int value = [] {
+    const char* s = std::getenv("TRAINBENCH_BN_REVERSE_ROWS");
+    const std::string_view v = s == nullptr ? "" : s;
+    return v == "1" ? kReverseElementwise : v == "reduction" ? kReverseReduction : kReverseNone;
+  }();
   return value;
 }
 
@@ -1199,11 +1218,14 @@ template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool
 void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
   if (pr.layout == Layout::kNhwc) {
     if (LaunchOnePassRows<T, kVec, kBackward, kRelu, kResidual, kSecondGrad>(g, p, stream)) return;
-    ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad>
-        <<<dim3(g.tiles, g.splits), kThreads, 0, stream>>>(p, g.tx);
+    const dim3 grid(g.tiles, g.splits);
+    if (p.reverse == kReverseReduction)
+      ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, true><<<grid, kThreads, 0, stream>>>(p, g.tx);
+    else
+      ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad><<<grid, kThreads, 0, stream>>>(p, g.tx);
     constexpr auto elementwise = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual>;
     constexpr auto reversed = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual, true>;
-    if (p.reverse_rows)
+    if (p.reverse == kReverseElementwise)
       LaunchElementwise<reversed>(dim3(g.elem_tiles, ElementwiseRowBlocks<reversed>(g)), p, g.elem_tx, stream);
     else
       LaunchElementwise<elementwise>(dim3(g.elem_tiles, ElementwiseRowBlocks<elementwise>(g)), p, g.elem_tx, stream);
@@ -1291,7 +1313,7 @@ cudaError_t Launch(Pass pass, const BnProblem& pr, Params p, cudaStream_t stream
   p.rows = pr.n * pr.s;
   p.s = pr.s;
   p.c = static_cast<int>(pr.c);
-  p.reverse_rows = ReverseRowsSetting();
+  p.reverse = ReverseSetting();
   if (pass != Pass::kInference) {
     const int device = CurrentDevice();
     const int slot = device < 0 ? -1 : StreamSlot(device, stream);
