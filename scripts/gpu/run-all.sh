@@ -397,7 +397,9 @@ for stage in $STAGES; do
     # reverse (the batch norm's NHWC element-wise passes walking their rows
     # last to first, into what the reduction read last: TRAINBENCH_BN_REVERSE_ROWS=1),
     # reversereduction (its NHWC reductions so instead, into what the
-    # convolution wrote last: TRAINBENCH_BN_REVERSE_ROWS=reduction).
+    # convolution wrote last: TRAINBENCH_BN_REVERSE_ROWS=reduction), priority
+    # (the step captured on a high-priority stream, its side streams below
+    # it: TRAINBENCH_GRAPH_PRIORITY=1).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -411,7 +413,7 @@ for stage in $STAGES; do
         [poolgeneral]="TRAINBENCH_MAXPOOL_BLOCKS=0" [onegrad]="TRAINBENCH_BN_SPLIT_GRADIENT=0"
         [before25]="TRAINBENCH_CLASSIFIER_MAX_ROWS=256 TRAINBENCH_MAXPOOL_BLOCKS=0 TRAINBENCH_BN_SPLIT_GRADIENT=0"
         [fp32sgd]="TRAINBENCH_FUSED_SGD_FP32=1" [reverse]="TRAINBENCH_BN_REVERSE_ROWS=1"
-        [reversereduction]="TRAINBENCH_BN_REVERSE_ROWS=reduction")
+        [reversereduction]="TRAINBENCH_BN_REVERSE_ROWS=reduction" [priority]="TRAINBENCH_GRAPH_PRIORITY=1")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"
