@@ -1,12 +1,19 @@
 // TRAINBENCH_SIDE_STREAMS, the switch for what runs on side streams inside a
 // captured step (plugins/common/side_stream.h): every value it takes, and a
-// one-line error naming it for any other.
+// one-line error naming it for any other; on CUDA, the side streams'
+// priorities.
 #include "side_stream.h"
 
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 #include <string>
+
+#ifdef TRAINBENCH_RESNET_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/cuda.h>
+#endif
 
 namespace {
 
@@ -60,5 +67,31 @@ TEST(SideStreamSetting, AnythingElseIsAnErrorNamingTheVariable) {
     }
   }
 }
+
+#ifdef TRAINBENCH_RESNET_KERNELS
+// A side stream takes the current stream's priority class unless asked for
+// the default one (the SGD updates below a step captured at high priority).
+TEST(SideStreamPriority, FollowsTheCurrentStreamUnlessTheDefaultIsAsked) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  using trainbench::plugins::SidePriority;
+  using trainbench::plugins::SideStream;
+  const c10::Device device(c10::kCUDA, 0);
+  auto priority_in = [&](SidePriority asked) {
+    int priority = 1;
+    SideStream side(device, asked);
+    side.Run([&] { priority = c10::cuda::getCurrentCUDAStream(0).priority(); });
+    side.Join();
+    return priority;
+  };
+  {
+    const c10::cuda::CUDAStreamGuard high(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, 0));
+    EXPECT_LT(priority_in(SidePriority::kAsHere), 0);
+    EXPECT_EQ(priority_in(SidePriority::kDefault), 0);
+  }
+  const c10::cuda::CUDAStreamGuard normal(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, 0));
+  EXPECT_EQ(priority_in(SidePriority::kAsHere), 0);
+  EXPECT_EQ(priority_in(SidePriority::kDefault), 0);
+}
+#endif
 
 }  // namespace

@@ -111,12 +111,13 @@ void Instantiate(G&, long) {}
 // Whether the step is captured on a high-priority stream:
 // TRAINBENCH_GRAPH_PRIORITY=1 (read at each capture; off until measured on a
 // GPU). LibTorch's graphs run each kernel at the priority of the stream it
-// was captured on (cudaGraphInstantiateFlagUseNodePriority), so the step's
-// own path then takes free multiprocessors before the work forked onto side
-// streams of the default priority (the ResNets' weight gradients, branches
-// and SGD updates; the host's optimizer): on an H200 at batch 1024 the
-// ResNet50 update of layer 4 ran 58 of its 84 us alone, the backward's next
-// kernels queued behind its blocks (session 25's trace).
+// was captured on (cudaGraphInstantiateFlagUseNodePriority), so the step
+// then takes free multiprocessors before the updates forked onto side streams
+// of the default priority (the ResNets' SGD updates, the host optimizer's;
+// the ResNets' weight gradients and branches fork at the step's priority): on
+// an H200 at batch 1024 the ResNet50 update of layer 4 ran 58 of its 84 us
+// alone, the backward's next kernels queued behind its blocks (session 25's
+// trace).
 bool HighPriorityCapture() {
   const char* value = std::getenv("TRAINBENCH_GRAPH_PRIORITY");
   return value != nullptr && std::string_view(value) == "1";

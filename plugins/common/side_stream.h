@@ -47,9 +47,15 @@ bool SideStreamsApply(const c10::Device& device, Fork fork);
 /// Run() allocates and frees itself, such as a workspace, belongs to the side
 /// stream and is safe there).
 /// Throws c10::Error where SideStreamsApply is false for lack of CUDA.
+/// `priority`: kAsHere, a stream of the current stream's priority class
+/// (LibTorch's pools: high or default); kDefault, one of the default priority
+/// whatever the current stream's, so that work of its own (the SGD updates)
+/// takes only the multiprocessors a high-priority step leaves
+/// (TRAINBENCH_GRAPH_PRIORITY=1 captures the step on a high-priority stream).
+enum class SidePriority { kAsHere, kDefault };
 class SideStream {
  public:
-  explicit SideStream(const c10::Device& device);
+  explicit SideStream(const c10::Device& device, SidePriority priority = SidePriority::kAsHere);
   ~SideStream();
   SideStream(const SideStream&) = delete;
   SideStream& operator=(const SideStream&) = delete;

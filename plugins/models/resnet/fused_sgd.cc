@@ -115,7 +115,9 @@ void SgdWeights::State::Update(size_t g, const std::vector<torch::Tensor>& grads
                                          args, c10::cuda::getCurrentCUDAStream(device.index())));
     };
     if (trainbench::plugins::SideStreamsApply(device, Fork::kUpdates)) {
-      trainbench::plugins::SideStream side(device);
+      // Below a step captured at high priority: the update fills the
+      // multiprocessors the backward leaves (TRAINBENCH_GRAPH_PRIORITY=1).
+      trainbench::plugins::SideStream side(device, trainbench::plugins::SidePriority::kDefault);
       side.Run(launch);
       side.Leave(read, kJoinGroup);
     } else {
