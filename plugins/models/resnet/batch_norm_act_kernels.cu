@@ -122,7 +122,6 @@ struct Params {
   int64_t rows;  // elements per channel: N * H * W
   int64_t s;     // H * W
   int c;
-  int reverse;  // host only: which NHWC pass of training visits its rows last to first (Reverse, ReverseSetting)
 };
 
 // The one place the forward's affine constants are computed: the backward's
@@ -1219,13 +1218,14 @@ void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaSt
   if (pr.layout == Layout::kNhwc) {
     if (LaunchOnePassRows<T, kVec, kBackward, kRelu, kResidual, kSecondGrad>(g, p, stream)) return;
     const dim3 grid(g.tiles, g.splits);
-    if (p.reverse == kReverseReduction)
+    const int reverse = ReverseSetting();
+    if (reverse == kReverseReduction)
       ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, true><<<grid, kThreads, 0, stream>>>(p, g.tx);
     else
       ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad><<<grid, kThreads, 0, stream>>>(p, g.tx);
     constexpr auto elementwise = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual>;
     constexpr auto reversed = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual, true>;
-    if (p.reverse == kReverseElementwise)
+    if (reverse == kReverseElementwise)
       LaunchElementwise<reversed>(dim3(g.elem_tiles, ElementwiseRowBlocks<reversed>(g)), p, g.elem_tx, stream);
     else
       LaunchElementwise<elementwise>(dim3(g.elem_tiles, ElementwiseRowBlocks<elementwise>(g)), p, g.elem_tx, stream);
@@ -1313,7 +1313,6 @@ cudaError_t Launch(Pass pass, const BnProblem& pr, Params p, cudaStream_t stream
   p.rows = pr.n * pr.s;
   p.s = pr.s;
   p.c = static_cast<int>(pr.c);
-  p.reverse = ReverseSetting();
   if (pass != Pass::kInference) {
     const int device = CurrentDevice();
     const int slot = device < 0 ? -1 : StreamSlot(device, stream);
