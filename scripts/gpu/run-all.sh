@@ -94,7 +94,7 @@ for stage in $STAGES; do
     # their tests alone (a subset of `test`).
     # KERNEL_TESTS: another ctest regex (a rerun of a few); KERNEL_BENCH=0:
     # without the batch norm micro-benchmark.
-    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|SideStream|OptimizerOverlap|StreamGate|Models\.|PoolGeneral|OneGradient}" > "$OUT/kernels.log" 2>&1
+    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|SideStream|OptimizerOverlap|StreamGate|Models\.|PoolGeneral|OneGradient|ForwardRows|ReverseRows}" > "$OUT/kernels.log" 2>&1
       echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60
       # The ResNets' batch norm alone, fused vs composite, per shape.
       [ "${KERNEL_BENCH:-1}" = 0 ] || build-gpu/bin/batch_norm_act_bench 1024 | tee "$OUT/batch-norm-bench.md" ;;
@@ -395,9 +395,11 @@ for stage in $STAGES; do
     # defaults before session 25), fp32sgd (the ResNets' own SGD kernel in
     # fp32 too, not only under bf16 autocast: TRAINBENCH_FUSED_SGD_FP32=1),
     # reverse (the batch norm's NHWC element-wise passes walking their rows
-    # last to first, into what the reduction read last: TRAINBENCH_BN_REVERSE_ROWS=1),
-    # reversereduction (its NHWC reductions so instead, into what the
-    # convolution wrote last: TRAINBENCH_BN_REVERSE_ROWS=reduction), priority
+    # last to first, into what the reduction read last, and the reductions
+    # first to last: TRAINBENCH_BN_REVERSE_ROWS=1), forward (every pass first
+    # to last, the order before session 26: TRAINBENCH_BN_REVERSE_ROWS=0;
+    # by default the reductions walk last to first, into what the convolution
+    # wrote last: reversereduction names that explicitly), priority
     # (the step captured on a high-priority stream, its side streams below
     # it: TRAINBENCH_GRAPH_PRIORITY=1).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
@@ -413,7 +415,7 @@ for stage in $STAGES; do
         [poolgeneral]="TRAINBENCH_MAXPOOL_BLOCKS=0" [onegrad]="TRAINBENCH_BN_SPLIT_GRADIENT=0"
         [before25]="TRAINBENCH_CLASSIFIER_MAX_ROWS=256 TRAINBENCH_MAXPOOL_BLOCKS=0 TRAINBENCH_BN_SPLIT_GRADIENT=0"
         [fp32sgd]="TRAINBENCH_FUSED_SGD_FP32=1" [reverse]="TRAINBENCH_BN_REVERSE_ROWS=1"
-        [reversereduction]="TRAINBENCH_BN_REVERSE_ROWS=reduction" [priority]="TRAINBENCH_GRAPH_PRIORITY=1")
+        [reversereduction]="TRAINBENCH_BN_REVERSE_ROWS=reduction" [forward]="TRAINBENCH_BN_REVERSE_ROWS=0" [priority]="TRAINBENCH_GRAPH_PRIORITY=1")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"
