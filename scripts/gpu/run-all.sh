@@ -461,7 +461,7 @@ for stage in $STAGES; do
       [ "${TUNESPREAD_PRECISION:-bf16}" = fp32 ] && fp32='s/bf16-cl-graph, options: {amp: bf16, /fp32-cl-graph, options: {/;s/baseline: bf16-cl-graph/baseline: fp32-cl-graph/'
       sed -e '/resnet18/d' -e '/composite/d' -e 's/train_size: 61440/train_size: 230400/' -e 's/max_steps: 50/max_steps: 220/' \
         -e "$fp32" bench/configs/kernel-trace.yaml > "$OUT/tunespread.yaml"
-      for run in fresh-1 fresh-2 fresh-3 cached-1 cached-2; do
+      for run in ${TUNESPREAD_RUNS:-fresh-1 fresh-2 fresh-3 cached-1 cached-2}; do
         case $run in fresh-*) export XDG_CACHE_HOME=$(mktemp -d /tmp/trainbench-cache.XXXXXX) ;; esac
         TRAINBENCH_CUDNN_TUNE_LOG=1 build-gpu/bin/trainbench run "$OUT/tunespread.yaml" --out "$OUT/tunespread-$run" > "$OUT/tunespread-$run.log" 2>&1
         echo "$run rc=$? $(grep -E '^resnet50 ' "$OUT/tunespread-$run.log" | awk '{print $4, "samples/s"}')"
