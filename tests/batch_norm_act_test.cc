@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -278,6 +279,23 @@ TEST(BatchNormActPaths, OnePassWhereTheTensorFits) {
   EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 6, 8, 8}, bf16).contiguous(cl), true, false));  // pairs
   EXPECT_FALSE(resnet::OnePassApplies(torch::empty({256, 256, 32, 32}, bf16).contiguous(cl), true, false));
   EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, torch::kFloat).contiguous(cl), true, false));  // CPU
+}
+
+// y's ReLU mask in place of y for the backward of a block's output: only
+// where TRAINBENCH_BN_RELU_MASK=1 (ctest's ReluMask.* cases, which run the
+// value tests with it), channels_last, channels of whole 16-byte packs.
+TEST(BatchNormActPaths, ReluMaskOnlyWhereAsked) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const char* setting = std::getenv("TRAINBENCH_BN_RELU_MASK");
+  const bool on = setting != nullptr && std::string(setting) == "1";
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+  EXPECT_EQ(resnet::ReluMaskApplies(torch::empty({8, 64, 8, 8}, bf16).contiguous(cl)), on);
+  EXPECT_EQ(resnet::ReluMaskApplies(torch::empty({1024, 256, 8, 8}, bf16).contiguous(cl)), on);
+  EXPECT_EQ(resnet::ReluMaskApplies(torch::empty({8, 64, 8, 8}, bf16.dtype(torch::kFloat)).contiguous(cl)), on);
+  EXPECT_FALSE(resnet::ReluMaskApplies(torch::empty({8, 64, 8, 8}, bf16)));                          // NCHW
+  EXPECT_FALSE(resnet::ReluMaskApplies(torch::empty({8, 6, 8, 8}, bf16).contiguous(cl)));            // pairs
+  EXPECT_FALSE(resnet::ReluMaskApplies(torch::empty({8, 64, 8, 8}, torch::kFloat).contiguous(cl)));  // CPU
 }
 
 // The reductions' channel tiles: 64 channels, narrower only where 64-channel

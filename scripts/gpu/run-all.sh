@@ -115,7 +115,7 @@ for stage in $STAGES; do
     # their tests alone (a subset of `test`).
     # KERNEL_TESTS: another ctest regex (a rerun of a few); KERNEL_BENCH=0:
     # without the batch norm micro-benchmark.
-    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|SideStream|OptimizerOverlap|StreamGate|Models\.|PoolGeneral|OneGradient|ForwardRows|ReverseRows}" > "$OUT/kernels.log" 2>&1
+    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|SideStream|OptimizerOverlap|StreamGate|Models\.|PoolGeneral|OneGradient|ForwardRows|ReverseRows|ReluMask}" > "$OUT/kernels.log" 2>&1
       echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60
       # The ResNets' batch norm alone, fused vs composite, per shape.
       [ "${KERNEL_BENCH:-1}" = 0 ] || build-gpu/bin/batch_norm_act_bench 1024 | tee "$OUT/batch-norm-bench.md" ;;
@@ -425,6 +425,8 @@ for stage in $STAGES; do
     # it: TRAINBENCH_GRAPH_PRIORITY=1).
     # fp32sgdpriority (the two together: each gained 0.2-0.4% for ResNet18
     # fp32 at batch 1024 in session 26, 0.8% short of issue 16's 1.15x).
+    # relumask (each block's output keeps y's ReLU mask, a byte per 16-byte
+    # pack, for its backward instead of y: TRAINBENCH_BN_RELU_MASK=1).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -439,7 +441,8 @@ for stage in $STAGES; do
         [before25]="TRAINBENCH_CLASSIFIER_MAX_ROWS=256 TRAINBENCH_MAXPOOL_BLOCKS=0 TRAINBENCH_BN_SPLIT_GRADIENT=0"
         [fp32sgd]="TRAINBENCH_FUSED_SGD_FP32=1" [reverse]="TRAINBENCH_BN_REVERSE_ROWS=1"
         [reversereduction]="TRAINBENCH_BN_REVERSE_ROWS=reduction" [forward]="TRAINBENCH_BN_REVERSE_ROWS=0" [priority]="TRAINBENCH_GRAPH_PRIORITY=1"
-        [fp32sgdpriority]="TRAINBENCH_FUSED_SGD_FP32=1 TRAINBENCH_GRAPH_PRIORITY=1")
+        [fp32sgdpriority]="TRAINBENCH_FUSED_SGD_FP32=1 TRAINBENCH_GRAPH_PRIORITY=1"
+        [relumask]="TRAINBENCH_BN_RELU_MASK=1")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"

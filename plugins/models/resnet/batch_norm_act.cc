@@ -73,6 +73,16 @@ torch::Tensor OrAbsent(const torch::Tensor& t, const torch::Tensor& like) {
 }
 bool Present(const torch::Tensor& t) { return t.defined() && t.numel() > 0; }
 
+// Whether a block's output keeps, for the backward, a ReLU mask (a byte per
+// 16-byte pack: kernels::ReluMaskBytes) instead of y itself: the backward's
+// reduction then reads 1/16 of the bytes where it read y, and the forward
+// writes them beside y. TRAINBENCH_BN_RELU_MASK=1; off until measured on a
+// GPU. Read once a process.
+bool ReluMaskSetting() {
+  static const bool value = trainbench::plugins::OnIfOne("TRAINBENCH_BN_RELU_MASK");
+  return value;
+}
+
 // dy as the kernels read it: in x's type and layout.
 torch::Tensor AsGradient(const torch::Tensor& g, const torch::Tensor& x, bool nhwc) {
   return g.to(x.scalar_type()).contiguous(Format(nhwc));
@@ -97,6 +107,9 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     torch::Tensor y = torch::empty_like(x);
     torch::Tensor mean = torch::empty({x.size(1)}, f32), invstd = torch::empty({x.size(1)}, f32);
     torch::Tensor workspace = torch::empty({kernels::WorkspaceFloats(problem)}, f32);
+    const int64_t mask_bytes = r.defined() && ReluMaskSetting() ? kernels::ReluMaskBytes(problem) : 0;
+    const torch::Tensor mask =
+        mask_bytes > 0 ? torch::empty({mask_bytes}, x.options().dtype(torch::kUInt8)) : torch::Tensor();
     kernels::BnForwardArgs args{};
     args.x = x.data_ptr();
     args.residual = r.defined() ? r.data_ptr() : nullptr;
@@ -111,11 +124,12 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     args.save_mean = mean.data_ptr<float>();
     args.save_invstd = invstd.data_ptr<float>();
     args.workspace = workspace.data_ptr<float>();
+    args.relu_mask = mask.defined() ? mask.data_ptr() : nullptr;
     C10_CUDA_CHECK(kernels::BnForwardTraining(problem, args, c10::cuda::getCurrentCUDAStream()));
-    // y is read back only with a residual (ReLU's mask); without one the
-    // backward recomputes the mask from x.
+    // y is read back only with a residual (ReLU's mask: y, or the mask the
+    // forward wrote); without one the backward recomputes the mask from x.
     if (r.defined())
-      ctx->save_for_backward({x, weight, bias, mean, invstd, y});
+      ctx->save_for_backward({x, weight, bias, mean, invstd, mask.defined() ? mask : y});
     else
       ctx->save_for_backward({x, weight, bias, mean, invstd});
     ctx->saved_data["relu"] = relu;
@@ -149,7 +163,10 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     kernels::BnBackwardArgs args{};
     args.grad_y = dy.data_ptr();
     args.x = x.data_ptr();
-    args.y = residual ? saved[5].data_ptr() : nullptr;
+    // With a residual: y, or its ReLU mask (bytes) where the forward wrote one.
+    const bool masked = residual && saved[5].scalar_type() == torch::kUInt8;
+    args.y = residual && !masked ? saved[5].data_ptr() : nullptr;
+    args.relu_mask = masked ? saved[5].data_ptr() : nullptr;
     args.weight = weight.data_ptr<float>();
     args.bias = bias.data_ptr<float>();
     args.save_mean = mean.data_ptr<float>();
@@ -215,6 +232,16 @@ bool OnePassApplies(const torch::Tensor& x, bool relu, bool residual) {
   return kernels::OnePass(Problem(x, IsNhwc(x), relu, residual));
 #else
   (void)x, (void)relu, (void)residual;
+  return false;
+#endif
+}
+
+bool ReluMaskApplies(const torch::Tensor& x) {
+#ifdef TRAINBENCH_RESNET_KERNELS
+  if (!x.is_cuda() || x.dim() != 4 || !kernels::Takes(x.scalar_type()) || !ReluMaskSetting()) return false;
+  return kernels::ReluMaskBytes(Problem(x, IsNhwc(x), true, true)) > 0;
+#else
+  (void)x;
   return false;
 #endif
 }

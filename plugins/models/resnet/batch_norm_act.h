@@ -46,6 +46,12 @@ bool SplitGradientSetting();
 /// with `one_pass` on this device (for tests and benchmarks).
 bool OnePassApplies(const torch::Tensor& x, bool relu, bool residual);
 
+/// Whether a fused training step of `x` (CUDA, 4-d) with a residual keeps
+/// y's ReLU mask for the backward instead of y: TRAINBENCH_BN_RELU_MASK=1
+/// (read once; off until measured on a GPU), channels_last, channels of
+/// whole 16-byte packs (for tests and benchmarks).
+bool ReluMaskApplies(const torch::Tensor& x);
+
 /// Channels per tile of the fused training reductions of `x` (CUDA,
 /// channels_last) on its device; 0 where the fused kernels do not take it or
 /// are not built (for tests and benchmarks).

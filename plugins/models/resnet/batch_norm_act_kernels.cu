@@ -103,7 +103,10 @@ struct Params {
   const void* y;
   const void* grad_y;
   const void* grad_y2;  // backward with a residual: null, or added to grad_y where read
-  void* out;            // forward: y; backward: grad_x
+  // With a residual, NHWC, 16-byte packs (kMask kernels): y's ReLU mask, a
+  // byte per pack of a row; written forward, read backward instead of y.
+  unsigned char* relu_mask;
+  void* out;  // forward: y; backward: grad_x
   void* grad_residual;
   const float* weight;
   const float* bias;
@@ -191,6 +194,27 @@ __device__ __forceinline__ Pack<T, kVec> AddSecondGrad(const Params& p, const Pa
 #pragma unroll
   for (int j = 0; j < kVec; ++j) sum.v[j] = FromFloat<T>(ToFloat(gv.v[j]) + ToFloat(g2.v[j]));
   return sum;
+}
+
+// y's ReLU mask (ReluMaskBytes): the byte of the pack of y at `at`, bit j
+// set where its element j is above zero as stored; and that byte read back
+// as a pack of 1 and 0, all that the backward needs of y (MaskedGrad).
+template <typename T, int kVec>
+__device__ __forceinline__ void StoreReluMask(const Params& p, int64_t at, const Pack<T, kVec>& y) {
+  static_assert(kVec <= 8, "one byte a pack");
+  unsigned bits = 0;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) bits |= (ToFloat(y.v[j]) > 0.f ? 1u : 0u) << j;
+  p.relu_mask[at / kVec] = static_cast<unsigned char>(bits);
+}
+
+template <typename T, int kVec>
+__device__ __forceinline__ Pack<T, kVec> LoadReluMask(const Params& p, int64_t at) {
+  const unsigned bits = p.relu_mask[at / kVec];
+  Pack<T, kVec> y;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) y.v[j] = FromFloat<T>((bits >> j) & 1u ? 1.f : 0.f);
+  return y;
 }
 
 // What a channel's finish reads besides the sums: loaded by the last block
@@ -419,8 +443,9 @@ __device__ __forceinline__ void WriteBlockSums(const Params& p, const float (&a0
 // value); backward: of dz and dz (x - mean), writing dr = dz with a residual.
 // kReverse: the rows from the last to the first (what the kernel before it
 // wrote last, the likeliest still in L2): the same sums in another order.
+// kMask (backward with a residual): y's ReLU mask read instead of y.
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad = false,
-          bool kReverse = false>
+          bool kReverse = false, bool kMask = false>
 __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Params p, int tx) {
   LetDependentsStart();
   const int ty = kThreads / tx;
@@ -438,7 +463,8 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Param
       const Pack<T, kVec> xv = LoadPack<T, kVec>(x, at);
       Pack<T, kVec> gv{}, yv{};
       if constexpr (kBackward) gv = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
-      if constexpr (kBackward && kResidual) yv = LoadPack<T, kVec>(static_cast<const T*>(p.y), at);
+      if constexpr (kBackward && kResidual)
+        yv = kMask ? LoadReluMask<T, kVec>(p, at) : LoadPack<T, kVec>(static_cast<const T*>(p.y), at);
       if constexpr (kBackward && kResidual && kSecondGrad) gv = AddSecondGrad<T, kVec>(p, gv, at);
       const Pack<T, kVec> dzv = Accumulate<T, kVec, kBackward, kRelu, kResidual>(xv, gv, yv, ref, scale, shift, a0, a1);
       if constexpr (kBackward && kResidual) StorePack<T, kVec>(static_cast<T*>(p.grad_residual), at, dzv);
@@ -560,7 +586,8 @@ struct Elementwise {
 // launch, above) with its first row of inputs asked into L1 meanwhile.
 // kReverse: the rows from the last (the reduction's last reads, the likeliest
 // still in L2) to the first; the same rows, each once, the same values.
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kReverse = false>
+// kMask (forward with a residual): y's ReLU mask written beside y.
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kReverse = false, bool kMask = false>
 __global__ void __launch_bounds__(kThreads) ElementwiseNhwc(Params p, int tx) {
   constexpr int kK = Coefficients(kBackward);
   const int ty = kThreads / tx;
@@ -602,6 +629,7 @@ __global__ void __launch_bounds__(kThreads) ElementwiseNhwc(Params p, int tx) {
           k[j], ToFloat(xv.v[j]), ToFloat(rv.v[j]), ToFloat(gv.v[j]), ToFloat(dzv.v[j])));
     }
     StorePack<T, kVec>(static_cast<T*>(p.out), at, out);
+    if constexpr (kMask && !kBackward) StoreReluMask<T, kVec>(p, at, out);
   }
 }
 
@@ -700,9 +728,10 @@ __host__ __device__ constexpr int SharedXBytes(bool backward, int rows) {
 // added differs (other rows per thread and blocks per tile).
 // kCluster: the blocks of a channel tile are a thread block cluster
 // (FinishTileInCluster), else they wait for each other through global memory
-// (FinishTileTogether).
+// (FinishTileTogether). kMask (with a residual): y's ReLU mask written
+// forward, read backward instead of y.
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows, bool kCluster,
-          bool kSecondGrad = false>
+          bool kSecondGrad = false, bool kMask = false>
 __global__ void __launch_bounds__(kThreads, kOnePassBlocksPerSm) OnePassNhwc(Params p, int tx) {
   const int ty = kThreads / tx;
   const int lane_c = threadIdx.x % tx, lane_r = threadIdx.x / tx;
@@ -734,7 +763,8 @@ __global__ void __launch_bounds__(kThreads, kOnePassBlocksPerSm) OnePassNhwc(Par
         if (row0 + i * step >= p.rows) continue;
         x_at(i) = LoadPack<T, kVec>(x, at);
         if constexpr (kBackward) gs[i - i0] = LoadPack<T, kVec>(static_cast<const T*>(p.grad_y), at);
-        if constexpr (kBackward && kResidual) ys[i - i0] = LoadPack<T, kVec>(static_cast<const T*>(p.y), at);
+        if constexpr (kBackward && kResidual)
+          ys[i - i0] = kMask ? LoadReluMask<T, kVec>(p, at) : LoadPack<T, kVec>(static_cast<const T*>(p.y), at);
       }
       if constexpr (kBackward && kResidual && kSecondGrad) {
 #pragma unroll
@@ -794,6 +824,7 @@ __global__ void __launch_bounds__(kThreads, kOnePassBlocksPerSm) OnePassNhwc(Par
         out.v[j] = FromFloat<T>(
             Elementwise<T, false, kRelu, kResidual>::Apply(k[j], ToFloat(x_at(i).v[j]), ToFloat(rv.v[j]), 0.f, 0.f));
       }
+      if constexpr (kMask) StoreReluMask<T, kVec>(p, at, out);
     }
     StorePack<T, kVec>(static_cast<T*>(p.out), at, out);
   }
@@ -1141,10 +1172,10 @@ bool ClusterReady(const Geometry& g, int shared) {
 // could each hold part of the device while waiting for blocks that cannot
 // start; a cluster waits for none outside it, and one such launch beside
 // other kernels only waits for them to finish.
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows, bool kSecondGrad>
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, int kRows, bool kSecondGrad, bool kMask>
 bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
   constexpr int kShared = SharedXBytes(kBackward, kRows);
-  constexpr auto clustered = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows, true, kSecondGrad>;
+  constexpr auto clustered = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows, true, kSecondGrad, kMask>;
   if (ClusterReady<clustered>(g, kShared)) {
     cudaLaunchAttribute attribute{};
     const cudaLaunchConfig_t config = ClusterConfig(g, kShared, stream, attribute);
@@ -1152,7 +1183,7 @@ bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
     (void)cudaGetLastError();  // a launch refused up front: the two kernels instead
     return false;
   }
-  constexpr auto kernel = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows, false, kSecondGrad>;
+  constexpr auto kernel = OnePassNhwc<T, kVec, kBackward, kRelu, kResidual, kRows, false, kSecondGrad, kMask>;
   if (!p.first_stream) return false;
   if (static_cast<int64_t>(ResidentBlocks<kernel>(kShared)) * SmCount() <
       static_cast<int64_t>(g.one_pass_tiles) * g.one_pass_splits)
@@ -1161,7 +1192,7 @@ bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
   return true;
 }
 
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad>
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad, bool kMask>
 bool LaunchOnePassRows(const Geometry& g, const Params& p, cudaStream_t stream) {
   if constexpr (kVec * sizeof(T) != 16) {
     return false;
@@ -1169,11 +1200,11 @@ bool LaunchOnePassRows(const Geometry& g, const Params& p, cudaStream_t stream) 
     static_assert(kOnePassRows[0] == 2 && kOnePassRows[1] == 4 && kOnePassRows[2] == 8);
     switch (g.one_pass_rows) {
       case 2:
-        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 2, kSecondGrad>(g, p, stream);
+        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 2, kSecondGrad, kMask>(g, p, stream);
       case 4:
-        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 4, kSecondGrad>(g, p, stream);
+        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 4, kSecondGrad, kMask>(g, p, stream);
       case 8:
-        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 8, kSecondGrad>(g, p, stream);
+        return LaunchOnePass<T, kVec, kBackward, kRelu, kResidual, 8, kSecondGrad, kMask>(g, p, stream);
       default:
         return false;
     }
@@ -1215,18 +1246,24 @@ void LaunchElementwise(dim3 grid, const Params& p, int tx, cudaStream_t stream) 
 }
 
 // kSecondGrad: the backward adds p.grad_y2 to dy (BnBackwardArgs::grad_y2).
-template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad = false>
+// kMask (NHWC, with a residual): y's ReLU mask, p.relu_mask, written by the
+// forward's element-wise pass and read by the backward's reduction.
+template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad = false,
+          bool kMask = false>
 void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
   if (pr.layout == Layout::kNhwc) {
-    if (LaunchOnePassRows<T, kVec, kBackward, kRelu, kResidual, kSecondGrad>(g, p, stream)) return;
+    if (LaunchOnePassRows<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, kMask>(g, p, stream)) return;
     const dim3 grid(g.tiles, g.splits);
     const int reverse = ReverseSetting();
+    constexpr bool kReduceMask = kMask && kBackward, kElementwiseMask = kMask && !kBackward;
     if (reverse == kReverseReduction)
-      ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, true><<<grid, kThreads, 0, stream>>>(p, g.tx);
+      ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, true, kReduceMask>
+          <<<grid, kThreads, 0, stream>>>(p, g.tx);
     else
-      ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad><<<grid, kThreads, 0, stream>>>(p, g.tx);
-    constexpr auto elementwise = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual>;
-    constexpr auto reversed = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual, true>;
+      ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, false, kReduceMask>
+          <<<grid, kThreads, 0, stream>>>(p, g.tx);
+    constexpr auto elementwise = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual, false, kElementwiseMask>;
+    constexpr auto reversed = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual, true, kElementwiseMask>;
     if (reverse == kReverseElementwise)
       LaunchElementwise<reversed>(dim3(g.elem_tiles, ElementwiseRowBlocks<reversed>(g)), p, g.elem_tx, stream);
     else
@@ -1281,6 +1318,17 @@ void LaunchPass(Pass pass, const BnProblem& pr, const Geometry& g, const Params&
 
 template <typename T, int kVec>
 void LaunchAct(Pass pass, const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
+  if constexpr (kVec * sizeof(T) == 16) {  // where ReluMaskBytes has a mask
+    if (pass != Pass::kInference && pr.residual && p.relu_mask != nullptr) {
+      if (pass == Pass::kForward)
+        LaunchTyped<T, kVec, false, true, true, false, /*kMask=*/true>(pr, g, p, stream);
+      else if (p.grad_y2 != nullptr)
+        LaunchTyped<T, kVec, true, true, true, /*kSecondGrad=*/true, /*kMask=*/true>(pr, g, p, stream);
+      else
+        LaunchTyped<T, kVec, true, true, true, false, /*kMask=*/true>(pr, g, p, stream);
+      return;
+    }
+  }
   if (pass == Pass::kBackward && pr.residual && p.grad_y2 != nullptr)
     LaunchTyped<T, kVec, true, true, true, /*kSecondGrad=*/true>(pr, g, p, stream);
   else if (pr.residual)
@@ -1344,6 +1392,12 @@ int ReduceTileChannels(const BnProblem& pr) noexcept {
   return g.tx * g.vec;
 }
 
+int64_t ReluMaskBytes(const BnProblem& pr) noexcept {
+  if (!Supported(pr) || !pr.residual || pr.layout != Layout::kNhwc) return 0;
+  const int bytes = ElementBytes(pr.dtype), vec = WidestPack(pr.c, bytes);  // Plan's pack
+  return vec * bytes == 16 ? pr.n * pr.s * (pr.c / vec) : 0;
+}
+
 int64_t WorkspaceFloats(const BnProblem& pr) noexcept {
   const Geometry g = Plan(pr);
   return pr.c * kBackwardCoefficients + static_cast<int64_t>(std::max(g.splits, g.one_pass_splits)) * pr.c * 2;
@@ -1387,7 +1441,9 @@ cudaError_t BnForwardTraining(const BnProblem& pr, const BnForwardArgs& a, cudaS
   p.eps = a.eps;
   p.momentum = a.momentum;
   p.batches = a.num_batches_tracked;
+  p.relu_mask = static_cast<unsigned char*>(a.relu_mask);
   if ((a.residual != nullptr) != pr.residual) return cudaErrorInvalidValue;
+  if (a.relu_mask != nullptr && ReluMaskBytes(pr) == 0) return cudaErrorInvalidValue;
   return Launch(Pass::kForward, pr, p, stream);
 }
 
@@ -1411,7 +1467,12 @@ cudaError_t BnForwardInference(const BnProblem& pr, const void* x, const void* r
 }
 
 cudaError_t BnBackwardTraining(const BnProblem& pr, const BnBackwardArgs& a, cudaStream_t stream) noexcept {
-  if ((a.grad_residual != nullptr) != pr.residual || (a.y != nullptr) != pr.residual) return cudaErrorInvalidValue;
+  // With a residual, y or its mask (exactly one); without, neither.
+  const bool one_of_them = (a.y != nullptr) != (a.relu_mask != nullptr);
+  const bool neither = a.y == nullptr && a.relu_mask == nullptr;
+  if ((a.grad_residual != nullptr) != pr.residual || !(pr.residual ? one_of_them : neither))
+    return cudaErrorInvalidValue;
+  if (a.relu_mask != nullptr && ReluMaskBytes(pr) == 0) return cudaErrorInvalidValue;
   if (a.grad_y2 != nullptr && !pr.residual) return cudaErrorInvalidValue;
   Params p{};
   p.grad_y = a.grad_y;
@@ -1427,6 +1488,7 @@ cudaError_t BnBackwardTraining(const BnProblem& pr, const BnBackwardArgs& a, cud
   p.grad_weight = a.grad_weight;
   p.grad_bias = a.grad_bias;
   p.coef = a.workspace;
+  p.relu_mask = static_cast<unsigned char*>(const_cast<void*>(a.relu_mask));
   return Launch(Pass::kBackward, pr, p, stream);
 }
 

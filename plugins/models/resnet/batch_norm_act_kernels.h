@@ -76,6 +76,13 @@ bool Supported(const BnProblem& problem) noexcept;
 /// fp32 elements of the workspace a training forward or backward needs.
 int64_t WorkspaceFloats(const BnProblem& problem) noexcept;
 
+/// Bytes of the ReLU mask a training forward with a residual can write for
+/// its backward instead of the backward reading y (BnForwardArgs::relu_mask):
+/// one byte per 16-byte pack of a row, bit j for the pack's element j, set
+/// where y > 0 as stored. 0 where the kernels write none: no residual, NCHW,
+/// or channels that 16-byte packs do not divide.
+int64_t ReluMaskBytes(const BnProblem& problem) noexcept;
+
 /// Allocates and clears this device's counters, once (synchronising
 /// `stream`), and gives `stream` its own; false when that cannot be done now
 /// (first called inside a stream capture, or 80 streams of the device have
@@ -96,6 +103,9 @@ struct BnForwardArgs {
   float* save_mean;  ///< (C): the batch mean and 1 / sqrt(var + eps)
   float* save_invstd;
   float* workspace;  ///< WorkspaceFloats(problem)
+  /// Null, or ReluMaskBytes(problem) bytes (not 0) that the forward fills
+  /// with y's ReLU mask for BnBackwardArgs::relu_mask.
+  void* relu_mask = nullptr;
 };
 
 /// Batch statistics, running statistics updated, y written.
@@ -110,7 +120,7 @@ cudaError_t BnForwardInference(const BnProblem& problem, const void* x, const vo
 struct BnBackwardArgs {
   const void* grad_y;
   const void* x;
-  const void* y;  ///< the forward's output: read with a residual, else null
+  const void* y;  ///< the forward's output: read with a residual (unless relu_mask), else null
   const float* weight;
   const float* bias;
   const float* save_mean;
@@ -126,6 +136,10 @@ struct BnBackwardArgs {
   /// block's output, read by the next block's first convolution and by its
   /// residual branch), instead of a separate add before them.
   const void* grad_y2;
+  /// With a residual: null, or the mask the forward wrote
+  /// (BnForwardArgs::relu_mask), read instead of y (y then null): one byte
+  /// in place of each 16-byte pack of y.
+  const void* relu_mask = nullptr;
 };
 
 cudaError_t BnBackwardTraining(const BnProblem& problem, const BnBackwardArgs& args, cudaStream_t stream) noexcept;
