@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "batch_norm_act_kernels.h"
 #include "cuda_graph.h"
 #include "relative_error.h"
 #include "stream_gate.h"
@@ -296,6 +297,41 @@ TEST(BatchNormActPaths, ReluMaskOnlyWhereAsked) {
   EXPECT_FALSE(resnet::ReluMaskApplies(torch::empty({8, 64, 8, 8}, bf16)));                          // NCHW
   EXPECT_FALSE(resnet::ReluMaskApplies(torch::empty({8, 6, 8, 8}, bf16).contiguous(cl)));            // pairs
   EXPECT_FALSE(resnet::ReluMaskApplies(torch::empty({8, 64, 8, 8}, torch::kFloat).contiguous(cl)));  // CPU
+}
+
+// The kernels take y's ReLU mask only where they write one (a residual,
+// NHWC, channels of whole 16-byte packs), and in the backward only in place
+// of y, not beside it: refused before anything is launched.
+TEST(BatchNormActPaths, TheReluMaskOnlyWhereTheKernelsWriteOne) {
+  namespace k = resnet::kernels;
+  const k::BnProblem nhwc{k::DType::kBFloat16, k::Layout::kNhwc, 8, 64, 64, true, true};
+  k::BnProblem nchw = nhwc, pairs = nhwc, plain = nhwc;
+  nchw.layout = k::Layout::kNchw;
+  pairs.c = 6;
+  plain.residual = false;
+  EXPECT_EQ(k::ReluMaskBytes(nhwc), 8 * 64 * 64 / 8);
+  EXPECT_EQ(k::ReluMaskBytes(nchw), 0);
+  EXPECT_EQ(k::ReluMaskBytes(pairs), 0);
+  EXPECT_EQ(k::ReluMaskBytes(plain), 0);
+  int cell = 0;
+  void* some = &cell;
+  k::BnForwardArgs forward{};
+  forward.residual = some;
+  forward.relu_mask = some;
+  EXPECT_EQ(k::BnForwardTraining(nchw, forward, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(k::BnForwardTraining(pairs, forward, nullptr), cudaErrorInvalidValue);
+  k::BnBackwardArgs backward{};
+  backward.grad_residual = some;
+  backward.y = some;
+  backward.relu_mask = some;  // both
+  EXPECT_EQ(k::BnBackwardTraining(nhwc, backward, nullptr), cudaErrorInvalidValue);
+  backward.y = nullptr;
+  backward.relu_mask = nullptr;  // neither
+  EXPECT_EQ(k::BnBackwardTraining(nhwc, backward, nullptr), cudaErrorInvalidValue);
+  backward.relu_mask = some;  // the mask where there is none
+  EXPECT_EQ(k::BnBackwardTraining(nchw, backward, nullptr), cudaErrorInvalidValue);
+  backward.grad_residual = nullptr;  // without a residual: neither y nor a mask
+  EXPECT_EQ(k::BnBackwardTraining(plain, backward, nullptr), cudaErrorInvalidValue);
 }
 
 // The reductions' channel tiles: 64 channels, narrower only where 64-channel

@@ -1301,14 +1301,15 @@ void LaunchInference(const BnProblem& pr, const Geometry& g, const Params& p, cu
 
 enum class Pass { kForward, kBackward, kInference };
 
-template <typename T, int kVec, bool kRelu, bool kResidual>
+// kMask: y's ReLU mask in training (p.relu_mask; evaluation has none).
+template <typename T, int kVec, bool kRelu, bool kResidual, bool kMask = false>
 void LaunchPass(Pass pass, const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
   switch (pass) {
     case Pass::kForward:
-      LaunchTyped<T, kVec, false, kRelu, kResidual>(pr, g, p, stream);
+      LaunchTyped<T, kVec, false, kRelu, kResidual, false, kMask>(pr, g, p, stream);
       break;
     case Pass::kBackward:
-      LaunchTyped<T, kVec, true, kRelu, kResidual>(pr, g, p, stream);
+      LaunchTyped<T, kVec, true, kRelu, kResidual, false, kMask>(pr, g, p, stream);
       break;
     case Pass::kInference:
       LaunchInference<T, kVec, kRelu, kResidual>(pr, g, p, stream);
@@ -1316,27 +1317,27 @@ void LaunchPass(Pass pass, const BnProblem& pr, const Geometry& g, const Params&
   }
 }
 
+// With a residual: the second gradient added where the backward has one.
+template <typename T, int kVec, bool kMask>
+void LaunchResidual(Pass pass, const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
+  if (pass == Pass::kBackward && p.grad_y2 != nullptr)
+    LaunchTyped<T, kVec, true, true, true, /*kSecondGrad=*/true, kMask>(pr, g, p, stream);
+  else
+    LaunchPass<T, kVec, true, true, kMask>(pass, pr, g, p, stream);
+}
+
 template <typename T, int kVec>
 void LaunchAct(Pass pass, const BnProblem& pr, const Geometry& g, const Params& p, cudaStream_t stream) {
-  if constexpr (kVec * sizeof(T) == 16) {  // where ReluMaskBytes has a mask
-    if (pass != Pass::kInference && pr.residual && p.relu_mask != nullptr) {
-      if (pass == Pass::kForward)
-        LaunchTyped<T, kVec, false, true, true, false, /*kMask=*/true>(pr, g, p, stream);
-      else if (p.grad_y2 != nullptr)
-        LaunchTyped<T, kVec, true, true, true, /*kSecondGrad=*/true, /*kMask=*/true>(pr, g, p, stream);
-      else
-        LaunchTyped<T, kVec, true, true, true, false, /*kMask=*/true>(pr, g, p, stream);
-      return;
+  if (pr.residual) {
+    if constexpr (kVec * sizeof(T) == 16) {  // where ReluMaskBytes has a mask
+      if (p.relu_mask != nullptr) return LaunchResidual<T, kVec, /*kMask=*/true>(pass, pr, g, p, stream);
     }
-  }
-  if (pass == Pass::kBackward && pr.residual && p.grad_y2 != nullptr)
-    LaunchTyped<T, kVec, true, true, true, /*kSecondGrad=*/true>(pr, g, p, stream);
-  else if (pr.residual)
-    LaunchPass<T, kVec, true, true>(pass, pr, g, p, stream);
-  else if (pr.relu)
+    LaunchResidual<T, kVec, false>(pass, pr, g, p, stream);
+  } else if (pr.relu) {
     LaunchPass<T, kVec, true, false>(pass, pr, g, p, stream);
-  else
+  } else {
     LaunchPass<T, kVec, false, false>(pass, pr, g, p, stream);
+  }
 }
 
 template <typename T>
