@@ -282,13 +282,13 @@ TEST(BatchNormActPaths, OnePassWhereTheTensorFits) {
   EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, torch::kFloat).contiguous(cl), true, false));  // CPU
 }
 
-// y's ReLU mask in place of y for the backward of a block's output: only
-// where TRAINBENCH_BN_RELU_MASK=1 (ctest's ReluMask.* cases, which run the
-// value tests with it), channels_last, channels of whole 16-byte packs.
+// y's ReLU mask in place of y for the backward of a block's output: unless
+// TRAINBENCH_BN_RELU_MASK=0 (ctest's NoReluMask.* cases, which run the value
+// tests with it), channels_last, channels of whole 16-byte packs.
 TEST(BatchNormActPaths, ReluMaskOnlyWhereAsked) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const char* setting = std::getenv("TRAINBENCH_BN_RELU_MASK");
-  const bool on = setting != nullptr && std::string(setting) == "1";
+  const bool on = setting == nullptr || std::string(setting) != "0";
   const auto cl = torch::MemoryFormat::ChannelsLast;
   const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
   EXPECT_EQ(resnet::ReluMaskApplies(torch::empty({8, 64, 8, 8}, bf16).contiguous(cl)), on);

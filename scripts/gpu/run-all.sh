@@ -426,8 +426,9 @@ for stage in $STAGES; do
     # it: TRAINBENCH_GRAPH_PRIORITY=1).
     # fp32sgdpriority (the two together: each gained 0.2-0.4% for ResNet18
     # fp32 at batch 1024 in session 26, 0.8% short of issue 16's 1.15x).
-    # relumask (each block's output keeps y's ReLU mask, a byte per 16-byte
-    # pack, for its backward instead of y: TRAINBENCH_BN_RELU_MASK=1).
+    # norelumask (each block's output keeps y itself for its backward, not
+    # y's ReLU mask, a byte per 16-byte pack: TRAINBENCH_BN_RELU_MASK=0; the
+    # mask by default since session 27; relumask names it explicitly).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -443,7 +444,7 @@ for stage in $STAGES; do
         [fp32sgd]="TRAINBENCH_FUSED_SGD_FP32=1" [reverse]="TRAINBENCH_BN_REVERSE_ROWS=1"
         [reversereduction]="TRAINBENCH_BN_REVERSE_ROWS=reduction" [forward]="TRAINBENCH_BN_REVERSE_ROWS=0" [priority]="TRAINBENCH_GRAPH_PRIORITY=1"
         [fp32sgdpriority]="TRAINBENCH_FUSED_SGD_FP32=1 TRAINBENCH_GRAPH_PRIORITY=1"
-        [relumask]="TRAINBENCH_BN_RELU_MASK=1")
+        [relumask]="TRAINBENCH_BN_RELU_MASK=1" [norelumask]="TRAINBENCH_BN_RELU_MASK=0")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"
