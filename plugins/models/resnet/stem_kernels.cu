@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "../../common/cuda_element.cuh"
+#include "../../common/env_switch.h"
 #include "stem_kernels.h"
 
 namespace resnet::kernels {
@@ -41,6 +42,38 @@ __global__ void __launch_bounds__(kThreads) BlocksKernel(const TX* __restrict__ 
   }
   const auto* packs = reinterpret_cast<const Pack<TS, kPack>*>(&out);
   for (int p = 0; p < sc / kPack; ++p) StorePack<TS, kPack>(s, i * sc + p * kPack, packs[p]);
+}
+
+// BlocksKernel with the image's channel count C a template argument and
+// 32-bit indices (the launcher takes it where every element count fits 31
+// bits): the block's SC values stay in registers, written as packs (with a
+// run-time count the array went to local memory, a 112-byte stack frame in
+// fp32), the 4C loads are independent of each other, and the index
+// arithmetic is 32-bit. The same values as BlocksKernel.
+template <typename TX, typename TS, bool kNhwc, int C>
+__global__ void __launch_bounds__(kThreads)
+    PixelBlocksKernel(const TX* __restrict__ x, TS* __restrict__ s, int n, int h, int w, int bh, int bw) {
+  const int i = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
+  if (i >= n * bh * bw) return;
+  const int bx = i % bw, rest = i / bw, by = rest % bh, img = rest / bh;
+  constexpr int kSc = (4 * C + 7) / 8 * 8;  // StemChannels(C)
+  constexpr int kPack = 16 / sizeof(TS);
+  static_assert(kSc % kPack == 0, "a block's channels are whole 16-byte packs");
+  Pack<TS, kPack> packs[kSc / kPack];
+#pragma unroll
+  for (int ch = 0; ch < kSc; ++ch) packs[ch / kPack].v[ch % kPack] = FromFloat<TS>(0.f);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int iy = 2 * (by - 2) + r / 2, ix = 2 * (bx - 2) + r % 2;
+    if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+#pragma unroll
+    for (int ch = 0; ch < C; ++ch) {
+      const int at = kNhwc ? ((img * h + iy) * w + ix) * C + ch : ((img * C + ch) * h + iy) * w + ix;
+      packs[(r * C + ch) / kPack].v[(r * C + ch) % kPack] = FromFloat<TS>(ToFloat<TX>(x[at]));
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < kSc / kPack; ++p) StorePack<TS, kPack>(s, i * kSc + p * kPack, packs[p]);
 }
 
 // Element (k, c, ky, kx) of w (K, C, 7, 7) in its layout.
@@ -87,10 +120,39 @@ __global__ void __launch_bounds__(kThreads)
   grad_w[i] = grad_blocks[((out * 4 + jy) * 4 + jx) * sc + (ry * 2 + rx) * c + ch];
 }
 
+// PixelBlocksKernel unless TRAINBENCH_STEM_PIXEL_BLOCKS=0 (read once a
+// process) or an element count does not fit 31 bits.
+bool PixelBlocksSetting() {
+  static const bool value = trainbench::plugins::OnUnlessZero("TRAINBENCH_STEM_PIXEL_BLOCKS");
+  return value;
+}
+
+template <typename TX, typename TS, int C>
+void LaunchPixelBlocks(const StemProblem& p, const void* x, void* s, int bh, int bw, cudaStream_t stream) {
+  auto kernel = p.x_layout == Layout::kNhwc ? PixelBlocksKernel<TX, TS, true, C> : PixelBlocksKernel<TX, TS, false, C>;
+  kernel<<<Blocks(p.n * bh * bw), kThreads, 0, stream>>>(static_cast<const TX*>(x), static_cast<TS*>(s),
+                                                         static_cast<int>(p.n), static_cast<int>(p.h),
+                                                         static_cast<int>(p.w), bh, bw);
+}
+
 template <typename TX, typename TS>
 void LaunchBlocks(const StemProblem& p, const void* x, void* s, cudaStream_t stream) {
   const int64_t bh = StemBlocksHigh(p), bw = StemBlocksWide(p);
   const int c = static_cast<int>(p.c), sc = static_cast<int>(StemChannels(p.c));
+  const int64_t limit = int64_t{1} << 31;
+  if (PixelBlocksSetting() && p.n * p.c * p.h * p.w < limit && p.n * bh * bw * sc < limit) {
+    const int ih = static_cast<int>(bh), iw = static_cast<int>(bw);
+    switch (c) {
+      case 1:
+        return LaunchPixelBlocks<TX, TS, 1>(p, x, s, ih, iw, stream);
+      case 2:
+        return LaunchPixelBlocks<TX, TS, 2>(p, x, s, ih, iw, stream);
+      case 3:
+        return LaunchPixelBlocks<TX, TS, 3>(p, x, s, ih, iw, stream);
+      default:
+        return LaunchPixelBlocks<TX, TS, 4>(p, x, s, ih, iw, stream);
+    }
+  }
   auto kernel = p.x_layout == Layout::kNhwc ? BlocksKernel<TX, TS, true> : BlocksKernel<TX, TS, false>;
   kernel<<<Blocks(p.n * bh * bw), kThreads, 0, stream>>>(static_cast<const TX*>(x), static_cast<TS*>(s), p.n, c, p.h,
                                                          p.w, bh, bw, sc);
