@@ -32,7 +32,7 @@ CATEGORIES = [
     # space-to-depth rearrangements, the classifier (fc layer).
     ("optimizer", r"resnet::kernels::.*::SgdKernel"),
     ("copy / layout", r"nchwToNhwc|nhwcToNchw|[Tt]ranspose|convert.*[Ll]ayout|copy_kernel|CatArrayBatched|"
-                      r"resnet::kernels::.*::(Blocks|Weight|WeightGrad)Kernel<"),
+                      r"resnet::kernels::.*::(Blocks|PixelBlocks|PackBlocks|Weight|WeightGrad)Kernel<"),
     ("convolution / matmul", r"resnet::kernels::.*::(Forward|Backward|SumChunks)Kernel\b"),
     ("pooling", r"resnet::kernels::.*MaxPool"),  # trainbench's stem max pool, before its batch norm
     ("batch norm", r"batch_norm|batchnorm|BatchNorm|\bbn_|_bn|welford|resnet::kernels::.*::(Reduce|Elementwise|OnePass)N"),

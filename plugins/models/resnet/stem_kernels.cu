@@ -1,10 +1,12 @@
-// See stem_kernels.h. One thread per block pixel (its SC channels written as
-// 16-byte packs) or per weight element; nothing is allocated or cleared, so
-// all three can be captured in a CUDA graph.
+// See stem_kernels.h. One thread per 16-byte pack of the blocks (or per
+// block pixel, its SC channels written as packs) or per weight element;
+// nothing is allocated or cleared, so all three can be captured in a CUDA
+// graph.
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "../../common/cuda_element.cuh"
-#include "../../common/env_switch.h"
 #include "stem_kernels.h"
 
 namespace resnet::kernels {
@@ -45,11 +47,11 @@ __global__ void __launch_bounds__(kThreads) BlocksKernel(const TX* __restrict__ 
 }
 
 // BlocksKernel with the image's channel count C a template argument and
-// 32-bit indices (the launcher takes it where every element count fits 31
-// bits): the block's SC values stay in registers, written as packs (with a
-// run-time count the array went to local memory, a 112-byte stack frame in
-// fp32), the 4C loads are independent of each other, and the index
-// arithmetic is 32-bit. The same values as BlocksKernel.
+// 32-bit indices (the launcher takes these kernels where every element count
+// fits 31 bits): the block's SC values stay in registers, written as packs
+// (with a run-time count the array went to local memory, a 112-byte stack
+// frame in fp32), the 4C loads are independent of each other. The same
+// values as BlocksKernel.
 template <typename TX, typename TS, bool kNhwc, int C>
 __global__ void __launch_bounds__(kThreads)
     PixelBlocksKernel(const TX* __restrict__ x, TS* __restrict__ s, int n, int h, int w, int bh, int bw) {
@@ -74,6 +76,36 @@ __global__ void __launch_bounds__(kThreads)
   }
 #pragma unroll
   for (int p = 0; p < kSc / kPack; ++p) StorePack<TS, kPack>(s, i * kSc + p * kPack, packs[p]);
+}
+
+// One thread per 16-byte pack of the blocks, as PixelBlocksKernel otherwise:
+// consecutive threads write consecutive packs, so that a warp's store is 512
+// contiguous bytes (one thread per block pixel writes 2 or 4 packs a pixel
+// apart: in fp32 17.4 us at batch 1024 against 6.1 us in bf16, session 27).
+// Each thread loads its pack's elements (none in the padding channels).
+template <typename TX, typename TS, bool kNhwc, int C>
+__global__ void __launch_bounds__(kThreads)
+    PackBlocksKernel(const TX* __restrict__ x, TS* __restrict__ s, int n, int h, int w, int bh, int bw) {
+  constexpr int kSc = (4 * C + 7) / 8 * 8;  // StemChannels(C)
+  constexpr int kPack = 16 / sizeof(TS);
+  constexpr int kPacks = kSc / kPack;
+  static_assert(kSc % kPack == 0, "a block's channels are whole 16-byte packs");
+  const int t = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
+  if (t >= n * bh * bw * kPacks) return;
+  const int p = t % kPacks, i = t / kPacks;
+  const int bx = i % bw, rest = i / bw, by = rest % bh, img = rest / bh;
+  Pack<TS, kPack> out;
+#pragma unroll
+  for (int e = 0; e < kPack; ++e) {
+    const int j = p * kPack + e;  // the channel in the block: (ry * 2 + rx) * C + c
+    const int r = j / C, ch = j % C;
+    const int iy = 2 * (by - 2) + r / 2, ix = 2 * (bx - 2) + r % 2;
+    float v = 0.f;
+    if (j < 4 * C && iy >= 0 && iy < h && ix >= 0 && ix < w)
+      v = ToFloat<TX>(x[kNhwc ? ((img * h + iy) * w + ix) * C + ch : ((img * C + ch) * h + iy) * w + ix]);
+    out.v[e] = FromFloat<TS>(v);
+  }
+  StorePack<TS, kPack>(s, t * kPack, out);
 }
 
 // Element (k, c, ky, kx) of w (K, C, 7, 7) in its layout.
@@ -120,19 +152,31 @@ __global__ void __launch_bounds__(kThreads)
   grad_w[i] = grad_blocks[((out * 4 + jy) * 4 + jx) * sc + (ry * 2 + rx) * c + ch];
 }
 
-// PixelBlocksKernel unless TRAINBENCH_STEM_PIXEL_BLOCKS=0 (read once a
-// process) or an element count does not fit 31 bits.
-bool PixelBlocksSetting() {
-  static const bool value = trainbench::plugins::OnUnlessZero("TRAINBENCH_STEM_PIXEL_BLOCKS");
+// Which kernel writes the blocks: TRAINBENCH_STEM_BLOCKS=generic (BlocksKernel,
+// the one before session 27), =pixel (PixelBlocksKernel), else
+// PackBlocksKernel; the generic one wherever an element count does not fit
+// 31 bits. Read once a process.
+enum class BlocksKind { kGeneric, kPixel, kPack };
+BlocksKind BlocksSetting() {
+  static const BlocksKind value = [] {
+    const char* setting = std::getenv("TRAINBENCH_STEM_BLOCKS");
+    const std::string_view v = setting == nullptr ? "" : setting;
+    return v == "generic" ? BlocksKind::kGeneric : v == "pixel" ? BlocksKind::kPixel : BlocksKind::kPack;
+  }();
   return value;
 }
 
 template <typename TX, typename TS, int C>
-void LaunchPixelBlocks(const StemProblem& p, const void* x, void* s, int bh, int bw, cudaStream_t stream) {
-  auto kernel = p.x_layout == Layout::kNhwc ? PixelBlocksKernel<TX, TS, true, C> : PixelBlocksKernel<TX, TS, false, C>;
-  kernel<<<Blocks(p.n * bh * bw), kThreads, 0, stream>>>(static_cast<const TX*>(x), static_cast<TS*>(s),
-                                                         static_cast<int>(p.n), static_cast<int>(p.h),
-                                                         static_cast<int>(p.w), bh, bw);
+void LaunchTemplateBlocks(const StemProblem& p, const void* x, void* s, int bh, int bw, BlocksKind kind,
+                          cudaStream_t stream) {
+  const bool nhwc = p.x_layout == Layout::kNhwc;
+  const int64_t pixels = p.n * bh * bw;
+  auto pixel = nhwc ? PixelBlocksKernel<TX, TS, true, C> : PixelBlocksKernel<TX, TS, false, C>;
+  auto pack = nhwc ? PackBlocksKernel<TX, TS, true, C> : PackBlocksKernel<TX, TS, false, C>;
+  const int64_t threads = kind == BlocksKind::kPixel ? pixels : pixels * StemChannels(C) / (16 / int64_t{sizeof(TS)});
+  (kind == BlocksKind::kPixel ? pixel : pack)<<<Blocks(threads), kThreads, 0, stream>>>(
+      static_cast<const TX*>(x), static_cast<TS*>(s), static_cast<int>(p.n), static_cast<int>(p.h),
+      static_cast<int>(p.w), bh, bw);
 }
 
 template <typename TX, typename TS>
@@ -140,17 +184,18 @@ void LaunchBlocks(const StemProblem& p, const void* x, void* s, cudaStream_t str
   const int64_t bh = StemBlocksHigh(p), bw = StemBlocksWide(p);
   const int c = static_cast<int>(p.c), sc = static_cast<int>(StemChannels(p.c));
   const int64_t limit = int64_t{1} << 31;
-  if (PixelBlocksSetting() && p.n * p.c * p.h * p.w < limit && p.n * bh * bw * sc < limit) {
+  const BlocksKind kind = BlocksSetting();
+  if (kind != BlocksKind::kGeneric && p.n * p.c * p.h * p.w < limit && p.n * bh * bw * sc < limit) {
     const int ih = static_cast<int>(bh), iw = static_cast<int>(bw);
     switch (c) {
       case 1:
-        return LaunchPixelBlocks<TX, TS, 1>(p, x, s, ih, iw, stream);
+        return LaunchTemplateBlocks<TX, TS, 1>(p, x, s, ih, iw, kind, stream);
       case 2:
-        return LaunchPixelBlocks<TX, TS, 2>(p, x, s, ih, iw, stream);
+        return LaunchTemplateBlocks<TX, TS, 2>(p, x, s, ih, iw, kind, stream);
       case 3:
-        return LaunchPixelBlocks<TX, TS, 3>(p, x, s, ih, iw, stream);
+        return LaunchTemplateBlocks<TX, TS, 3>(p, x, s, ih, iw, kind, stream);
       default:
-        return LaunchPixelBlocks<TX, TS, 4>(p, x, s, ih, iw, stream);
+        return LaunchTemplateBlocks<TX, TS, 4>(p, x, s, ih, iw, kind, stream);
     }
   }
   auto kernel = p.x_layout == Layout::kNhwc ? BlocksKernel<TX, TS, true> : BlocksKernel<TX, TS, false>;
