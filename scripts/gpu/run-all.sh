@@ -431,9 +431,10 @@ for stage in $STAGES; do
     # mask by default since session 27; relumask names it explicitly).
     # stemgeneric (the stem's space-to-depth blocks by the kernel of a
     # run-time channel count and 64-bit indices, the one before session 27:
-    # TRAINBENCH_STEM_BLOCKS=generic), stempixel (by one thread per block
-    # pixel, the count a template argument: =pixel; by default one thread
-    # per 16-byte pack).
+    # TRAINBENCH_STEM_BLOCKS=generic), stempixel and stempack (by one thread
+    # per block pixel or per 16-byte pack for every element type, the count a
+    # template argument: =pixel, =pack; by default pixel for bf16 and half
+    # blocks, pack for fp32).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -451,7 +452,7 @@ for stage in $STAGES; do
         [fp32sgdpriority]="TRAINBENCH_FUSED_SGD_FP32=1 TRAINBENCH_GRAPH_PRIORITY=1"
         [relumask]="TRAINBENCH_BN_RELU_MASK=1" [norelumask]="TRAINBENCH_BN_RELU_MASK=0"
         [stemgeneric]="TRAINBENCH_STEM_BLOCKS=generic"
-        [stempixel]="TRAINBENCH_STEM_BLOCKS=pixel")
+        [stempixel]="TRAINBENCH_STEM_BLOCKS=pixel" [stempack]="TRAINBENCH_STEM_BLOCKS=pack")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"

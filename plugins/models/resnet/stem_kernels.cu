@@ -81,8 +81,9 @@ __global__ void __launch_bounds__(kThreads)
 // One thread per 16-byte pack of the blocks, as PixelBlocksKernel otherwise:
 // consecutive threads write consecutive packs, so that a warp's store is 512
 // contiguous bytes (one thread per block pixel writes 2 or 4 packs a pixel
-// apart: in fp32 17.4 us at batch 1024 against 6.1 us in bf16, session 27).
-// Each thread loads its pack's elements (none in the padding channels).
+// apart: in fp32 17.4 us at batch 1024 against 6.4 us in bf16, session 27).
+// Each thread loads its pack's elements (none in the padding channels); in
+// bf16 that is slower (8.9 us), in fp32 faster.
 template <typename TX, typename TS, bool kNhwc, int C>
 __global__ void __launch_bounds__(kThreads)
     PackBlocksKernel(const TX* __restrict__ x, TS* __restrict__ s, int n, int h, int w, int bh, int bw) {
@@ -153,15 +154,22 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Which kernel writes the blocks: TRAINBENCH_STEM_BLOCKS=generic (BlocksKernel,
-// the one before session 27), =pixel (PixelBlocksKernel), else
-// PackBlocksKernel; the generic one wherever an element count does not fit
-// 31 bits. Read once a process.
-enum class BlocksKind { kGeneric, kPixel, kPack };
+// the one before session 27), =pixel (PixelBlocksKernel), =pack
+// (PackBlocksKernel); by default PixelBlocksKernel where a block pixel is at
+// most two packs (bf16 and half blocks of 3 channels) and PackBlocksKernel
+// where it is more (fp32: session 27 on an H200 at batch 1024, the pixel
+// kernel 0.15-0.31% faster a step in bf16, the pack kernel 0.09-0.15% in
+// fp32); the generic one wherever an element count does not fit 31 bits.
+// Read once a process.
+enum class BlocksKind { kAuto, kGeneric, kPixel, kPack };
 BlocksKind BlocksSetting() {
   static const BlocksKind value = [] {
     const char* setting = std::getenv("TRAINBENCH_STEM_BLOCKS");
     const std::string_view v = setting == nullptr ? "" : setting;
-    return v == "generic" ? BlocksKind::kGeneric : v == "pixel" ? BlocksKind::kPixel : BlocksKind::kPack;
+    return v == "generic" ? BlocksKind::kGeneric
+           : v == "pixel" ? BlocksKind::kPixel
+           : v == "pack"  ? BlocksKind::kPack
+                          : BlocksKind::kAuto;
   }();
   return value;
 }
@@ -170,11 +178,11 @@ template <typename TX, typename TS, int C>
 void LaunchTemplateBlocks(const StemProblem& p, const void* x, void* s, int bh, int bw, BlocksKind kind,
                           cudaStream_t stream) {
   const bool nhwc = p.x_layout == Layout::kNhwc;
-  const int64_t pixels = p.n * bh * bw;
+  const int64_t pixels = p.n * bh * bw, packs = StemChannels(C) / (16 / int64_t{sizeof(TS)});
+  const bool by_pack = kind == BlocksKind::kPack || (kind == BlocksKind::kAuto && packs > 2);
   auto pixel = nhwc ? PixelBlocksKernel<TX, TS, true, C> : PixelBlocksKernel<TX, TS, false, C>;
   auto pack = nhwc ? PackBlocksKernel<TX, TS, true, C> : PackBlocksKernel<TX, TS, false, C>;
-  const int64_t threads = kind == BlocksKind::kPixel ? pixels : pixels * StemChannels(C) / (16 / int64_t{sizeof(TS)});
-  (kind == BlocksKind::kPixel ? pixel : pack)<<<Blocks(threads), kThreads, 0, stream>>>(
+  (by_pack ? pack : pixel)<<<Blocks(by_pack ? pixels * packs : pixels), kThreads, 0, stream>>>(
       static_cast<const TX*>(x), static_cast<TS*>(s), static_cast<int>(p.n), static_cast<int>(p.h),
       static_cast<int>(p.w), bh, bw);
 }
