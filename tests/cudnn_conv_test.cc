@@ -305,6 +305,34 @@ TEST(CudnnConvWarmStart, ARepeatRunReadsItsEnginesAndTimesNothing) {
   EXPECT_LE(RelativeError(heuristic, first), 1e-2);
 }
 
+// With TRAINBENCH_CUDNN_GRAPH_COST=1 (ctest's GraphCost.* cases, which run
+// this file's other tests with it too) the autotuning counts each timed
+// candidate's graph nodes, and its choices are stored under keys of their
+// own; without it, neither. The choice still gives LibTorch's results.
+TEST(CudnnConvGraphCost, CountsTheCandidatesNodesOnlyWhereAsked) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const char* setting = std::getenv("TRAINBENCH_CUDNN_GRAPH_COST");
+  const bool on = setting != nullptr && std::string(setting) == "1";
+  ScopedCacheHome home;
+  Autotuning autotuning;
+  const Stack stack = Stack::Random(4, 32, 64, 128);
+  const torch::Tensor x = stack.Input(32);
+  const torch::Tensor y = stack.Step(x);
+  const auto counts = cudnn_conv::GetCounts();
+  EXPECT_EQ(counts.tuned, 5);
+  if (on)
+    EXPECT_GE(counts.graph_counted, 5) << "at least each tuned operation's fastest candidate";
+  else
+    EXPECT_EQ(counts.graph_counted, 0);
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(cudnn_conv::CacheFile()));
+  ASSERT_EQ(j["entries"].size(), 5u);
+  for (const auto& [key, entry] : j["entries"].items())
+    EXPECT_EQ(key.find(" graphcost") != std::string::npos, on) << key;
+  at::globalContext().setBenchmarkCuDNN(false);  // Autotuning turns it back
+  cudnn_conv::ResetForTesting();
+  EXPECT_LE(RelativeError(y, stack.Step(x)), 1e-2) << "against cuDNN's heuristic choice";
+}
+
 // The prefetch (on unless TRAINBENCH_CUDNN_PREFETCH=0): while a forward
 // convolution is tuned, a helper thread gathers cuDNN's candidates for its
 // two backward problems; their tunings take those lists (three of the four

@@ -73,6 +73,14 @@ bool TuneLog() {
   return on;
 }
 
+// TRAINBENCH_CUDNN_GRAPH_COST=1: the autotuning counts with each candidate
+// what running it inside a CUDA graph adds besides its own time (see
+// GraphCost). Off until measured on a GPU. Read once a process.
+bool GraphCostOn() {
+  static const bool on = plugins::OnIfOne("TRAINBENCH_CUDNN_GRAPH_COST");
+  return on;
+}
+
 using Op = cudnn_backend::ConvolutionOp;
 constexpr const char* kOpNames[] = {"fwd", "bwd-data", "bwd-filter"};
 
@@ -147,6 +155,7 @@ std::string Key(const Problem& p, const Settings& settings, bool benchmark, int6
   if (p.type == CUDNN_DATA_FLOAT) key << " tf32 " << tf32;
   if (!settings.runtime_compiled) key << " precompiled";
   key << " deterministic " << deterministic;
+  if (benchmark && GraphCostOn()) key << " graphcost";  // another rule of choice
   if (benchmark)
     key << " limit " << limit;
   else
@@ -539,6 +548,56 @@ bool Capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+// What a plan adds to a CUDA graph's time besides its kernels' own: the
+// graph nodes its execution makes, counted by capturing one execution on a
+// pool stream (nothing runs). Session 27's traces of the ResNets' captured
+// steps on an H200 (bench/kernel_profile.py): where cuDNN's engine zeroes its
+// workspace with a memset before its kernel, the GPU idled 4.4 us before the
+// memset and 3.2 us after it (ResNet50 fp32 at batch 1024: 16.8 such memsets,
+// 128 us a step; ResNet18 bf16: 5, 45 us, 2.7% of its step), against about
+// 0.7 us between two kernels. Timed alone, on a stream, neither shows: a
+// candidate's runs there are launched back to back. The cost in us: 7.5 per
+// memset or other non-kernel node, 0.7 per kernel after the first; nullopt
+// where the capture fails (the candidate then counts with its time alone).
+std::optional<float> GraphCost(cudnnHandle_t handle, const Plan& plan, const Descriptor& pack, cudaStream_t stream) {
+  constexpr float kMemsetUs = 7.5f, kKernelUs = 0.7f;
+  const cudaStream_t capture = c10::cuda::getStreamFromPool().stream();
+  if (cudnnSetStream(handle, capture) != CUDNN_STATUS_SUCCESS) return std::nullopt;
+  cudaGraph_t graph = nullptr;
+  bool executed = false;
+  if (cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    try {
+      Execute(handle, plan, pack);
+      executed = true;
+    } catch (const c10::Error&) {
+    }
+    if (cudaStreamEndCapture(capture, &graph) != cudaSuccess) graph = nullptr;
+  }
+  (void)cudaGetLastError();  // a failed capture's error is not sticky; clear it
+  cudnnSetStream(handle, stream);
+  if (graph == nullptr) return std::nullopt;
+  size_t count = 0;
+  std::vector<cudaGraphNode_t> nodes;
+  if (cudaGraphGetNodes(graph, nullptr, &count) == cudaSuccess) {
+    nodes.resize(count);
+    if (cudaGraphGetNodes(graph, nodes.data(), &count) != cudaSuccess) nodes.clear();
+  }
+  float us = 0;
+  int kernels = 0;
+  for (const cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    if (cudaGraphNodeGetType(node, &type) != cudaSuccess) continue;
+    if (type == cudaGraphNodeTypeKernel)
+      us += kernels++ > 0 ? kKernelUs : 0.f;
+    else if (type != cudaGraphNodeTypeEmpty)
+      us += kMemsetUs;
+  }
+  cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
+  if (!executed || nodes.empty()) return std::nullopt;
+  return us;
+}
+
 // Times the candidates on the real tensors and returns the fastest's plan;
 // `choice` is set to it. The first `limit` candidates that build (all when
 // 0), in cuDNN's order, as LibTorch takes them (LibTorch runs each about
@@ -557,10 +616,13 @@ bool Capturing(cudaStream_t stream) {
 //  2. the rest once more, behind gates;
 //  3. the finalists (within kFinalMargin of round 2's fastest, at most
 //     kFinalists of them) kFinalRuns times more, interleaved, behind gates.
-// A candidate counts with the best of its gated runs.
+// A candidate counts with the best of its gated runs (with
+// TRAINBENCH_CUDNN_GRAPH_COST=1 plus its GraphCost, counted for those that
+// round 2 times, after round 1 has loaded their kernels).
 PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, const std::array<void*, 3>& pointers,
              const at::Device& device, cudaStream_t stream, int64_t limit, const Settings& settings, bool is_float,
-             bool tf32, bool deterministic, const std::vector<Listed>* listed, EngineChoice* choice, int64_t* timed) {
+             bool tf32, bool deterministic, const std::vector<Listed>* listed, EngineChoice* choice, int64_t* timed,
+             int64_t* graph_counted) {
   constexpr float kSlowMargin = 4.0f, kFinalMargin = 1.15f;
   constexpr size_t kFinalists = 6, kFinalRuns = 3, kRunsPerGate = 32;
   using Clock = std::chrono::steady_clock;
@@ -570,6 +632,7 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
     PlanPtr plan;
     float first = std::numeric_limits<float>::infinity();
     std::vector<float> gated;  // ms of its runs in rounds 2 and 3
+    float graph_ms = 0;        // GraphCost, with TRAINBENCH_CUDNN_GRAPH_COST=1
     bool failed = false;       // did not run here: no candidate
   };
   std::vector<Built> built;
@@ -697,10 +760,22 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
   std::vector<size_t> again;
   for (size_t i = 0; i < built.size(); ++i)
     if (!built[i].failed && built[i].first <= kSlowMargin * fastest_first) again.push_back(i);
+  const bool graph_cost = GraphCostOn();
+  size_t with_nodes = 0;
+  if (graph_cost) {
+    for (size_t i : again) {
+      if (const std::optional<float> us = GraphCost(handle, *built[i].plan, *pack, stream)) {
+        built[i].graph_ms = *us / 1000.f;
+        ++with_nodes;
+      }
+    }
+    *graph_counted += static_cast<int64_t>(with_nodes);
+  }
   gated(again);
   // Round 3: the finalists, fastest first, interleaved.
   auto fastest_gated = [&](size_t i) {
-    return built[i].failed || built[i].gated.empty() ? std::numeric_limits<float>::infinity() : built[i].gated.front();
+    return built[i].failed || built[i].gated.empty() ? std::numeric_limits<float>::infinity()
+                                                     : built[i].gated.front() + built[i].graph_ms;
   };
   std::vector<size_t> order(built.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -722,14 +797,15 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
                                        : *std::min_element(b.gated.begin(), b.gated.end());
   };
   PlanPtr best;
-  float best_ms = std::numeric_limits<float>::infinity();
+  float best_ms = std::numeric_limits<float>::infinity(), best_graph_ms = 0;
   for (const Built& b : built) {
     const float ms = best_of(b);
-    if (ms < best_ms) {
+    if (ms + b.graph_ms < best_ms + best_graph_ms) {
       best_ms = ms;
+      best_graph_ms = b.graph_ms;
       best = b.plan;
       *choice = b.candidate.choice;
-      choice->milliseconds = best_ms;
+      choice->milliseconds = best_ms;  // its own time, as measured
     }
   }
   for (const cudaEvent_t e : events) cudaEventDestroy(e);
@@ -746,13 +822,17 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
                  "trainbench: cuDNN tuning: %zu candidates, %zu built (%.1f ms), timed in %.1f ms, %.1f ms in all; "
                  "engine %lld at %.4f ms%s; %zu runtime-compiled built in %.1f ms; best precompiled %.4f ms; "
                  "%zu timed again, %zu finalists%s; heuristics %.1f ms instant, %.1f ms fallback (%zu candidates "
-                 "only there), describing %.1f ms%s\n",
+                 "only there), describing %.1f ms%s%s\n",
                  tried, built.size(), ms(building), ms(Clock::now() - run_start), ms(Clock::now() - began),
                  static_cast<long long>(choice->engine), best_ms, chosen_runtime_compiled ? " (runtime-compiled)" : "",
                  runtime_compiled, ms(runtime_compiled_building), best_precompiled, again.size(), finalists.size(),
                  gates_held ? "" : "; a gate let go before it was opened", ms(heuristics.instant),
                  ms(heuristics.fallback), heuristics.from_fallback, ms(heuristics.describing),
-                 listed != nullptr ? "; candidates gathered ahead" : "");
+                 listed != nullptr ? "; candidates gathered ahead" : "",
+                 graph_cost ? ("; graph cost " + std::to_string(with_nodes) + " counted, the chosen's " +
+                               std::to_string(best_graph_ms * 1000.f) + " us")
+                                  .c_str()
+                            : "");
   }
   return best;
 }
@@ -865,10 +945,10 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
           if (listed) ++state.counts.gathered_ahead;
         }
         plan = Tune(graph, handle, pointers, device, stream, limit, settings, is_float, tf32, deterministic,
-                    listed ? &*listed : nullptr, &chosen, &state.counts.timed);
+                    listed ? &*listed : nullptr, &chosen, &state.counts.timed, &state.counts.graph_counted);
         if (plan == nullptr && listed)  // none of the list built here: cuDNN's own candidates, then
           plan = Tune(graph, handle, pointers, device, stream, limit, settings, is_float, tf32, deterministic, nullptr,
-                      &chosen, &state.counts.timed);
+                      &chosen, &state.counts.timed, &state.counts.graph_counted);
         if (plan != nullptr) {
           ++state.counts.tuned;
           cache.Store(key, chosen);

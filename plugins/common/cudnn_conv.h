@@ -60,6 +60,7 @@ struct Counts {
       0;  ///< tunings whose candidates a helper thread had gathered (unless TRAINBENCH_CUDNN_PREFETCH=0)
   int64_t side_stream_grads = 0;  ///< backward passes that ran the filter's gradient beside the data's (see Conv2d)
   int64_t late_filter_grads = 0;  ///< of those, how many left it running for a later join (late_join_group)
+  int64_t graph_counted = 0;      ///< candidates whose graph nodes were counted (TRAINBENCH_CUDNN_GRAPH_COST=1)
 };
 Counts GetCounts();
 

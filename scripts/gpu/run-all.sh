@@ -434,7 +434,9 @@ for stage in $STAGES; do
     # TRAINBENCH_STEM_BLOCKS=generic), stempixel and stempack (by one thread
     # per block pixel or per 16-byte pack for every element type, the count a
     # template argument: =pixel, =pack; by default pixel for bf16 and half
-    # blocks, pack for fp32).
+    # blocks, pack for fp32). graphcost (the autotuning counts with each
+    # candidate the graph nodes its execution makes, a memset 7.5 us, a
+    # kernel after the first 0.7: TRAINBENCH_CUDNN_GRAPH_COST=1).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -452,7 +454,8 @@ for stage in $STAGES; do
         [fp32sgdpriority]="TRAINBENCH_FUSED_SGD_FP32=1 TRAINBENCH_GRAPH_PRIORITY=1"
         [relumask]="TRAINBENCH_BN_RELU_MASK=1" [norelumask]="TRAINBENCH_BN_RELU_MASK=0"
         [stemgeneric]="TRAINBENCH_STEM_BLOCKS=generic"
-        [stempixel]="TRAINBENCH_STEM_BLOCKS=pixel" [stempack]="TRAINBENCH_STEM_BLOCKS=pack")
+        [stempixel]="TRAINBENCH_STEM_BLOCKS=pixel" [stempack]="TRAINBENCH_STEM_BLOCKS=pack"
+        [graphcost]="TRAINBENCH_CUDNN_GRAPH_COST=1")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"
