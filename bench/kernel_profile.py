@@ -172,6 +172,44 @@ def timeline(events, steps, gap_us=0.5):
             "stream_busy_us": {str(s): v / steps for s, v in stream_busy.items()}}
 
 
+def idle_gaps(events, steps, gap_us=0.5, top=12):
+    """Where the GPU idled: each gap longer than `gap_us` (nothing running)
+    by the kinds of work that ended before it and started after it, us and
+    count per step, the largest first (None where the trace has no start
+    times). A kind that keeps appearing around gaps (a memset node in a
+    captured graph, session 27) is a dependency the graph pays for."""
+    if any("ts" not in e for e in events):
+        return None
+    edges = []
+    for e in events:
+        start, dur = float(e["ts"]), float(e.get("dur", 0))
+        if dur > 0:
+            kind = category(e.get("name", "?"))
+            edges += [(start, 1, kind), (start + dur, -1, kind)]
+    edges.sort(key=lambda x: (x[0], x[1]))
+    pairs = collections.defaultdict(lambda: [0.0, 0])
+    running, ended, ended_kind = 0, None, None
+    for t, sign, kind in edges:
+        if sign > 0:
+            if running == 0 and ended is not None and t - ended > gap_us:
+                pair = pairs[(ended_kind, kind)]
+                pair[0] += t - ended
+                pair[1] += 1
+            running += 1
+        else:
+            running -= 1
+            if running == 0:
+                ended, ended_kind = t, kind
+    rows = sorted(pairs.items(), key=lambda kv: -kv[1][0])[:top]
+    return [{"before": b, "after": a, "us": us / steps, "gaps": n / steps} for (b, a), (us, n) in rows]
+
+
+def report_gaps(gaps):
+    print("\n| idle gap: kind before | kind after | us/step | gaps/step |\n|---|---|---|---|")
+    for g in gaps:
+        print(f"| {g['before']} | {g['after']} | {g['us']:.1f} | {g['gaps']:.1f} |")
+
+
 def report_timeline(t):
     print(f"\n## Timeline, per step: {t['span_us']:.1f} us from the first kernel's start to the last one's end; "
           f"busy {t['busy_us']:.1f} ({t['busy_us'] / t['span_us']:.1%}), two or more side by side "
@@ -257,6 +295,7 @@ def main():
         report(per_kernel, a.steps, a.batch, title, a.top, a.json, {"timeline": t} if t else None)
         if t:
             report_timeline(t)
+            report_gaps(idle_gaps(events, a.steps))
         return
     per_kernel = profile_pytorch(a)
     title = a.title or (f"{a.model} b{a.batch} {a.precision} {a.mode}"

@@ -389,6 +389,24 @@ class KernelProfileOfATrace(unittest.TestCase):
         self.assertIn("| **all** | **402.0** | **377.0** |", r.stdout)
         self.assertIn("| kernels per step | 5 | 5 |", r.stdout)
 
+    def test_idle_gaps_by_the_kinds_around_them(self):
+        """A memset between a batch norm and a convolution, the GPU idle 4 us
+        before it and 3 after it (a captured step's memset node, session 27),
+        and a gap under the 0.5 us threshold that does not count."""
+        step = [{"ph": "X", "cat": "kernel", "name": "void resnet::kernels::(anonymous namespace)::ElementwiseNhwc<1>"
+                 "(resnet::kernels::(anonymous namespace)::Params, int)", "ts": 0.0, "dur": 10.0},
+                {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 14.0, "dur": 1.0},
+                {"ph": "X", "cat": "kernel", "name": "sm90_xmma_fprop_implicit_gemm_bf16", "ts": 18.0, "dur": 20.0},
+                {"ph": "X", "cat": "kernel", "name": "void resnet::kernels::(anonymous namespace)::ReduceNhwc<1>"
+                 "(resnet::kernels::(anonymous namespace)::Params, int)", "ts": 38.3, "dur": 5.0}]
+        events = step + [dict(e, ts=e["ts"] + 100.0) for e in step]  # two steps
+        r = self.run_profile(events)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| batch norm | memcpy / memset | 4.0 | 1.0 |", r.stdout)
+        self.assertIn("| memcpy / memset | convolution / matmul | 3.0 | 1.0 |", r.stdout)
+        self.assertIn("| batch norm | batch norm | 28.4 | 0.5 |", r.stdout)  # 56.7 us between the two steps
+        self.assertNotIn("| convolution / matmul | batch norm |", r.stdout)
+
     def test_weight_casts_are_their_own_kind_on_both_sides(self):
         """trainbench's cast kernel (in resnet::kernels, where the batch norm's
         are) and Inductor's cast-only kernels count as weight casts."""
