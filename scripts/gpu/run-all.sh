@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass geometry fusion firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass geometry graphgaps fusion firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # A call whose stages all run only trainbench, its plugins or a program of
 # bench/ builds only those targets (STAGE_TARGETS below); any other stage, the
@@ -62,7 +62,7 @@ runtime="trainbench trainbench-worker cpu cuda simple_cnn resnet18 resnet50"
 declare -A STAGE_TARGETS=([bench]="$runtime" [measures]="$runtime" [plugins]="$runtime" [cpu]="$runtime"
   [epochs]="$runtime" [paper]="$runtime" [imagenet]="$runtime" [warmstart]="$runtime" [firstrun]="$runtime"
   [kprofile]="$runtime" [parity]="$runtime" [tunespread]="$runtime" [correctness]="$runtime"
-  [geometry]="$runtime batch_norm_act_bench" [fusion]="cudnn_fusion_bench")
+  [geometry]="$runtime batch_norm_act_bench" [fusion]="cudnn_fusion_bench" [graphgaps]="graph_node_gaps")
 if [ -z "${TRAINBENCH_BUILD_TARGET+set}" ]; then
   targets=""
   for stage in $STAGES; do
@@ -390,6 +390,10 @@ for stage in $STAGES; do
           done
         done
       done ;;
+    # Issue 16: what a CUDA graph adds between two kernels per kind of node
+    # between them (a memset node, a fill kernel, child graphs;
+    # bench/graph_node_gaps.cu), at 64 rounds, median of 25 replays.
+    graphgaps) build-gpu/bin/graph_node_gaps | tee "$OUT/graph-node-gaps.md" ;;
     # Issue 16: the batch norm kernels' geometry against session 16's (64-
     # channel reduction tiles, element-wise grids sized for 8 blocks per SM):
     # whole steps at each of GEOMETRY_BATCHES (default 1024 128), ABA
