@@ -101,10 +101,18 @@ void AddChild(cudaStream_t stream, cudaStream_t side, F&& inner) {
   cudaGraph_t graph = nullptr;
   const cudaGraphNode_t* deps = nullptr;
   size_t count = 0;
+#if CUDART_VERSION >= 13000
   CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &deps, nullptr, &count));
+#else
+  CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &deps, &count));
+#endif
   cudaGraphNode_t node = nullptr;
   CHECK(cudaGraphAddChildGraphNode(&node, graph, deps, count, child));
+#if CUDART_VERSION >= 13000
   CHECK(cudaStreamUpdateCaptureDependencies(stream, &node, nullptr, 1, cudaStreamSetCaptureDependencies));
+#else
+  CHECK(cudaStreamUpdateCaptureDependencies(stream, &node, 1, cudaStreamSetCaptureDependencies));
+#endif
   CHECK(cudaGraphDestroy(child));
 }
 

@@ -433,18 +433,25 @@ bool ExecuteIntoCapture(cudnnHandle_t handle, const Plan& plan, const std::array
     (void)cudaGetLastError();  // a failed capture's or rewrite's error is not sticky
     return false;
   }
+  // Joined to the step's capture: after what the stream's next node would
+  // follow (a query that fails, e.g. on edges of a kind it cannot report,
+  // leaves the plan to the ordinary way: nothing has joined yet).
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaGraph_t graph = nullptr;
   const cudaGraphNode_t* dependencies = nullptr;
   size_t count = 0;
 #if CUDART_VERSION >= 13000
-  C10_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &dependencies, nullptr, &count));
+  const cudaError_t queried =
+      cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &dependencies, nullptr, &count);
 #else
-  C10_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &dependencies, &count));
+  const cudaError_t queried = cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &dependencies, &count);
 #endif
-  TORCH_CHECK(status == cudaStreamCaptureStatusActive, "cuDNN convolution: the stream's capture is not active");
   cudaGraphNode_t node = nullptr;
-  C10_CUDA_CHECK(cudaGraphAddChildGraphNode(&node, graph, dependencies, count, child));  // copies the child
+  if (queried != cudaSuccess || status != cudaStreamCaptureStatusActive ||
+      cudaGraphAddChildGraphNode(&node, graph, dependencies, count, child) != cudaSuccess) {  // copies the child
+    (void)cudaGetLastError();
+    return false;
+  }
 #if CUDART_VERSION >= 13000
   C10_CUDA_CHECK(cudaStreamUpdateCaptureDependencies(stream, &node, nullptr, 1, cudaStreamSetCaptureDependencies));
 #else
