@@ -433,30 +433,15 @@ bool ExecuteIntoCapture(cudnnHandle_t handle, const Plan& plan, const std::array
     (void)cudaGetLastError();  // a failed capture's or rewrite's error is not sticky
     return false;
   }
-  // Joined to the step's capture: after what the stream's next node would
-  // follow (a query that fails, e.g. on edges of a kind it cannot report,
-  // leaves the plan to the ordinary way: nothing has joined yet).
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  cudaGraph_t graph = nullptr;
-  const cudaGraphNode_t* dependencies = nullptr;
-  size_t count = 0;
-#if CUDART_VERSION >= 13000
-  const cudaError_t queried =
-      cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &dependencies, nullptr, &count);
-#else
-  const cudaError_t queried = cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &dependencies, &count);
-#endif
-  cudaGraphNode_t node = nullptr;
-  if (queried != cudaSuccess || status != cudaStreamCaptureStatusActive ||
-      cudaGraphAddChildGraphNode(&node, graph, dependencies, count, child) != cudaSuccess) {  // copies the child
-    (void)cudaGetLastError();
-    return false;
+  switch (graph_fill::JoinCapture(stream, child)) {
+    case graph_fill::Join::kJoined:
+      break;
+    case graph_fill::Join::kNotJoined:  // nothing joined: the ordinary way
+      (void)cudaGetLastError();
+      return false;
+    case graph_fill::Join::kBroken:
+      TORCH_CHECK(false, "cuDNN convolution: its graph joined the capture, but the stream could not follow it");
   }
-#if CUDART_VERSION >= 13000
-  C10_CUDA_CHECK(cudaStreamUpdateCaptureDependencies(stream, &node, nullptr, 1, cudaStreamSetCaptureDependencies));
-#else
-  C10_CUDA_CHECK(cudaStreamUpdateCaptureDependencies(stream, &node, 1, cudaStreamSetCaptureDependencies));
-#endif
   return true;
 #else
   (void)handle, (void)plan, (void)pointers, (void)device, (void)stream;

@@ -15,4 +15,16 @@ namespace trainbench::plugins::graph_fill {
 /// half rewritten: the caller drops it.
 cudaError_t MemsetsAsKernels(cudaGraph_t graph, int* replaced) noexcept;
 
+/// What JoinCapture did.
+enum class Join {
+  kJoined,     ///< `child` is a node of the capture; the stream's next node follows it
+  kNotJoined,  ///< nothing changed (the capture's state could not be read, or the node not added)
+  kBroken,     ///< added, but the stream's next node could not be made to follow it: fail the capture
+};
+
+/// Adds a copy of `child` to the capture in progress on `stream` as one child
+/// graph node, after what the stream's next node would have followed, and
+/// makes the stream's next node follow it (CUDA 12's and 13's signatures).
+Join JoinCapture(cudaStream_t stream, cudaGraph_t child) noexcept;
+
 }  // namespace trainbench::plugins::graph_fill
