@@ -477,6 +477,8 @@ for stage in $STAGES; do
           echo "$name rc=$?"; sed -n '/^model/,/^$/p' "$OUT/$name.log"
         done
       done
+      # Each setting against the default runs' mean, overlapping runs marked.
+      python3 bench/aba.py "$OUT" | tee "$OUT/geometry-aba.md"
       for batch in ${GEOMETRY_SHAPE_BATCHES:-1024}; do
         for setting in ${GEOMETRY_SHAPES:-default session16 tiles64 elem8}; do
           for model in resnet18 resnet50; do

@@ -341,6 +341,39 @@ class AccuracyParity(unittest.TestCase):
         self.assertIn("OUTSIDE 1 point", out)
 
 
+class AbaOfGeometryRuns(unittest.TestCase):
+    """aba.py: the interleaved runs of run-all.sh geometry summed up per setting
+    against the baseline's mean, with the runs that overlap the baseline's
+    marked."""
+
+    def write_run(self, folder, batch, n, setting, rates):
+        cells = [{"model": m, "device": d, "samples_per_second": v, "status": "ok"}
+                 for (m, d), v in rates.items()]
+        run = os.path.join(folder, f"geometry-b{batch}-{n}-{setting}")
+        os.makedirs(run)
+        write(os.path.join(run, "results.json"), {"cells": cells})
+
+    def test_changes_against_the_baseline_and_overlaps(self):
+        a, b = ("resnet18", "bf16-cl-graph"), ("resnet50", "fp32-cl-graph")
+        with tempfile.TemporaryDirectory() as d:
+            self.write_run(d, 1024, 1, "default", {a: 100.0, b: 50.0})
+            self.write_run(d, 1024, 2, "mask", {a: 102.0, b: 50.4})
+            self.write_run(d, 1024, 3, "default", {a: 100.4, b: 50.6})
+            self.write_run(d, 1024, 4, "mask", {a: 102.4, b: 50.2})
+            self.write_run(d, 128, 1, "default", {a: 10.0})
+            r = subprocess.run([sys.executable, os.path.join(BENCH, "aba.py"), d], capture_output=True, text=True)
+            empty = subprocess.run([sys.executable, os.path.join(BENCH, "aba.py"), os.path.join(d, "none")],
+                                   capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| 2 | mask | 102.0 | 50.4 |", r.stdout)
+        # a: 102.2 against 100.2 (+2.00%, apart); b: 50.3 against 50.3 (+0.00%, overlapping)
+        self.assertIn("| mask | +2.00% | +0.00% (overlaps) |", r.stdout)
+        self.assertIn("The default runs' spread: 0.40-1.20%.", r.stdout)
+        self.assertLess(r.stdout.index("## batch 1024"), r.stdout.index("## batch 128"))
+        self.assertNotEqual(empty.returncode, 0)
+        self.assertIn("no geometry-b", empty.stderr)
+
+
 class KernelProfileOfATrace(unittest.TestCase):
     """kernel_profile.py --trace: a trainbench cell's Kineto trace summed per
     step and per kind of work."""
