@@ -116,7 +116,7 @@ def kernels_of_trace(events):
     return per_kernel
 
 
-def timeline(events, steps, gap_us=0.5):
+def timeline(events, steps, gap_us=0.5, top=12):
     """When the GPU worked, from the activities' start times (None where the
     trace has none): per step, the span from the first start to the last end,
     the time some kernel ran (busy), two or more ran (side by side) and none
@@ -143,6 +143,8 @@ def timeline(events, steps, gap_us=0.5):
     stream_busy = collections.defaultdict(float)
     busy = side_by_side = idle_gaps = 0.0
     gaps = 0
+    gap_kinds = collections.defaultdict(lambda: [0.0, 0])  # (kind before, kind after) -> [us, count]
+    ended_kind = None  # the kind whose end left the GPU idle
     last = edges[0][0]
     for t, sign, kind, stream in edges:
         dt = t - last
@@ -161,47 +163,22 @@ def timeline(events, steps, gap_us=0.5):
             elif dt > gap_us:
                 idle_gaps += dt
                 gaps += 1
+                pair = gap_kinds[(ended_kind, kind)]
+                pair[0] += dt
+                pair[1] += 1
         running[kind] += sign
         per_stream_running[stream] += sign
+        if sign < 0 and sum(running.values()) == 0:
+            ended_kind = kind
         last = t
     span = edges[-1][0] - edges[0][0]
     return {"span_us": span / steps, "busy_us": busy / steps, "idle_us": (span - busy) / steps,
             "side_by_side_us": side_by_side / steps, "gaps_over_us": gap_us,
             "gaps_per_step": gaps / steps, "gap_time_us": idle_gaps / steps,
             "alone_us": {k: v / steps for k, v in alone.items()},
-            "stream_busy_us": {str(s): v / steps for s, v in stream_busy.items()}}
-
-
-def idle_gaps(events, steps, gap_us=0.5, top=12):
-    """Where the GPU idled: each gap longer than `gap_us` (nothing running)
-    by the kinds of work that ended before it and started after it, us and
-    count per step, the largest first (None where the trace has no start
-    times). A kind that keeps appearing around gaps (a memset node in a
-    captured graph, session 27) is a dependency the graph pays for."""
-    if any("ts" not in e for e in events):
-        return None
-    edges = []
-    for e in events:
-        start, dur = float(e["ts"]), float(e.get("dur", 0))
-        if dur > 0:
-            kind = category(e.get("name", "?"))
-            edges += [(start, 1, kind), (start + dur, -1, kind)]
-    edges.sort(key=lambda x: (x[0], x[1]))
-    pairs = collections.defaultdict(lambda: [0.0, 0])
-    running, ended, ended_kind = 0, None, None
-    for t, sign, kind in edges:
-        if sign > 0:
-            if running == 0 and ended is not None and t - ended > gap_us:
-                pair = pairs[(ended_kind, kind)]
-                pair[0] += t - ended
-                pair[1] += 1
-            running += 1
-        else:
-            running -= 1
-            if running == 0:
-                ended, ended_kind = t, kind
-    rows = sorted(pairs.items(), key=lambda kv: -kv[1][0])[:top]
-    return [{"before": b, "after": a, "us": us / steps, "gaps": n / steps} for (b, a), (us, n) in rows]
+            "stream_busy_us": {str(s): v / steps for s, v in stream_busy.items()},
+            "gaps": [{"before": b, "after": a, "us": us / steps, "gaps": n / steps}
+                     for (b, a), (us, n) in sorted(gap_kinds.items(), key=lambda kv: -kv[1][0])[:top]]}
 
 
 def report_gaps(gaps):
@@ -295,7 +272,7 @@ def main():
         report(per_kernel, a.steps, a.batch, title, a.top, a.json, {"timeline": t} if t else None)
         if t:
             report_timeline(t)
-            report_gaps(idle_gaps(events, a.steps))
+            report_gaps(t["gaps"])
         return
     per_kernel = profile_pytorch(a)
     title = a.title or (f"{a.model} b{a.batch} {a.precision} {a.mode}"
