@@ -399,6 +399,31 @@ cudaStream_t PrivateStream(int device, bool may_create) {
   return streams[device] = stream;
 }
 
+using GraphPtr = std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)>;
+
+// One execution of the plan captured on `side` (nothing runs), the handle
+// back on `stream` after it; null where the capture or the execution failed
+// (their errors cleared: a failed capture's are not sticky).
+GraphPtr CaptureExecution(cudnnHandle_t handle, const Plan& plan, const Descriptor& pack, cudaStream_t side,
+                          cudaStream_t stream) {
+  if (cudnnSetStream(handle, side) != CUDNN_STATUS_SUCCESS) return GraphPtr(nullptr, &cudaGraphDestroy);
+  cudaGraph_t graph = nullptr;
+  bool executed = false;
+  if (cudaStreamBeginCapture(side, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    try {
+      Execute(handle, plan, pack);
+      executed = true;
+    } catch (const c10::Error&) {
+    }
+    if (cudaStreamEndCapture(side, &graph) != cudaSuccess) graph = nullptr;
+  }
+  (void)cudaGetLastError();
+  Check(cudnnSetStream(handle, stream), "set stream");
+  GraphPtr owned(graph, &cudaGraphDestroy);
+  if (!executed) owned.reset();
+  return owned;
+}
+
 // With TRAINBENCH_CUDNN_GRAPH_FILL=1, while `stream` is being captured: runs
 // the plan as Execute does, but captured first into a graph of its own (on
 // PrivateStream), whose memset nodes (cuDNN zeroing its workspace) become
@@ -416,24 +441,12 @@ bool ExecuteIntoCapture(cudnnHandle_t handle, const Plan& plan, const std::array
   const DescriptorPtr pack = Pack(pointers, workspace.defined() ? workspace.data_ptr() : nullptr);
   // The plan's execution as a graph of its own, its memsets rewritten; on
   // any failure up to here nothing has joined the step's capture.
-  Check(cudnnSetStream(handle, side), "set stream");
-  cudaGraph_t child = nullptr;
-  bool executed = false;
-  if (cudaStreamBeginCapture(side, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-    try {
-      Execute(handle, plan, *pack);
-      executed = true;
-    } catch (const c10::Error&) {
-    }
-    if (cudaStreamEndCapture(side, &child) != cudaSuccess) child = nullptr;
-  }
-  Check(cudnnSetStream(handle, stream), "set stream");
-  std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> owned(child, &cudaGraphDestroy);
-  if (!executed || child == nullptr || graph_fill::MemsetsAsKernels(child, nullptr) != cudaSuccess) {
-    (void)cudaGetLastError();  // a failed capture's or rewrite's error is not sticky
+  const GraphPtr child = CaptureExecution(handle, plan, *pack, side, stream);
+  if (child == nullptr || graph_fill::MemsetsAsKernels(child.get(), nullptr) != cudaSuccess) {
+    (void)cudaGetLastError();  // a failed rewrite's error is not sticky
     return false;
   }
-  switch (graph_fill::JoinCapture(stream, child)) {
+  switch (graph_fill::JoinCapture(stream, child.get())) {
     case graph_fill::Join::kJoined:
       break;
     case graph_fill::Join::kNotJoined:  // nothing joined: the ordinary way
@@ -636,21 +649,10 @@ bool Capturing(cudaStream_t stream) {
 // where the capture fails (the candidate then counts with its time alone).
 std::optional<float> GraphCost(cudnnHandle_t handle, const Plan& plan, const Descriptor& pack, cudaStream_t stream) {
   constexpr float kMemsetUs = 7.5f, kKernelUs = 0.7f;
-  const cudaStream_t capture = PrivateStream(c10::cuda::current_device(), true);  // outside any capture
-  if (cudnnSetStream(handle, capture) != CUDNN_STATUS_SUCCESS) return std::nullopt;
-  cudaGraph_t graph = nullptr;
-  bool executed = false;
-  if (cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-    try {
-      Execute(handle, plan, pack);
-      executed = true;
-    } catch (const c10::Error&) {
-    }
-    if (cudaStreamEndCapture(capture, &graph) != cudaSuccess) graph = nullptr;
-  }
-  (void)cudaGetLastError();  // a failed capture's error is not sticky; clear it
-  cudnnSetStream(handle, stream);
-  if (graph == nullptr) return std::nullopt;
+  const GraphPtr captured =
+      CaptureExecution(handle, plan, pack, PrivateStream(c10::cuda::current_device(), true), stream);
+  if (captured == nullptr) return std::nullopt;
+  const cudaGraph_t graph = captured.get();
   size_t count = 0;
   std::vector<cudaGraphNode_t> nodes;
   if (cudaGraphGetNodes(graph, nullptr, &count) == cudaSuccess) {
@@ -667,9 +669,8 @@ std::optional<float> GraphCost(cudnnHandle_t handle, const Plan& plan, const Des
     else if (type != cudaGraphNodeTypeEmpty)
       us += kMemsetUs;
   }
-  cudaGraphDestroy(graph);
   (void)cudaGetLastError();
-  if (!executed || nodes.empty()) return std::nullopt;
+  if (nodes.empty()) return std::nullopt;
   return us;
 }
 
