@@ -328,7 +328,20 @@ TEST(Models, ResNetEngineCacheConvolutionsOnCudaMatchLibTorchs) {
 TEST(Models, ResNetStemSpaceToDepthOnCudaMatchesTheSevenBySeven) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   for (const std::string name : {"resnet18", "resnet50"}) {
-    ExpectFusedMatchesComposite(name, "stem_space_to_depth", sdk::Amp::kNone, true, 1e-3, /*truth=*/true);
+    {
+      // fp32 without TF32: the two stems are different convolutions, each
+      // rounded by whichever engine the autotuning picked, and in TF32 their
+      // errors against fp64 differ by chance (session 28's first call on the
+      // H200, after passing in session 27's: ResNet18's layer4.1.bn2.weight
+      // gradient 2.3% off against the seven by seven's 1.4%). In fp32 both
+      // are within 1e-3 and a wrong stem is not.
+      struct NoTf32 {
+        const bool was = at::globalContext().allowTF32CuDNN();
+        NoTf32() { at::globalContext().setAllowTF32CuDNN(false); }
+        ~NoTf32() { at::globalContext().setAllowTF32CuDNN(was); }
+      } no_tf32;
+      ExpectFusedMatchesComposite(name, "stem_space_to_depth", sdk::Amp::kNone, true, 1e-3, /*truth=*/true);
+    }
     ExpectFusedMatchesComposite(name, "stem_space_to_depth", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true);
   }
 }

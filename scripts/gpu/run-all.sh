@@ -440,9 +440,12 @@ for stage in $STAGES; do
     # template argument: =pixel, =pack; by default pixel for bf16 and half
     # blocks, pack for fp32). graphcost (the autotuning counts with each
     # candidate the graph nodes its execution makes, a memset 7.5 us, a
-    # kernel after the first 0.7: TRAINBENCH_CUDNN_GRAPH_COST=1), graphfill
-    # (inside the capture each cuDNN execution joins as a child graph whose
-    # memsets are kernels: TRAINBENCH_CUDNN_GRAPH_FILL=1), graphboth.
+    # kernel after the first 0.7: TRAINBENCH_CUDNN_GRAPH_COST=1; with the
+    # memsets as kernels, a memset 0.7 too), graphfill (inside the capture
+    # each cuDNN execution that has a memset joins as a child graph whose
+    # memsets are kernels: TRAINBENCH_CUDNN_GRAPH_FILL=1, the default since
+    # session 28), graphboth, nofill (TRAINBENCH_CUDNN_GRAPH_FILL=0),
+    # graphcostnofill (the graph cost with the memsets as memsets).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -462,7 +465,8 @@ for stage in $STAGES; do
         [stemgeneric]="TRAINBENCH_STEM_BLOCKS=generic"
         [stempixel]="TRAINBENCH_STEM_BLOCKS=pixel" [stempack]="TRAINBENCH_STEM_BLOCKS=pack"
         [graphcost]="TRAINBENCH_CUDNN_GRAPH_COST=1" [graphfill]="TRAINBENCH_CUDNN_GRAPH_FILL=1"
-        [graphboth]="TRAINBENCH_CUDNN_GRAPH_COST=1 TRAINBENCH_CUDNN_GRAPH_FILL=1")
+        [graphboth]="TRAINBENCH_CUDNN_GRAPH_COST=1 TRAINBENCH_CUDNN_GRAPH_FILL=1"
+        [nofill]="TRAINBENCH_CUDNN_GRAPH_FILL=0" [graphcostnofill]="TRAINBENCH_CUDNN_GRAPH_COST=1 TRAINBENCH_CUDNN_GRAPH_FILL=0")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"
