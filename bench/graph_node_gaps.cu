@@ -5,8 +5,10 @@
 // engine puts before its kernel (between a batch norm and a convolution),
 // against about 0.85 us between two kernels (docs/results/h200-resnets-issue16.md,
 // section 22). This program measures that alone, and the two ways around it:
-// the same bytes written by a kernel node, and the cuDNN execution captured
-// into a child graph (the form a graph rewrite would take).
+// the same bytes written by a kernel node (plugins/common/graph_fill.h's
+// rewrite, of the whole graph: the host's TRAINBENCH_GRAPH_FILL=1), and the
+// cuDNN execution captured into a child graph with its memset rewritten (the
+// cuDNN path's TRAINBENCH_CUDNN_GRAPH_FILL).
 //
 // Each graph is R rounds of [work kernel, then the node(s) under test], all
 // on one stream; the work kernel fills the device for a few microseconds. The
@@ -24,7 +26,11 @@
 #include <string>
 #include <vector>
 
+#include "graph_fill.h"
+
 namespace {
+
+namespace graph_fill = trainbench::plugins::graph_fill;
 
 #define CHECK(call)                                                                                        \
   do {                                                                                                     \
@@ -47,12 +53,6 @@ __global__ void Work(float* buf, int n, int iters) {
   buf[i] = v;
 }
 
-// What a memset of `words` 4-byte words does, as a kernel.
-__global__ void Fill(uint32_t* p, size_t words, uint32_t value) {
-  for (size_t i = blockIdx.x * size_t{kThreads} + threadIdx.x; i < words; i += size_t{gridDim.x} * kThreads)
-    p[i] = value;
-}
-
 enum class Between { kNothing, kMemset, kFill, kChildMemset, kChildFill, kChildEmpty };
 const char* Name(Between b) {
   switch (b) {
@@ -61,11 +61,11 @@ const char* Name(Between b) {
     case Between::kMemset:
       return "a memset node";
     case Between::kFill:
-      return "a fill kernel node";
+      return "a memset rewritten as a fill kernel (graph_fill.h)";
     case Between::kChildMemset:
       return "a child graph [memset]";
     case Between::kChildFill:
-      return "a child graph [fill kernel]";
+      return "a child graph [memset rewritten as a fill kernel]";
     case Between::kChildEmpty:
       return "a child graph [work kernel] instead of the work";
   }
@@ -77,42 +77,29 @@ struct Setup {
   int work_n = 0, work_iters = 0, work_blocks = 0;
   uint32_t* scratch = nullptr;
   size_t scratch_bytes = 0;
-  int fill_blocks = 0;
   cudaStream_t side = nullptr;  // where a child graph is captured (made before any capture)
 };
 
 void LaunchWork(const Setup& s, cudaStream_t stream) {
   Work<<<s.work_blocks, kThreads, 0, stream>>>(s.work, s.work_n, s.work_iters);
 }
-void LaunchFill(const Setup& s, cudaStream_t stream) {
-  Fill<<<s.fill_blocks, kThreads, 0, stream>>>(s.scratch, s.scratch_bytes / 4, 0u);
-}
+void Memset(const Setup& s, cudaStream_t stream) { CHECK(cudaMemsetAsync(s.scratch, 0, s.scratch_bytes, stream)); }
 
-// Captures `inner` on `side` and inserts the result into the capture in
-// progress on `stream` as one child graph node (what cuDNN's execution would
-// become, with its memset rewritten).
+// Captures `inner` on `side` (its memsets made kernels when `fill`, as the
+// shipped rewrite does) and joins the result to the capture in progress on
+// `stream` as one child graph node: what a cuDNN execution becomes with the
+// child fill (plugins/common/cudnn_conv.cc).
 template <class F>
-void AddChild(cudaStream_t stream, cudaStream_t side, F&& inner) {
+void AddChild(cudaStream_t stream, cudaStream_t side, bool fill, F&& inner) {
   cudaGraph_t child = nullptr;
   CHECK(cudaStreamBeginCapture(side, cudaStreamCaptureModeThreadLocal));
   inner(side);
   CHECK(cudaStreamEndCapture(side, &child));
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  cudaGraph_t graph = nullptr;
-  const cudaGraphNode_t* deps = nullptr;
-  size_t count = 0;
-#if CUDART_VERSION >= 13000
-  CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &deps, nullptr, &count));
-#else
-  CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &deps, &count));
-#endif
-  cudaGraphNode_t node = nullptr;
-  CHECK(cudaGraphAddChildGraphNode(&node, graph, deps, count, child));
-#if CUDART_VERSION >= 13000
-  CHECK(cudaStreamUpdateCaptureDependencies(stream, &node, nullptr, 1, cudaStreamSetCaptureDependencies));
-#else
-  CHECK(cudaStreamUpdateCaptureDependencies(stream, &node, 1, cudaStreamSetCaptureDependencies));
-#endif
+  if (fill) CHECK(graph_fill::MemsetsAsKernels(child, nullptr));
+  if (graph_fill::JoinCapture(stream, child) != graph_fill::Join::kJoined) {
+    std::fprintf(stderr, "graph_node_gaps: a child graph did not join the capture\n");
+    std::exit(1);
+  }
   CHECK(cudaGraphDestroy(child));
 }
 
@@ -121,22 +108,17 @@ cudaGraphExec_t Build(const Setup& s, Between between, int rounds, cudaStream_t 
   CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   for (int r = 0; r < rounds; ++r) {
     if (between == Between::kChildEmpty)
-      AddChild(stream, s.side, [&](cudaStream_t side) { LaunchWork(s, side); });
+      AddChild(stream, s.side, false, [&](cudaStream_t side) { LaunchWork(s, side); });
     else
       LaunchWork(s, stream);
     switch (between) {
       case Between::kMemset:
-        CHECK(cudaMemsetAsync(s.scratch, 0, s.scratch_bytes, stream));
-        break;
-      case Between::kFill:
-        LaunchFill(s, stream);
+      case Between::kFill:  // rewritten below
+        Memset(s, stream);
         break;
       case Between::kChildMemset:
-        AddChild(stream, s.side,
-                 [&](cudaStream_t side) { CHECK(cudaMemsetAsync(s.scratch, 0, s.scratch_bytes, side)); });
-        break;
       case Between::kChildFill:
-        AddChild(stream, s.side, [&](cudaStream_t side) { LaunchFill(s, side); });
+        AddChild(stream, s.side, between == Between::kChildFill, [&](cudaStream_t side) { Memset(s, side); });
         break;
       default:
         break;
@@ -144,6 +126,9 @@ cudaGraphExec_t Build(const Setup& s, Between between, int rounds, cudaStream_t 
   }
   LaunchWork(s, stream);  // every node under test between two work kernels
   CHECK(cudaStreamEndCapture(stream, &graph));
+  // The whole captured graph's memsets as kernels (the host's rewrite of a
+  // captured step, TRAINBENCH_GRAPH_FILL=1).
+  if (between == Between::kFill) CHECK(graph_fill::MemsetsAsKernels(graph, nullptr));
   cudaGraphExec_t exec = nullptr;
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
   CHECK(cudaGraphDestroy(graph));
@@ -192,7 +177,6 @@ int main(int argc, char** argv) {
               rounds, replays);
   for (const size_t bytes : {size_t{64} << 10, size_t{4} << 20}) {
     s.scratch_bytes = bytes;
-    s.fill_blocks = static_cast<int>(std::min<size_t>((bytes / 4 + kThreads - 1) / kThreads, 4096));
     CHECK(cudaMalloc(&s.scratch, bytes));
     std::printf(
         "## %zu KiB written between the work kernels\n\n| between | graph us | added us per node |\n|---|---|---|\n",

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -39,6 +40,7 @@
 #include "relative_error.h"
 #include "remove_tree.h"
 #include "resnet.h"
+#include "step_timer.h"
 #include "stream_gate.h"
 
 namespace {
@@ -430,6 +432,70 @@ TEST(CudnnConvGraph, ReplaysInACudaGraph) {
     EXPECT_LE(RelativeError(x_grad, expected[0]), 1e-2) << replay;
     EXPECT_LE(RelativeError(w_grad, expected[1]), 1e-2) << replay;
   }
+}
+
+// The host worker's captured step (worker::MakeGraphedStep) with
+// TRAINBENCH_GRAPH_FILL=1: its memset nodes become kernels before it is
+// instantiated (said in the cell's log), in their place: a copy after a
+// memset sees it, a kernel before it does not; beside them a convolution's
+// backward through the cuDNN path gives the eager step's gradients. Without
+// the setting nothing is rewritten.
+TEST(HostGraphFill, RewritesTheCapturedStepsMemsetsInPlace) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScopedCacheHome home;
+  torch::manual_seed(9);
+  const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+  const auto cl = torch::MemoryFormat::ChannelsLast;
+  torch::Tensor w = (torch::randn({64, 32, 3, 3}, options) * 0.1).contiguous(cl).requires_grad_();
+  torch::Tensor x = torch::randn({16, 32, 8, 8}, options).contiguous(cl).requires_grad_();
+  const int64_t n = 1 << 16;
+  torch::Tensor buf = torch::empty({n}, torch::TensorOptions(torch::kCUDA).dtype(torch::kInt32));
+  torch::Tensor seen = torch::empty_like(buf), after = torch::empty_like(buf);
+  auto step = [&] {
+    x.mutable_grad() = torch::Tensor();
+    w.mutable_grad() = torch::Tensor();
+    buf.fill_(7);
+    seen.copy_(buf);  // before the memset: all 7
+    ASSERT_EQ(cudaMemsetAsync(buf.data_ptr(), 0, n / 2 * sizeof(int32_t), c10::cuda::getCurrentCUDAStream()),
+              cudaSuccess);
+    after.copy_(buf);  // half 0, half 7
+    cudnn_conv::Conv2d(x, w, {1, 1}, {1, 1}).square().sum().backward();
+  };
+  step();  // eager
+  torch::cuda::synchronize();
+  const std::vector<torch::Tensor> expected = {x.grad().clone(), w.grad().clone()};
+  torch::Tensor want = torch::full({n}, 7, buf.options());
+  want.slice(0, 0, n / 2).zero_();
+  for (const bool fill : {true, false}) {
+    if (fill)
+      setenv("TRAINBENCH_GRAPH_FILL", "1", 1);
+    else
+      unsetenv("TRAINBENCH_GRAPH_FILL");
+    auto graphed = trainbench::worker::MakeGraphedStep(step);
+    ::testing::internal::CaptureStderr();
+    graphed->Run();  // warm-up steps, the capture, a replay
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    for (int replay = 0; replay < 2; ++replay) {
+      seen.zero_();
+      after.zero_();
+      graphed->Run();
+      torch::cuda::synchronize();
+      EXPECT_TRUE(torch::equal(seen, torch::full({n}, 7, buf.options()))) << fill << ": the copy before saw the memset";
+      EXPECT_TRUE(torch::equal(after, want)) << fill;
+      EXPECT_LE(RelativeError(x.grad(), expected[0]), 1e-2) << fill;
+      EXPECT_LE(RelativeError(w.grad(), expected[1]), 1e-2) << fill;
+    }
+    if (fill)
+      EXPECT_NE(log.find("graph fill: "), std::string::npos) << log;
+    else
+      EXPECT_EQ(log.find("graph fill: "), std::string::npos) << log;
+    int replaced = 0;
+    if (fill && log.find("does not keep") == std::string::npos) {
+      EXPECT_EQ(std::sscanf(log.c_str() + log.find("graph fill: "), "graph fill: %d", &replaced), 1) << log;
+      EXPECT_GE(replaced, 1) << "at least the step's own memset: " << log;
+    }
+  }
+  unsetenv("TRAINBENCH_GRAPH_FILL");
 }
 
 // Inside a capture the backward's two convolutions are two branches of the

@@ -53,6 +53,10 @@ void Check(size_t offset, size_t bytes, int value) {
   torch::Tensor buf = torch::full({size}, 0x5a, opts);
   torch::Tensor before = torch::empty({size}, opts), after = torch::empty({size}, opts);
   const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool();
+  // buf's fill ran on the current stream, the graph runs on a pool stream
+  // that does not wait for it (session 28: a copy before the memset read
+  // buf before the fill had written all of it, once).
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   GraphOwner g;
   auto* base = static_cast<uint8_t*>(buf.data_ptr());
   ASSERT_EQ(cudaStreamBeginCapture(stream.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
@@ -87,10 +91,11 @@ void Check(size_t offset, size_t bytes, int value) {
 
 TEST(GraphFill, WritesWhatTheMemsetsWroteWhereTheyWere) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  Check(0, 1024, 0);      // aligned: 4-byte words
-  Check(64, 1000, 0x7f);  // aligned start, whole words, another value
-  Check(3, 17, 0xab);     // neither aligned nor whole words: bytes
-  Check(1, 1, 0x01);      // one byte
+  Check(0, 1024, 0);       // aligned: 16-byte stores
+  Check(512, 1536, 0x33);  // 16-byte stores of a value other than 0
+  Check(64, 1000, 0x7f);   // aligned start, whole 4-byte words, not 16-byte ones
+  Check(3, 17, 0xab);      // neither aligned nor whole words: bytes
+  Check(1, 1, 0x01);       // one byte
 }
 
 TEST(GraphFill, LeavesAGraphWithoutMemsetsAlone) {

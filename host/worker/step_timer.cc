@@ -1,6 +1,7 @@
 #include "step_timer.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <stdexcept>
@@ -14,6 +15,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+#endif
+#ifdef TRAINBENCH_GRAPH_FILL_KERNEL
+#include "graph_fill.h"  // plugins/common: a graph's memsets as kernels
 #endif
 
 namespace trainbench::worker {
@@ -107,6 +111,34 @@ auto Instantiate(G& g, int) -> decltype(g.instantiate(), void()) {
 }
 template <class G>
 void Instantiate(G&, long) {}
+template <class G>
+auto RawGraph(G& g, int) -> decltype(cudaGraph_t{g.raw_cuda_graph()}) {
+  return g.raw_cuda_graph();
+}
+template <class G>
+cudaGraph_t RawGraph(G&, long) {
+  return nullptr;
+}
+
+// TRAINBENCH_GRAPH_FILL=1: the captured step's memset nodes become kernel
+// nodes writing the same bytes (plugins/common/graph_fill.h) before the
+// graph is instantiated. Session 27's traces of the ResNets' captured steps
+// on an H200: the GPU idled about 7.6 us around each memset node (cuDNN
+// zeroing a workspace), against 0.85 us between two kernels. The cuDNN
+// path's own form (TRAINBENCH_CUDNN_GRAPH_FILL, each such execution a child
+// graph) gained 0.7-3.2% at batch 1024 but lost 1-3% at batch 128 (session
+// 28); this one leaves no child graph. Read at each capture; off until
+// measured on a GPU. Needs a LibTorch whose graphs can be kept after their
+// capture (raw_cuda_graph) and the fill kernel built.
+bool FillMemsets() {
+  const char* value = std::getenv("TRAINBENCH_GRAPH_FILL");
+#ifdef TRAINBENCH_GRAPH_FILL_KERNEL
+  return value != nullptr && std::string_view(value) == "1";
+#else
+  (void)value;
+  return false;
+#endif
+}
 
 // Whether the step is captured on a high-priority stream:
 // TRAINBENCH_GRAPH_PRIORITY=1 (read at each capture; off until measured on a
@@ -152,16 +184,35 @@ class CudaGraphedStep : public GraphedStep {
       // TRAINBENCH_GRAPH_DUMP=PREFIX writes the captured graph as Graphviz
       // (PREFIX-N.dot), to compare its kernels with another program's.
       const char* dump = std::getenv("TRAINBENCH_GRAPH_DUMP");
-      graph_ = MakeGraph<at::cuda::CUDAGraph>(/*keep_graph=*/dump != nullptr);
+      const bool fill = FillMemsets();
+      graph_ = MakeGraph<at::cuda::CUDAGraph>(/*keep_graph=*/dump != nullptr || fill);
       graph_->capture_begin();
       step_();
       graph_->capture_end();
-      if (dump != nullptr) {
-        DebugDump(*graph_, std::string(dump) + "-" + std::to_string(captures_++) + ".dot", 0);
-        Instantiate(*graph_, 0);
-      }
+      if (fill) RewriteMemsets();
+      if (dump != nullptr) DebugDump(*graph_, std::string(dump) + "-" + std::to_string(captures_++) + ".dot", 0);
+      if (dump != nullptr || fill) Instantiate(*graph_, 0);
     }
     cudaDeviceSynchronize();
+  }
+
+  // The kept graph's memsets as kernels; said once a capture on stderr (the
+  // cell's log). A graph that cannot be had is left as captured; a rewrite
+  // that fails part way leaves a graph that may not be run: the step fails.
+  void RewriteMemsets() {
+#ifdef TRAINBENCH_GRAPH_FILL_KERNEL
+    const cudaGraph_t graph = RawGraph(*graph_, 0);
+    if (graph == nullptr) {
+      std::fprintf(stderr, "graph fill: this LibTorch does not keep a captured graph; memsets left as they are\n");
+      return;
+    }
+    int replaced = 0;
+    const cudaError_t e = trainbench::plugins::graph_fill::MemsetsAsKernels(graph, &replaced);
+    if (e != cudaSuccess)
+      throw std::runtime_error(std::string("graph fill: the captured step's memsets could not be rewritten: ") +
+                               cudaGetErrorString(e));
+    std::fprintf(stderr, "graph fill: %d memset nodes of the captured step as kernels\n", replaced);
+#endif
   }
 
   std::function<void()> step_;

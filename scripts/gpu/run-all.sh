@@ -445,7 +445,10 @@ for stage in $STAGES; do
     # each cuDNN execution that has a memset joins as a child graph whose
     # memsets are kernels: TRAINBENCH_CUDNN_GRAPH_FILL=1, the default since
     # session 28), graphboth, nofill (TRAINBENCH_CUDNN_GRAPH_FILL=0),
-    # graphcostnofill (the graph cost with the memsets as memsets).
+    # graphcostnofill (the graph cost with the memsets as memsets),
+    # childfill (the cuDNN path's child graphs, the host's rewrite off),
+    # hostfill (the host's rewrite of the whole captured step:
+    # TRAINBENCH_GRAPH_FILL=1, the cuDNN path's off).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -466,7 +469,9 @@ for stage in $STAGES; do
         [stempixel]="TRAINBENCH_STEM_BLOCKS=pixel" [stempack]="TRAINBENCH_STEM_BLOCKS=pack"
         [graphcost]="TRAINBENCH_CUDNN_GRAPH_COST=1" [graphfill]="TRAINBENCH_CUDNN_GRAPH_FILL=1"
         [graphboth]="TRAINBENCH_CUDNN_GRAPH_COST=1 TRAINBENCH_CUDNN_GRAPH_FILL=1"
-        [nofill]="TRAINBENCH_CUDNN_GRAPH_FILL=0" [graphcostnofill]="TRAINBENCH_CUDNN_GRAPH_COST=1 TRAINBENCH_CUDNN_GRAPH_FILL=0")
+        [nofill]="TRAINBENCH_CUDNN_GRAPH_FILL=0" [graphcostnofill]="TRAINBENCH_CUDNN_GRAPH_COST=1 TRAINBENCH_CUDNN_GRAPH_FILL=0"
+        [childfill]="TRAINBENCH_CUDNN_GRAPH_FILL=1 TRAINBENCH_GRAPH_FILL=0"
+        [hostfill]="TRAINBENCH_CUDNN_GRAPH_FILL=0 TRAINBENCH_GRAPH_FILL=1")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"
