@@ -6,9 +6,10 @@
 // against about 0.85 us between two kernels (docs/results/h200-resnets-issue16.md,
 // section 22). This program measures that alone, and the two ways around it:
 // the same bytes written by a kernel node (plugins/common/graph_fill.h's
-// rewrite, of the whole graph: the host's TRAINBENCH_GRAPH_FILL=1), and the
-// cuDNN execution captured into a child graph with its memset rewritten (the
-// cuDNN path's TRAINBENCH_CUDNN_GRAPH_FILL).
+// rewrite of the whole graph: the host worker's TRAINBENCH_GRAPH_FILL).
+// Session 27 measured child graphs too (a cuDNN execution captured into a
+// graph of its own, its memset rewritten): no cost here, but about 0.2 us a
+// node in the ResNets' steps (session 28); that form is gone.
 //
 // Each graph is R rounds of [work kernel, then the node(s) under test], all
 // on one stream; the work kernel fills the device for a few microseconds. The
@@ -53,7 +54,7 @@ __global__ void Work(float* buf, int n, int iters) {
   buf[i] = v;
 }
 
-enum class Between { kNothing, kMemset, kFill, kChildMemset, kChildFill, kChildEmpty };
+enum class Between { kNothing, kMemset, kFill };
 const char* Name(Between b) {
   switch (b) {
     case Between::kNothing:
@@ -62,12 +63,6 @@ const char* Name(Between b) {
       return "a memset node";
     case Between::kFill:
       return "a memset rewritten as a fill kernel (graph_fill.h)";
-    case Between::kChildMemset:
-      return "a child graph [memset]";
-    case Between::kChildFill:
-      return "a child graph [memset rewritten as a fill kernel]";
-    case Between::kChildEmpty:
-      return "a child graph [work kernel] instead of the work";
   }
   return "?";
 }
@@ -77,7 +72,6 @@ struct Setup {
   int work_n = 0, work_iters = 0, work_blocks = 0;
   uint32_t* scratch = nullptr;
   size_t scratch_bytes = 0;
-  cudaStream_t side = nullptr;  // where a child graph is captured (made before any capture)
 };
 
 void LaunchWork(const Setup& s, cudaStream_t stream) {
@@ -85,40 +79,15 @@ void LaunchWork(const Setup& s, cudaStream_t stream) {
 }
 void Memset(const Setup& s, cudaStream_t stream) { CHECK(cudaMemsetAsync(s.scratch, 0, s.scratch_bytes, stream)); }
 
-// Captures `inner` on `side` (its memsets made kernels when `fill`, as the
-// shipped rewrite does) and joins the result to the capture in progress on
-// `stream` as one child graph node: what a cuDNN execution becomes with the
-// child fill (plugins/common/cudnn_conv.cc).
-template <class F>
-void AddChild(cudaStream_t stream, cudaStream_t side, bool fill, F&& inner) {
-  cudaGraph_t child = nullptr;
-  CHECK(cudaStreamBeginCapture(side, cudaStreamCaptureModeThreadLocal));
-  inner(side);
-  CHECK(cudaStreamEndCapture(side, &child));
-  if (fill) CHECK(graph_fill::MemsetsAsKernels(child, nullptr));
-  if (graph_fill::JoinCapture(stream, child) != graph_fill::Join::kJoined) {
-    std::fprintf(stderr, "graph_node_gaps: a child graph did not join the capture\n");
-    std::exit(1);
-  }
-  CHECK(cudaGraphDestroy(child));
-}
-
 cudaGraphExec_t Build(const Setup& s, Between between, int rounds, cudaStream_t stream) {
   cudaGraph_t graph = nullptr;
   CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   for (int r = 0; r < rounds; ++r) {
-    if (between == Between::kChildEmpty)
-      AddChild(stream, s.side, false, [&](cudaStream_t side) { LaunchWork(s, side); });
-    else
-      LaunchWork(s, stream);
+    LaunchWork(s, stream);
     switch (between) {
       case Between::kMemset:
       case Between::kFill:  // rewritten below
         Memset(s, stream);
-        break;
-      case Between::kChildMemset:
-      case Between::kChildFill:
-        AddChild(stream, s.side, between == Between::kChildFill, [&](cudaStream_t side) { Memset(s, side); });
         break;
       default:
         break;
@@ -167,7 +136,6 @@ int main(int argc, char** argv) {
   cudaStream_t stream = nullptr;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Setup s;
-  CHECK(cudaStreamCreateWithFlags(&s.side, cudaStreamNonBlocking));
   s.work_blocks = prop.multiProcessorCount * 4;
   s.work_n = s.work_blocks * kThreads;
   s.work_iters = 2000;
@@ -182,8 +150,7 @@ int main(int argc, char** argv) {
         "## %zu KiB written between the work kernels\n\n| between | graph us | added us per node |\n|---|---|---|\n",
         bytes >> 10);
     double plain = 0;
-    for (const Between b : {Between::kNothing, Between::kMemset, Between::kFill, Between::kChildMemset,
-                            Between::kChildFill, Between::kChildEmpty}) {
+    for (const Between b : {Between::kNothing, Between::kMemset, Between::kFill}) {
       const cudaGraphExec_t exec = Build(s, b, rounds, stream);
       const double us = Time(exec, replays, stream);
       CHECK(cudaGraphExecDestroy(exec));
@@ -194,7 +161,6 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(s.scratch));
   }
   CHECK(cudaFree(s.work));
-  CHECK(cudaStreamDestroy(s.side));
   CHECK(cudaStreamDestroy(stream));
   return 0;
 }

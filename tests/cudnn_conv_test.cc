@@ -328,14 +328,8 @@ TEST(CudnnConvGraphCost, CountsTheCandidatesNodesOnlyWhereAsked) {
     EXPECT_EQ(counts.graph_counted, 0);
   const nlohmann::json j = nlohmann::json::parse(std::ifstream(cudnn_conv::CacheFile()));
   ASSERT_EQ(j["entries"].size(), 5u);
-  // The memsets as kernels (on unless TRAINBENCH_CUDNN_GRAPH_FILL=0) count
-  // as kernels: a rule of choice of its own.
-  const char* fill = std::getenv("TRAINBENCH_CUDNN_GRAPH_FILL");
-  const bool as_kernels = fill == nullptr || std::string(fill) != "0";
-  for (const auto& [key, entry] : j["entries"].items()) {
+  for (const auto& [key, entry] : j["entries"].items())
     EXPECT_EQ(key.find(" graphcost") != std::string::npos, on) << key;
-    EXPECT_EQ(key.find(" graphcost fill") != std::string::npos, on && as_kernels) << key;
-  }
   at::globalContext().setBenchmarkCuDNN(false);  // Autotuning turns it back
   cudnn_conv::ResetForTesting();
   EXPECT_LE(RelativeError(y, stack.Step(x)), 1e-2) << "against cuDNN's heuristic choice";

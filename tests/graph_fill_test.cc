@@ -1,8 +1,7 @@
 // Memset nodes of a CUDA graph rewritten as kernel nodes (plugins/common/
 // graph_fill.h): the same bytes written, at the same place in the graph
 // (a copy after the memset reads what it wrote; one before it does not), for
-// 1-d and 2-d memsets, aligned or not; and a child graph joined to a capture
-// in progress. CUDA builds; skipped without a GPU.
+// 1-d and 2-d memsets, aligned or not. CUDA builds; skipped without a GPU.
 #include "graph_fill.h"
 
 #include <c10/cuda/CUDAGuard.h>
@@ -114,40 +113,6 @@ TEST(GraphFill, LeavesAGraphWithoutMemsetsAlone) {
   ASSERT_EQ(graph_fill::MemsetsAsKernels(g.graph, &replaced), cudaSuccess);
   EXPECT_EQ(replaced, 0);
   EXPECT_EQ(CountNodes(g.graph, cudaGraphNodeTypeKernel), kernels);
-}
-
-// A child graph joined to a capture in progress runs in the stream's order:
-// x = ((1 * 2) + 1) * 3 = 9 everywhere. A stream that is not capturing joins
-// nothing.
-TEST(GraphFill, AChildJoinsTheCaptureInTheStreamsOrder) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool();
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-  ASSERT_NE(stream.stream(), side.stream());
-  torch::Tensor x = torch::ones({1 << 16}, torch::kCUDA);
-  torch::cuda::synchronize();
-  GraphOwner child, g;
-  ASSERT_EQ(cudaStreamBeginCapture(side.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  {
-    c10::cuda::CUDAStreamGuard guard(side);
-    x.add_(1);
-  }
-  ASSERT_EQ(cudaStreamEndCapture(side.stream(), &child.graph), cudaSuccess);
-  EXPECT_EQ(graph_fill::JoinCapture(stream.stream(), child.graph), graph_fill::Join::kNotJoined);
-  (void)cudaGetLastError();
-  ASSERT_EQ(cudaStreamBeginCapture(stream.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  {
-    c10::cuda::CUDAStreamGuard guard(stream);
-    x.mul_(2);
-    EXPECT_EQ(graph_fill::JoinCapture(stream.stream(), child.graph), graph_fill::Join::kJoined);
-    x.mul_(3);
-  }
-  ASSERT_EQ(cudaStreamEndCapture(stream.stream(), &g.graph), cudaSuccess);
-  EXPECT_EQ(CountNodes(g.graph, cudaGraphNodeTypeGraph), 1);
-  ASSERT_EQ(cudaGraphInstantiate(&g.exec, g.graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(g.exec, stream.stream()), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream.stream()), cudaSuccess);
-  EXPECT_TRUE(torch::equal(x, torch::full_like(x, 9)));
 }
 
 }  // namespace

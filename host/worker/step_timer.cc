@@ -120,22 +120,28 @@ cudaGraph_t RawGraph(G&, long) {
   return nullptr;
 }
 
-// TRAINBENCH_GRAPH_FILL=1: the captured step's memset nodes become kernel
-// nodes writing the same bytes (plugins/common/graph_fill.h) before the
-// graph is instantiated. Session 27's traces of the ResNets' captured steps
-// on an H200: the GPU idled about 7.6 us around each memset node (cuDNN
-// zeroing a workspace), against 0.85 us between two kernels. The cuDNN
-// path's own form (TRAINBENCH_CUDNN_GRAPH_FILL, each such execution a child
-// graph) gained 0.7-3.2% at batch 1024 but lost 1-3% at batch 128 (session
-// 28); this one leaves no child graph. Read at each capture; off until
-// measured on a GPU. Needs a LibTorch whose graphs can be kept after their
-// capture (raw_cuda_graph) and the fill kernel built.
-bool FillMemsets() {
+// Whether the captured step's memset nodes become kernel nodes writing the
+// same bytes (plugins/common/graph_fill.h) before the graph is instantiated:
+// TRAINBENCH_GRAPH_FILL=1 always, =0 never, otherwise where a step trains on
+// at least kFillFromPixels image pixels (batch x height x width; ResNet at
+// 32 px: batch 512 and up). Session 27's traces of the ResNets' captured
+// steps on an H200: the GPU idled about 7.6 us around each memset node (cuDNN
+// zeroing a workspace), against 0.85 us between two kernels. Session 28's
+// ABA (two runs each, against the memsets left as they are): at batch 1024
+// ResNet18 bf16 +2.8%, fp32 +3.6%, ResNet50 bf16 +1.0%, fp32 +2.0%; at
+// batch 128 ResNet18 bf16 -0.8%, fp32 +2.5%, ResNet50 bf16 -2.3%, fp32
+// -1.3% (why the short steps lose is not known). Read at each capture.
+// Needs a LibTorch whose graphs can be kept after capture (raw_cuda_graph)
+// and the fill kernel built.
+constexpr int64_t kFillFromPixels = 512 * 32 * 32;
+bool FillMemsets(int64_t pixels_per_step) {
   const char* value = std::getenv("TRAINBENCH_GRAPH_FILL");
 #ifdef TRAINBENCH_GRAPH_FILL_KERNEL
-  return value != nullptr && std::string_view(value) == "1";
+  if (value != nullptr && std::string_view(value) == "1") return true;
+  if (value != nullptr && std::string_view(value) == "0") return false;
+  return pixels_per_step >= kFillFromPixels;
 #else
-  (void)value;
+  (void)value, (void)pixels_per_step;
   return false;
 #endif
 }
@@ -157,7 +163,8 @@ bool HighPriorityCapture() {
 
 class CudaGraphedStep : public GraphedStep {
  public:
-  explicit CudaGraphedStep(std::function<void()> step) : step_(std::move(step)) {}
+  CudaGraphedStep(std::function<void()> step, int64_t pixels_per_step)
+      : step_(std::move(step)), pixels_per_step_(pixels_per_step) {}
 
   int Run() override {
     int steps = 1;
@@ -184,7 +191,7 @@ class CudaGraphedStep : public GraphedStep {
       // TRAINBENCH_GRAPH_DUMP=PREFIX writes the captured graph as Graphviz
       // (PREFIX-N.dot), to compare its kernels with another program's.
       const char* dump = std::getenv("TRAINBENCH_GRAPH_DUMP");
-      const bool fill = FillMemsets();
+      const bool fill = FillMemsets(pixels_per_step_);
       graph_ = MakeGraph<at::cuda::CUDAGraph>(/*keep_graph=*/dump != nullptr || fill);
       graph_->capture_begin();
       step_();
@@ -216,6 +223,7 @@ class CudaGraphedStep : public GraphedStep {
   }
 
   std::function<void()> step_;
+  int64_t pixels_per_step_;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
   int captures_ = 0;
 };
@@ -239,11 +247,11 @@ std::unique_ptr<StepTimer> MakeStepTimer(const sdk::DeviceSettings& settings, sd
   return std::make_unique<HostClockTimer>(device);
 }
 
-std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step) {
+std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step, int64_t pixels_per_step) {
 #ifdef TRAINBENCH_WORKER_CUDA
-  return std::make_unique<CudaGraphedStep>(std::move(step));
+  return std::make_unique<CudaGraphedStep>(std::move(step), pixels_per_step);
 #else
-  (void)step;
+  (void)step, (void)pixels_per_step;
   throw std::runtime_error("cuda_graph needs a worker built with CUDA");
 #endif
 }

@@ -6,6 +6,7 @@
 #include <c10/core/Device.h>
 #include <torch/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -51,7 +52,10 @@ class GraphedStep {
 /// Builds a graphed step around `step`, which reads and writes only tensors
 /// whose storage stays put, zeroes gradients in place (not to none) and never
 /// makes the host wait on the device. Throws when this worker has no CUDA.
-std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step);
+/// `pixels_per_step` (images x height x width a step) decides whether the
+/// captured graph's memsets become kernels (TRAINBENCH_GRAPH_FILL, see
+/// step_timer.cc): for steps long enough that it pays.
+std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step, int64_t pixels_per_step = 0);
 
 /// Whether this worker was built with CUDA support.
 bool WorkerHasCuda();

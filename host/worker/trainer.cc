@@ -523,7 +523,9 @@ class CellRun {
     loss_sum_ = torch::zeros({}, torch::TensorOptions().device(settings_.device));
     timer_ = MakeStepTimer(settings_, *device_);
     kernel_trace_ = MakeKernelTrace(settings_.device);
-    if (settings_.cuda_graph) graphed_ = MakeGraphedStep([this] { TrainStep(/*for_graph=*/true); });
+    if (settings_.cuda_graph)
+      graphed_ = MakeGraphedStep([this] { TrainStep(/*for_graph=*/true); },
+                                 local_batch_ * train_->image_size() * train_->image_size());
     const Clock::time_point train_start = Clock::now();
     setup_seconds_ = Seconds(train_start - started_);
     Clock::time_point last_report = train_start;

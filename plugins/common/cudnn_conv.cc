@@ -33,9 +33,6 @@
 #include "cudnn_backend.h"
 #include "engine_cache.h"
 #include "env_switch.h"
-#ifdef TRAINBENCH_RESNET_KERNELS
-#include "graph_fill.h"
-#endif
 #include "side_stream.h"
 #include "stream_gate.h"
 #include "trainbench/sdk/autocast.h"
@@ -78,28 +75,13 @@ bool TuneLog() {
 
 // TRAINBENCH_CUDNN_GRAPH_COST=1: the autotuning counts with each candidate
 // what running it inside a CUDA graph adds besides its own time (see
-// GraphCost). Off: session 28's ABA on an H200 at batch 1024 (with the
-// memsets as kernels off) gained 1.33% for ResNet18 bf16 but 0.22-0.44% for
-// ResNet50 and nothing for ResNet18 fp32, all below GraphFillOn's. Read once
-// a process.
+// GraphCost). Off: session 28's ABA on an H200 at batch 1024 gained 1.33%
+// for ResNet18 bf16 but 0.22-0.44% for ResNet50 and nothing for ResNet18
+// fp32, all below rewriting the memsets as kernels (the host worker's
+// TRAINBENCH_GRAPH_FILL). Read once a process.
 bool GraphCostOn() {
   static const bool on = plugins::OnIfOne("TRAINBENCH_CUDNN_GRAPH_COST");
   return on;
-}
-
-// Inside a CUDA graph capture, each convolution's execution that zeroes its
-// workspace with a memset joins the capture as a child graph whose memsets
-// are kernels (see ExecuteIntoCapture). On: session 28's ABA on an H200 at
-// batch 1024, two runs each: ResNet18 bf16 +0.41%, fp32 +3.95%, ResNet50
-// bf16 +0.75%, fp32 +1.13%. TRAINBENCH_CUDNN_GRAPH_FILL=0 turns it off. Read
-// once a process. Off where the fill kernel is not built.
-bool GraphFillOn() {
-#ifdef TRAINBENCH_RESNET_KERNELS
-  static const bool on = plugins::OnUnlessZero("TRAINBENCH_CUDNN_GRAPH_FILL");
-  return on;
-#else
-  return false;
-#endif
 }
 
 using Op = cudnn_backend::ConvolutionOp;
@@ -176,8 +158,7 @@ std::string Key(const Problem& p, const Settings& settings, bool benchmark, int6
   if (p.type == CUDNN_DATA_FLOAT) key << " tf32 " << tf32;
   if (!settings.runtime_compiled) key << " precompiled";
   key << " deterministic " << deterministic;
-  // Another rule of choice; with the memsets as kernels it counts them so.
-  if (benchmark && GraphCostOn()) key << (GraphFillOn() ? " graphcost fill" : " graphcost");
+  if (benchmark && GraphCostOn()) key << " graphcost";  // another rule of choice
   if (benchmark)
     key << " limit " << limit;
   else
@@ -396,14 +377,12 @@ void Execute(cudnnHandle_t handle, const Plan& plan, const std::array<void*, 3>&
   Execute(handle, plan, pointers, workspace.defined() ? workspace.data_ptr() : nullptr);
 }
 
-// A stream of this thread's own on the current device, made on first use
-// (outside any capture: Convolve asks for it before the step is captured);
-// nullptr when none was made before a capture began.
-cudaStream_t PrivateStream(int device, bool may_create) {
+// A stream of this thread's own on `device`, made on first use (by
+// GraphCost, while autotuning: never inside a capture).
+cudaStream_t PrivateStream(int device) {
   thread_local std::unordered_map<int, cudaStream_t> streams;  // never destroyed, as the handles
   auto it = streams.find(device);
   if (it != streams.end()) return it->second;
-  if (!may_create) return nullptr;
   cudaStream_t stream = nullptr;
   C10_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return streams[device] = stream;
@@ -432,49 +411,6 @@ GraphPtr CaptureExecution(cudnnHandle_t handle, const Plan& plan, const Descript
   GraphPtr owned(graph, &cudaGraphDestroy);
   if (!executed) owned.reset();
   return owned;
-}
-
-// With GraphFillOn, while `stream` is being captured: runs the plan as
-// Execute does, but captured first into a graph of its own (on
-// PrivateStream), whose memset nodes (cuDNN zeroing its workspace) become
-// kernel nodes writing the same bytes (graph_fill.h), joined to the capture
-// as one child graph node. Session 27's traces: the GPU idled about 7.6 us
-// around each such memset in the captured step, against 0.85 us between two
-// kernels. False where it cannot (no private stream yet, or the kernels not
-// built) and where the plan's graph has no memset (session 28: with the
-// engines GraphCost chose, mostly without memsets, joining every execution
-// as a child graph cost ResNet18 bf16 0.86%): the caller executes the plan
-// the ordinary way.
-bool ExecuteIntoCapture(cudnnHandle_t handle, const Plan& plan, const std::array<void*, 3>& pointers,
-                        const at::Device& device, cudaStream_t stream) {
-#ifdef TRAINBENCH_RESNET_KERNELS
-  const cudaStream_t side = PrivateStream(device.index(), false);
-  if (side == nullptr) return false;
-  const at::Tensor workspace = plan.workspace > 0 ? Workspace(plan.workspace, device) : at::Tensor();
-  const DescriptorPtr pack = Pack(pointers, workspace.defined() ? workspace.data_ptr() : nullptr);
-  // The plan's execution as a graph of its own, its memsets rewritten; on
-  // any failure up to here nothing has joined the step's capture.
-  const GraphPtr child = CaptureExecution(handle, plan, *pack, side, stream);
-  int replaced = 0;
-  if (child == nullptr || graph_fill::MemsetsAsKernels(child.get(), &replaced) != cudaSuccess) {
-    (void)cudaGetLastError();  // a failed rewrite's error is not sticky
-    return false;
-  }
-  if (replaced == 0) return false;
-  switch (graph_fill::JoinCapture(stream, child.get())) {
-    case graph_fill::Join::kJoined:
-      break;
-    case graph_fill::Join::kNotJoined:  // nothing joined: the ordinary way
-      (void)cudaGetLastError();
-      return false;
-    case graph_fill::Join::kBroken:
-      TORCH_CHECK(false, "cuDNN convolution: its graph joined the capture, but the stream could not follow it");
-  }
-  return true;
-#else
-  (void)handle, (void)plan, (void)pointers, (void)device, (void)stream;
-  return false;
-#endif
 }
 
 void Warn(const std::string& message) { std::fprintf(stderr, "trainbench: warning: %s\n", message.c_str()); }
@@ -660,14 +596,11 @@ bool Capturing(cudaStream_t stream) {
 // 128 us a step; ResNet18 bf16: 5, 45 us, 2.7% of its step), against about
 // 0.7 us between two kernels. Timed alone, on a stream, neither shows: a
 // candidate's runs there are launched back to back. The cost in us: 7.5 per
-// memset or other non-kernel node (0.7 per memset with GraphFillOn, which
-// makes it a kernel), 0.7 per kernel after the first; nullopt where the
-// capture fails (the candidate then counts with its time alone).
+// memset or other non-kernel node, 0.7 per kernel after the first; nullopt
+// where the capture fails (the candidate then counts with its time alone).
 std::optional<float> GraphCost(cudnnHandle_t handle, const Plan& plan, const Descriptor& pack, cudaStream_t stream) {
-  constexpr float kKernelUs = 0.7f;
-  const float memset_us = GraphFillOn() ? kKernelUs : 7.5f;
-  const GraphPtr captured =
-      CaptureExecution(handle, plan, pack, PrivateStream(c10::cuda::current_device(), true), stream);
+  constexpr float kMemsetUs = 7.5f, kKernelUs = 0.7f;
+  const GraphPtr captured = CaptureExecution(handle, plan, pack, PrivateStream(c10::cuda::current_device()), stream);
   if (captured == nullptr) return std::nullopt;
   const cudaGraph_t graph = captured.get();
   size_t count = 0;
@@ -683,10 +616,8 @@ std::optional<float> GraphCost(cudnnHandle_t handle, const Plan& plan, const Des
     if (cudaGraphNodeGetType(node, &type) != cudaSuccess) continue;
     if (type == cudaGraphNodeTypeKernel)
       us += kernels++ > 0 ? kKernelUs : 0.f;
-    else if (type == cudaGraphNodeTypeMemset)
-      us += memset_us;
     else if (type != cudaGraphNodeTypeEmpty)
-      us += 7.5f;
+      us += kMemsetUs;
   }
   (void)cudaGetLastError();
   if (nodes.empty()) return std::nullopt;
@@ -1060,13 +991,6 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
     state.plans[{handle, process_key}] = plan;
   }
   lock.unlock();
-  if (GraphFillOn()) {
-    if (!Capturing(stream)) {
-      (void)PrivateStream(index, true);  // made before the step's capture
-    } else if (ExecuteIntoCapture(handle, *plan, pointers, device, stream)) {
-      return;
-    }
-  }
   Execute(handle, *plan, pointers, device);
 }
 

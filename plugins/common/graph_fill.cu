@@ -128,30 +128,4 @@ cudaError_t MemsetsAsKernels(cudaGraph_t graph, int* replaced) noexcept {
   return cudaSuccess;
 }
 
-Join JoinCapture(cudaStream_t stream, cudaGraph_t child) noexcept {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  cudaGraph_t graph = nullptr;
-  const cudaGraphNode_t* dependencies = nullptr;
-  size_t count = 0;
-#if CUDART_VERSION >= 13000
-  // Fails (cudaErrorLossyQuery) where an edge is of a kind this form cannot
-  // report: then nothing joins.
-  const cudaError_t queried =
-      cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &dependencies, nullptr, &count);
-#else
-  const cudaError_t queried = cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &dependencies, &count);
-#endif
-  cudaGraphNode_t node = nullptr;
-  if (queried != cudaSuccess || status != cudaStreamCaptureStatusActive ||
-      cudaGraphAddChildGraphNode(&node, graph, dependencies, count, child) != cudaSuccess)
-    return Join::kNotJoined;
-#if CUDART_VERSION >= 13000
-  const cudaError_t set =
-      cudaStreamUpdateCaptureDependencies(stream, &node, nullptr, 1, cudaStreamSetCaptureDependencies);
-#else
-  const cudaError_t set = cudaStreamUpdateCaptureDependencies(stream, &node, 1, cudaStreamSetCaptureDependencies);
-#endif
-  return set == cudaSuccess ? Join::kJoined : Join::kBroken;
-}
-
 }  // namespace trainbench::plugins::graph_fill

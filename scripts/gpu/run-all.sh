@@ -440,15 +440,11 @@ for stage in $STAGES; do
     # template argument: =pixel, =pack; by default pixel for bf16 and half
     # blocks, pack for fp32). graphcost (the autotuning counts with each
     # candidate the graph nodes its execution makes, a memset 7.5 us, a
-    # kernel after the first 0.7: TRAINBENCH_CUDNN_GRAPH_COST=1; with the
-    # memsets as kernels, a memset 0.7 too), graphfill (inside the capture
-    # each cuDNN execution that has a memset joins as a child graph whose
-    # memsets are kernels: TRAINBENCH_CUDNN_GRAPH_FILL=1, the default since
-    # session 28), graphboth, nofill (TRAINBENCH_CUDNN_GRAPH_FILL=0),
-    # graphcostnofill (the graph cost with the memsets as memsets),
-    # childfill (the cuDNN path's child graphs, the host's rewrite off),
-    # hostfill (the host's rewrite of the whole captured step:
-    # TRAINBENCH_GRAPH_FILL=1, the cuDNN path's off).
+    # kernel after the first 0.7: TRAINBENCH_CUDNN_GRAPH_COST=1), fill and
+    # nofill (the host worker's rewrite of the captured step's memsets as
+    # kernels always or never: TRAINBENCH_GRAPH_FILL=1 or 0; by default from
+    # 512 x 32 x 32 pixels a step). Session 28 measured the cuDNN path's
+    # child-graph form of it too (graphfill, graphboth, childfill: gone).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -467,11 +463,7 @@ for stage in $STAGES; do
         [relumask]="TRAINBENCH_BN_RELU_MASK=1" [norelumask]="TRAINBENCH_BN_RELU_MASK=0"
         [stemgeneric]="TRAINBENCH_STEM_BLOCKS=generic"
         [stempixel]="TRAINBENCH_STEM_BLOCKS=pixel" [stempack]="TRAINBENCH_STEM_BLOCKS=pack"
-        [graphcost]="TRAINBENCH_CUDNN_GRAPH_COST=1" [graphfill]="TRAINBENCH_CUDNN_GRAPH_FILL=1"
-        [graphboth]="TRAINBENCH_CUDNN_GRAPH_COST=1 TRAINBENCH_CUDNN_GRAPH_FILL=1"
-        [nofill]="TRAINBENCH_CUDNN_GRAPH_FILL=0" [graphcostnofill]="TRAINBENCH_CUDNN_GRAPH_COST=1 TRAINBENCH_CUDNN_GRAPH_FILL=0"
-        [childfill]="TRAINBENCH_CUDNN_GRAPH_FILL=1 TRAINBENCH_GRAPH_FILL=0"
-        [hostfill]="TRAINBENCH_CUDNN_GRAPH_FILL=0 TRAINBENCH_GRAPH_FILL=1")
+        [graphcost]="TRAINBENCH_CUDNN_GRAPH_COST=1" [fill]="TRAINBENCH_GRAPH_FILL=1" [nofill]="TRAINBENCH_GRAPH_FILL=0")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"
