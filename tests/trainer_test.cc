@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "plugin_options.h"
+#include "step_timer.h"
 #include "test_env.h"
 #include "trainbench/protocol/channel.h"
 #include "trainbench/protocol/version.h"
@@ -63,6 +64,27 @@ std::pair<int, std::vector<protocol::Event>> RunInProcess(const CellSpec& spec) 
   reader.join();
   ::close(fds[0]);
   return {code, events};
+}
+
+// TRAINBENCH_GRAPH_FILL (the captured step's memsets as kernels): "1" and
+// "0" decide; unset or any other bytes leave it to the step's pixels, on
+// from 512 x 32 x 32 (batch 512 at 32 px, batch 11 at 224 px).
+TEST(GraphFill, TheSettingOrTheStepsPixelsDecide) {
+  using trainbench::worker::GraphFillWanted;
+  const int64_t at32 = 32 * 32, at224 = 224 * 224;
+  EXPECT_FALSE(GraphFillWanted(nullptr, 128 * at32));
+  EXPECT_FALSE(GraphFillWanted(nullptr, 511 * at32));
+  EXPECT_TRUE(GraphFillWanted(nullptr, 512 * at32));
+  EXPECT_TRUE(GraphFillWanted(nullptr, 1024 * at32));
+  EXPECT_FALSE(GraphFillWanted(nullptr, 10 * at224));
+  EXPECT_TRUE(GraphFillWanted(nullptr, 11 * at224));
+  EXPECT_TRUE(GraphFillWanted("1", 128 * at32));
+  EXPECT_FALSE(GraphFillWanted("0", 1024 * at32));
+  for (const char* other : {"", "yes", "1 ", "01", "true", "\xff"}) {
+    EXPECT_FALSE(GraphFillWanted(other, 128 * at32)) << other;
+    EXPECT_TRUE(GraphFillWanted(other, 1024 * at32)) << other;
+  }
+  EXPECT_FALSE(GraphFillWanted(nullptr, 0));
 }
 
 TEST(Trainer, ACellReportsStartedProgressEpochsThenOneResult) {

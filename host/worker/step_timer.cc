@@ -123,8 +123,8 @@ cudaGraph_t RawGraph(G&, long) {
 // Whether the captured step's memset nodes become kernel nodes writing the
 // same bytes (plugins/common/graph_fill.h) before the graph is instantiated:
 // TRAINBENCH_GRAPH_FILL=1 always, =0 never, otherwise where a step trains on
-// at least kFillFromPixels image pixels (batch x height x width; ResNet at
-// 32 px: batch 512 and up). Session 27's traces of the ResNets' captured
+// at least 512 x 32 x 32 image pixels (batch x height x width; ResNet at
+// 32 px: batch 512 and up; GraphFillWanted). Session 27's traces of the ResNets' captured
 // steps on an H200: the GPU idled about 7.6 us around each memset node (cuDNN
 // zeroing a workspace), against 0.85 us between two kernels. Session 28's
 // ABA (two runs each, against the memsets left as they are): at batch 1024
@@ -133,15 +133,11 @@ cudaGraph_t RawGraph(G&, long) {
 // -1.3% (why the short steps lose is not known). Read at each capture.
 // Needs a LibTorch whose graphs can be kept after capture (raw_cuda_graph)
 // and the fill kernel built.
-constexpr int64_t kFillFromPixels = 512 * 32 * 32;
 bool FillMemsets(int64_t pixels_per_step) {
-  const char* value = std::getenv("TRAINBENCH_GRAPH_FILL");
 #ifdef TRAINBENCH_GRAPH_FILL_KERNEL
-  if (value != nullptr && std::string_view(value) == "1") return true;
-  if (value != nullptr && std::string_view(value) == "0") return false;
-  return pixels_per_step >= kFillFromPixels;
+  return GraphFillWanted(std::getenv("TRAINBENCH_GRAPH_FILL"), pixels_per_step);
 #else
-  (void)value, (void)pixels_per_step;
+  (void)pixels_per_step;
   return false;
 #endif
 }
@@ -230,6 +226,13 @@ class CudaGraphedStep : public GraphedStep {
 #endif
 
 }  // namespace
+
+bool GraphFillWanted(const char* setting, int64_t pixels_per_step) {
+  constexpr int64_t kFillFromPixels = 512 * 32 * 32;
+  if (setting != nullptr && std::string_view(setting) == "1") return true;
+  if (setting != nullptr && std::string_view(setting) == "0") return false;
+  return pixels_per_step >= kFillFromPixels;
+}
 
 bool WorkerHasCuda() {
 #ifdef TRAINBENCH_WORKER_CUDA

@@ -57,6 +57,14 @@ class GraphedStep {
 /// step_timer.cc): for steps long enough that it pays.
 std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step, int64_t pixels_per_step = 0);
 
+/// Whether a captured step's memset nodes should become kernel nodes before
+/// the graph is instantiated (step_timer.cc says why): `setting` is
+/// TRAINBENCH_GRAPH_FILL's value (null when unset), "1" yes, "0" no, and
+/// otherwise yes where the step trains on at least 512 x 32 x 32 image
+/// pixels. Whether this worker can (CUDA, the fill kernel built, a LibTorch
+/// that keeps its graphs) is another matter.
+bool GraphFillWanted(const char* setting, int64_t pixels_per_step);
+
 /// Whether this worker was built with CUDA support.
 bool WorkerHasCuda();
 
