@@ -148,10 +148,12 @@ __device__ __forceinline__ bool Passes(float x, float scale, float shift) {
 // Programmatic dependent launch (sm_90 and later; no-ops before): the NHWC
 // element-wise pass is launched so that it may start while the reduction
 // before it on its stream finishes (LaunchElementwise). The reduction lets it
-// start at once (LetDependentsStart): launched the ordinary way, it began
-// after everything before it on the stream had finished, so the inputs that
-// the element-wise pass reads before its wait (x, dy, r: written by kernels
-// before the reduction) are final. The wait (WaitForPrerequisite: the
+// start at once (LetDependentsStart), after its own wait
+// (WaitForPrerequisite: at once where it was launched the ordinary way; with
+// TRAINBENCH_BN_PDL_REDUCTION=1 it is itself a dependent of the kernel before
+// it): everything before it on the stream has then finished, so the inputs
+// that the element-wise pass reads before its wait (x, dy, r: written by
+// kernels before the reduction) are final. The wait (WaitForPrerequisite: the
 // reduction finished, its writes visible) comes before anything the
 // reduction writes is read (the coefficients, dr), and every thread of the
 // element-wise pass passes it, so that the pass finishes after the reduction
@@ -447,6 +449,13 @@ __device__ __forceinline__ void WriteBlockSums(const Params& p, const float (&a0
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad = false,
           bool kReverse = false, bool kMask = false>
 __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Params p, int tx) {
+  // Launched as a programmatic dependent of the kernel before it
+  // (TRAINBENCH_BN_PDL_REDUCTION=1, LaunchReduction): nothing of it runs until
+  // that kernel has finished and its writes are visible, and only then may
+  // the element-wise pass after it start, whose loads before its own wait
+  // (x, r, dy) need the kernels before this one finished. Launched the
+  // ordinary way, the wait returns at once.
+  WaitForPrerequisite();
   LetDependentsStart();
   const int ty = kThreads / tx;
   const int lane_c = threadIdx.x % tx, lane_r = threadIdx.x / tx;
@@ -1231,6 +1240,31 @@ bool DependentLaunchReady() {
   return r > 0;
 }
 
+// Whether the NHWC reductions of training are launched as programmatic
+// dependents of the kernel before them on their stream (a convolution, for
+// the ResNets), so that their launch overlaps its last blocks:
+// TRAINBENCH_BN_PDL_REDUCTION=1 where DependentLaunchReady. Session 27's
+// traces: about 0.85 us between a convolution and the batch norm after it,
+// 30-50 us a step for ResNet50 at batch 1024. Off until measured on a GPU.
+bool ReductionDependentLaunch() {
+  static const bool setting = trainbench::plugins::OnIfOne("TRAINBENCH_BN_PDL_REDUCTION");
+  return setting && DependentLaunchReady();
+}
+
+// The NHWC reduction of training on `stream`.
+template <auto kernel>
+void LaunchReduction(dim3 grid, const Params& p, int tx, cudaStream_t stream) {
+  if (ReductionDependentLaunch()) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    const cudaLaunchConfig_t config = ConfigWith(grid, 0, stream, attribute);
+    if (cudaLaunchKernelEx(&config, kernel, p, tx) == cudaSuccess) return;
+    (void)cudaGetLastError();  // refused up front: the ordinary launch instead
+  }
+  kernel<<<grid, kThreads, 0, stream>>>(p, tx);
+}
+
 // The NHWC element-wise pass, after the reduction just launched on `stream`.
 template <auto kernel>
 void LaunchElementwise(dim3 grid, const Params& p, int tx, cudaStream_t stream) {
@@ -1257,11 +1291,11 @@ void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaSt
     const int reverse = ReverseSetting();
     constexpr bool kReduceMask = kMask && kBackward, kElementwiseMask = kMask && !kBackward;
     if (reverse == kReverseReduction)
-      ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, true, kReduceMask>
-          <<<grid, kThreads, 0, stream>>>(p, g.tx);
+      LaunchReduction<ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, true, kReduceMask>>(grid, p, g.tx,
+                                                                                                        stream);
     else
-      ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, false, kReduceMask>
-          <<<grid, kThreads, 0, stream>>>(p, g.tx);
+      LaunchReduction<ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, false, kReduceMask>>(grid, p, g.tx,
+                                                                                                         stream);
     constexpr auto elementwise = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual, false, kElementwiseMask>;
     constexpr auto reversed = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual, true, kElementwiseMask>;
     if (reverse == kReverseElementwise)
