@@ -1251,32 +1251,32 @@ bool ReductionDependentLaunch() {
   return setting && DependentLaunchReady();
 }
 
-// The NHWC reduction of training on `stream`.
+// An NHWC kernel of (Params, tx) on `stream`, as a programmatic dependent of
+// the kernel before it where `dependent` (falling back to the ordinary
+// launch where the launch is refused up front).
 template <auto kernel>
-void LaunchReduction(dim3 grid, const Params& p, int tx, cudaStream_t stream) {
-  if (ReductionDependentLaunch()) {
+void LaunchNhwc(bool dependent, dim3 grid, const Params& p, int tx, cudaStream_t stream) {
+  if (dependent) {
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute.val.programmaticStreamSerializationAllowed = 1;
     const cudaLaunchConfig_t config = ConfigWith(grid, 0, stream, attribute);
     if (cudaLaunchKernelEx(&config, kernel, p, tx) == cudaSuccess) return;
-    (void)cudaGetLastError();  // refused up front: the ordinary launch instead
+    (void)cudaGetLastError();
   }
   kernel<<<grid, kThreads, 0, stream>>>(p, tx);
+}
+
+// The NHWC reduction of training on `stream`.
+template <auto kernel>
+void LaunchReduction(dim3 grid, const Params& p, int tx, cudaStream_t stream) {
+  LaunchNhwc<kernel>(ReductionDependentLaunch(), grid, p, tx, stream);
 }
 
 // The NHWC element-wise pass, after the reduction just launched on `stream`.
 template <auto kernel>
 void LaunchElementwise(dim3 grid, const Params& p, int tx, cudaStream_t stream) {
-  if (DependentLaunchReady()) {
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    const cudaLaunchConfig_t config = ConfigWith(grid, 0, stream, attribute);
-    if (cudaLaunchKernelEx(&config, kernel, p, tx) == cudaSuccess) return;
-    (void)cudaGetLastError();  // refused up front: the ordinary launch instead
-  }
-  kernel<<<grid, kThreads, 0, stream>>>(p, tx);
+  LaunchNhwc<kernel>(DependentLaunchReady(), grid, p, tx, stream);
 }
 
 // kSecondGrad: the backward adds p.grad_y2 to dy (BnBackwardArgs::grad_y2).
