@@ -401,23 +401,40 @@ std::unique_ptr<at::cuda::CUDAGraph> CaptureWithSideStreams(const std::function<
   return graph;
 }
 
+// A 3x3 convolution (padding 1) of bf16 channels_last tensors, its weights
+// and input random (drawn from the current seed, the weights first) and
+// needing gradients: the graph tests' step.
+struct GradConv {
+  torch::Tensor w, x;
+  GradConv(int64_t batch, int64_t in, int64_t out, int64_t hw) {
+    const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
+    const auto cl = torch::MemoryFormat::ChannelsLast;
+    w = (torch::randn({out, in, 3, 3}, options) * 0.1).contiguous(cl).requires_grad_();
+    x = torch::randn({batch, in, hw, hw}, options).contiguous(cl).requires_grad_();
+  }
+  // The gradients unset (a captured step makes its own), then the backward
+  // of dy, or of sum(y^2) where dy is undefined.
+  void Step(const torch::Tensor& dy = {}) {
+    x.mutable_grad() = torch::Tensor();
+    w.mutable_grad() = torch::Tensor();
+    const torch::Tensor y = cudnn_conv::Conv2d(x, w, {1, 1}, {1, 1});
+    if (dy.defined())
+      y.backward(dy);
+    else
+      y.square().sum().backward();
+  }
+};
+
 TEST(CudnnConvGraph, ReplaysInACudaGraph) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
   torch::manual_seed(5);
-  const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
-  const auto cl = torch::MemoryFormat::ChannelsLast;
-  torch::Tensor w = (torch::randn({64, 32, 3, 3}, options) * 0.1).contiguous(cl).requires_grad_();
-  torch::Tensor x = torch::randn({16, 32, 8, 8}, options).contiguous(cl).requires_grad_();
-  auto step = [&] {
-    x.mutable_grad() = torch::Tensor();
-    w.mutable_grad() = torch::Tensor();
-    cudnn_conv::Conv2d(x, w, {1, 1}, {1, 1}).square().sum().backward();
-  };
+  GradConv conv(16, 32, 64, 8);
+  auto step = [&] { conv.Step(); };
   step();  // eager: engines chosen, the gradients to expect
-  const std::vector<torch::Tensor> expected = {x.grad().clone(), w.grad().clone()};
+  const std::vector<torch::Tensor> expected = {conv.x.grad().clone(), conv.w.grad().clone()};
   const auto graph = CaptureWithSideStreams(step, nullptr);  // the default
-  const torch::Tensor x_grad = x.grad(), w_grad = w.grad();
+  const torch::Tensor x_grad = conv.x.grad(), w_grad = conv.w.grad();
   for (int replay = 0; replay < 3; ++replay) {
     x_grad.zero_();
     w_grad.zero_();
@@ -438,26 +455,21 @@ TEST(HostGraphFill, RewritesTheCapturedStepsMemsetsInPlace) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
   torch::manual_seed(9);
-  const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
-  const auto cl = torch::MemoryFormat::ChannelsLast;
-  torch::Tensor w = (torch::randn({64, 32, 3, 3}, options) * 0.1).contiguous(cl).requires_grad_();
-  torch::Tensor x = torch::randn({16, 32, 8, 8}, options).contiguous(cl).requires_grad_();
+  GradConv conv(16, 32, 64, 8);
   const int64_t n = 1 << 16;
   torch::Tensor buf = torch::empty({n}, torch::TensorOptions(torch::kCUDA).dtype(torch::kInt32));
   torch::Tensor seen = torch::empty_like(buf), after = torch::empty_like(buf);
   auto step = [&] {
-    x.mutable_grad() = torch::Tensor();
-    w.mutable_grad() = torch::Tensor();
     buf.fill_(7);
     seen.copy_(buf);  // before the memset: all 7
     ASSERT_EQ(cudaMemsetAsync(buf.data_ptr(), 0, n / 2 * sizeof(int32_t), c10::cuda::getCurrentCUDAStream()),
               cudaSuccess);
     after.copy_(buf);  // half 0, half 7
-    cudnn_conv::Conv2d(x, w, {1, 1}, {1, 1}).square().sum().backward();
+    conv.Step();
   };
   step();  // eager
   torch::cuda::synchronize();
-  const std::vector<torch::Tensor> expected = {x.grad().clone(), w.grad().clone()};
+  const std::vector<torch::Tensor> expected = {conv.x.grad().clone(), conv.w.grad().clone()};
   torch::Tensor want = torch::full({n}, 7, buf.options());
   want.slice(0, 0, n / 2).zero_();
   for (const bool fill : {true, false}) {
@@ -476,8 +488,8 @@ TEST(HostGraphFill, RewritesTheCapturedStepsMemsetsInPlace) {
       torch::cuda::synchronize();
       EXPECT_TRUE(torch::equal(seen, torch::full({n}, 7, buf.options()))) << fill << ": the copy before saw the memset";
       EXPECT_TRUE(torch::equal(after, want)) << fill;
-      EXPECT_LE(RelativeError(x.grad(), expected[0]), 1e-2) << fill;
-      EXPECT_LE(RelativeError(w.grad(), expected[1]), 1e-2) << fill;
+      EXPECT_LE(RelativeError(conv.x.grad(), expected[0]), 1e-2) << fill;
+      EXPECT_LE(RelativeError(conv.w.grad(), expected[1]), 1e-2) << fill;
     }
     if (fill)
       EXPECT_NE(log.find("graph fill: "), std::string::npos) << log;
@@ -499,16 +511,10 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
   torch::manual_seed(6);
-  const auto options = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
-  const auto cl = torch::MemoryFormat::ChannelsLast;
-  torch::Tensor w = (torch::randn({128, 64, 3, 3}, options) * 0.1).contiguous(cl).requires_grad_();
-  torch::Tensor x = torch::randn({32, 64, 8, 8}, options).contiguous(cl).requires_grad_();
-  const torch::Tensor dy = torch::randn({32, 128, 8, 8}, options).contiguous(cl);
-  auto step = [&] {
-    x.mutable_grad() = torch::Tensor();
-    w.mutable_grad() = torch::Tensor();
-    cudnn_conv::Conv2d(x, w, {1, 1}, {1, 1}).backward(dy);
-  };
+  GradConv conv(32, 64, 128, 8);
+  const torch::Tensor dy =
+      torch::randn({32, 128, 8, 8}, conv.x.options()).contiguous(torch::MemoryFormat::ChannelsLast);
+  auto step = [&] { conv.Step(dy); };
   // Replays of a captured step, with the side stream or without: the
   // gradients, and how many backward passes used the side stream.
   auto replayed = [&](bool parallel) {
@@ -516,7 +522,7 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
     const int64_t before = cudnn_conv::GetCounts().side_stream_grads;
     const auto graph = CaptureWithSideStreams(step, parallel ? nullptr : "0");
     const int64_t side = cudnn_conv::GetCounts().side_stream_grads - before;
-    const torch::Tensor x_grad = x.grad(), w_grad = w.grad();
+    const torch::Tensor x_grad = conv.x.grad(), w_grad = conv.w.grad();
     x_grad.fill_(7);
     w_grad.fill_(7);
     graph->replay();
@@ -531,7 +537,7 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
   EXPECT_LE(RelativeError(x_side, x_one), 1e-3);
   EXPECT_LE(RelativeError(w_side, w_one), 1e-3);
   // And LibTorch's gradients.
-  const torch::Tensor xr = x.detach().requires_grad_(), wr = w.detach().requires_grad_();
+  const torch::Tensor xr = conv.x.detach().requires_grad_(), wr = conv.w.detach().requires_grad_();
   torch::conv2d(xr, wr, {}, 1, 1).backward(dy);
   EXPECT_LE(RelativeError(x_side, xr.grad()), 1e-2);
   EXPECT_LE(RelativeError(w_side, wr.grad()), 1e-2);
