@@ -116,7 +116,7 @@ for stage in $STAGES; do
     # their tests alone (a subset of `test`).
     # KERNEL_TESTS: another ctest regex (a rerun of a few); KERNEL_BENCH=0:
     # without the batch norm micro-benchmark.
-    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|SideStream|OptimizerOverlap|StreamGate|Models\.|PoolGeneral|OneGradient|ForwardRows|ReverseRows|ReluMask|Stem|GraphFill|GraphCost|PdlReduction}" > "$OUT/kernels.log" 2>&1
+    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|SideStream|OptimizerOverlap|StreamGate|Models\.|PoolGeneral|OneGradient|ForwardRows|ReverseRows|ReluMask|Stem|GraphFill|GraphCost|NoPdlReduction}" > "$OUT/kernels.log" 2>&1
       echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60
       # The ResNets' batch norm alone, fused vs composite, per shape.
       [ "${KERNEL_BENCH:-1}" = 0 ] || build-gpu/bin/batch_norm_act_bench 1024 | tee "$OUT/batch-norm-bench.md" ;;
@@ -445,8 +445,10 @@ for stage in $STAGES; do
     # kernels always or never: TRAINBENCH_GRAPH_FILL=1 or 0; by default from
     # 512 x 32 x 32 pixels a step). Session 28 measured the cuDNN path's
     # child-graph form of it too (graphfill, graphboth, childfill: gone).
-    # pdlreduce (the batch norm's NHWC reductions launched as programmatic
-    # dependents of the kernel before them: TRAINBENCH_BN_PDL_REDUCTION=1).
+    # pdlreduce and nopdlreduce (the batch norm's NHWC reductions launched
+    # as programmatic dependents of the kernel before them or the ordinary
+    # way: TRAINBENCH_BN_PDL_REDUCTION=1 or 0; dependents by default since
+    # session 29).
     # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
@@ -466,7 +468,7 @@ for stage in $STAGES; do
         [stemgeneric]="TRAINBENCH_STEM_BLOCKS=generic"
         [stempixel]="TRAINBENCH_STEM_BLOCKS=pixel" [stempack]="TRAINBENCH_STEM_BLOCKS=pack"
         [graphcost]="TRAINBENCH_CUDNN_GRAPH_COST=1" [fill]="TRAINBENCH_GRAPH_FILL=1" [nofill]="TRAINBENCH_GRAPH_FILL=0"
-        [pdlreduce]="TRAINBENCH_BN_PDL_REDUCTION=1")
+        [pdlreduce]="TRAINBENCH_BN_PDL_REDUCTION=1" [nopdlreduce]="TRAINBENCH_BN_PDL_REDUCTION=0")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"
