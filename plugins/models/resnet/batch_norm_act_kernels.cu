@@ -149,9 +149,9 @@ __device__ __forceinline__ bool Passes(float x, float scale, float shift) {
 // element-wise pass is launched so that it may start while the reduction
 // before it on its stream finishes (LaunchElementwise). The reduction lets it
 // start at once (LetDependentsStart), after its own wait
-// (WaitForPrerequisite: at once where it was launched the ordinary way; with
-// TRAINBENCH_BN_PDL_REDUCTION=1 it is itself a dependent of the kernel before
-// it): everything before it on the stream has then finished, so the inputs
+// (WaitForPrerequisite: at once where it was launched the ordinary way; by
+// default it is itself a dependent of the kernel before it, LaunchReduction):
+// everything before it on the stream has then finished, so the inputs
 // that the element-wise pass reads before its wait (x, dy, r: written by
 // kernels before the reduction) are final. The wait (WaitForPrerequisite: the
 // reduction finished, its writes visible) comes before anything the
@@ -449,8 +449,9 @@ __device__ __forceinline__ void WriteBlockSums(const Params& p, const float (&a0
 template <typename T, int kVec, bool kBackward, bool kRelu, bool kResidual, bool kSecondGrad = false,
           bool kReverse = false, bool kMask = false>
 __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Params p, int tx) {
-  // Launched as a programmatic dependent of the kernel before it
-  // (TRAINBENCH_BN_PDL_REDUCTION=1, LaunchReduction): nothing of it runs until
+  // Launched as a programmatic dependent of the kernel before it (by
+  // default, LaunchReduction; TRAINBENCH_BN_PDL_REDUCTION=0 for the ordinary
+  // launch): nothing of it runs until
   // that kernel has finished and its writes are visible, and only then may
   // the element-wise pass after it start, whose loads before its own wait
   // (x, r, dy) need the kernels before this one finished. Launched the
