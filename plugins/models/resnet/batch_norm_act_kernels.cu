@@ -35,6 +35,7 @@ using trainbench::cuda::Pack;
 using trainbench::cuda::Round;
 using trainbench::cuda::StorePack;
 using trainbench::cuda::ToFloat;
+using trainbench::plugins::OnIfOne;
 using trainbench::plugins::OnUnlessZero;
 
 constexpr int kThreads = 256;
@@ -120,6 +121,7 @@ struct Params {
   float* partials;    // [splits][C][2]
   int* counters;      // the stream's: one per channel tile, zero between kernels
   bool first_stream;  // host only: the stream holds the device's first counters (LaunchOnePass)
+  bool every_block;   // OnePassNhwc waiting through global memory: FinishTileInEveryBlock, not FinishTileTogether
   int64_t* batches;   // forward: num_batches_tracked, counted once per launch (null: not tracked)
   float eps, momentum;
   int64_t rows;  // elements per channel: N * H * W
@@ -287,11 +289,14 @@ __device__ void FinishChannel(const Params& p, int c, double s0, double s1, cons
   }
 }
 
-// The last block of a channel tile: adds every block's partial sums of the
-// tile's `count` channels (from `first`) and finishes them. `ref_stride`:
-// where a channel's first element is (c * ref_stride).
+// Adds every block's partial sums of a channel tile's `count` channels (from
+// `first`) and finishes them: the coefficients of channel first + t at
+// coef + t * Coefficients(kBackward); the statistics or gradients written
+// where `outputs` (one block a tile). `ref_stride`: where a channel's first
+// element is (c * ref_stride).
 template <typename T, bool kBackward>
-__device__ void FinishTile(const Params& p, int first, int count, int splits, int64_t ref_stride) {
+__device__ void FinishTile(const Params& p, int first, int count, int splits, int64_t ref_stride, float* coef,
+                           bool outputs = true) {
   __shared__ double red[2][kThreads];
   const int parts = blockDim.x / count;  // count <= blockDim.x
   const int slot = threadIdx.x % count, part = threadIdx.x / count;
@@ -328,8 +333,8 @@ __device__ void FinishTile(const Params& p, int first, int count, int splits, in
       s0 += red[0][q * count + threadIdx.x];
       s1 += red[1][q * count + threadIdx.x];
     }
-    const int c = first + threadIdx.x;
-    FinishChannel<kBackward>(p, c, s0, s1, constants, p.coef + c * Coefficients(kBackward));
+    FinishChannel<kBackward>(p, first + threadIdx.x, s0, s1, constants, coef + threadIdx.x * Coefficients(kBackward),
+                             outputs);
   }
 }
 
@@ -497,7 +502,7 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNhwc(Param
   const int count = min(tile_c, p.c - first);
   WriteBlockSums<kVec>(p, a0, a1, ty, tile_c, first, count);
   if (!LastBlockOfTile(p, blockIdx.x)) return;
-  FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1);
+  FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1, p.coef + first * Coefficients(kBackward));
   if (threadIdx.x == 0) CloseTile<kBackward>(p, blockIdx.x);
 }
 
@@ -565,7 +570,7 @@ __global__ void __launch_bounds__(kThreads, kReduceBlocksPerSm) ReduceNchw(Param
     q[1] = s1;
   }
   if (!LastBlockOfTile(p, c)) return;
-  FinishTile<T, kBackward>(p, c, 1, gridDim.y, /*ref_stride=*/p.s);
+  FinishTile<T, kBackward>(p, c, 1, gridDim.y, /*ref_stride=*/p.s, p.coef + c * Coefficients(kBackward));
   if (threadIdx.x == 0) CloseTile<kBackward>(p, c);
 }
 
@@ -649,6 +654,16 @@ __device__ __forceinline__ long long GlobalNanoseconds() {
   return t;
 }
 
+// Thread 0 of a block: waits until the tile's release word moves on from
+// `generation` (read before the block arrived).
+__device__ __forceinline__ void WaitForRelease(const int* release, int generation) {
+  const long long start = GlobalNanoseconds();
+  while (*static_cast<const volatile int*>(release) == generation) {
+    __nanosleep(128);
+    if (GlobalNanoseconds() - start > kWaitLimitNs) __trap();  // not resident together: an error, not a hang
+  }
+}
+
 // The blocks of one channel tile wait for each other: the last to arrive
 // finishes the tile (FinishTile: every block's partial sums, the per-channel
 // coefficients), sets the tile's counter back to zero (every block has
@@ -662,7 +677,7 @@ __device__ void FinishTileTogether(const Params& p, int first, int count) {
   int generation = 0;
   if (threadIdx.x == 0) generation = *static_cast<volatile int*>(release);
   if (LastBlockOfTile(p, blockIdx.x)) {
-    FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1);
+    FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1, p.coef + first * Coefficients(kBackward));
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -671,14 +686,46 @@ __device__ void FinishTileTogether(const Params& p, int first, int count) {
       atomicAdd(release, 1);
     }
   } else if (threadIdx.x == 0) {
-    const long long start = GlobalNanoseconds();
-    while (*static_cast<volatile int*>(release) == generation) {
-      __nanosleep(128);
-      if (GlobalNanoseconds() - start > kWaitLimitNs) __trap();  // not resident together: an error, not a hang
+    WaitForRelease(release, generation);
+  }
+  __syncthreads();
+  __threadfence();
+}
+
+// The other way to wait through global memory (TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK=1,
+// Params::every_block): the last block to arrive sets the tile's counter back
+// and advances the release word at once, finishing nothing, and then every
+// block adds the tile's partial sums itself into `coef` (its shared memory,
+// as a cluster's blocks do), the tile's first block writing the statistics or
+// gradients. Against FinishTileTogether, two steps leave the path every block
+// waits on: the last block's finishing (the constants' and the partial sums'
+// loads, the arithmetic, the coefficients' stores and a fence) and each
+// block's load of the coefficients it wrote; each block loads splits x count
+// partial sums instead, from L2. Session 15 saw the one-pass kernels lose
+// about 0.17 us per block of a tile beyond 8 (cause not found); this wait is
+// the candidate to measure against it.
+template <typename T, bool kBackward>
+__device__ void FinishTileInEveryBlock(const Params& p, int first, int count, float* coef) {
+  int* release = &p.counters[kMaxTiles + blockIdx.x];
+  int generation = 0;
+  if (threadIdx.x == 0) generation = *static_cast<volatile int*>(release);
+  __threadfence();  // this block's partial sums before its arrival
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (atomicAdd(&p.counters[blockIdx.x], 1) == static_cast<int>(gridDim.y) - 1) {
+      p.counters[blockIdx.x] = 0;  // every block has arrived: the counter is the next kernel's
+      __threadfence();
+      atomicAdd(release, 1);
+    } else {
+      WaitForRelease(release, generation);
     }
   }
   __syncthreads();
   __threadfence();
+  const bool outputs = blockIdx.y == 0;
+  FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1, coef, outputs);
+  if (outputs && threadIdx.x == 0) CountBatch<kBackward>(p, blockIdx.x);
+  __syncthreads();  // coef complete
 }
 
 // The blocks of one channel tile as one thread block cluster (sm_90): each
@@ -801,6 +848,16 @@ __global__ void __launch_bounds__(kThreads, kOnePassBlocksPerSm) OnePassNhwc(Par
   if constexpr (kCluster) {
     __shared__ float coef[kReduceTileChannels * kStride];
     FinishTileInCluster<T, kVec, kBackward>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first), coef);
+    if (!active) return;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+#pragma unroll
+      for (int q = 0; q < kK; ++q) k[j][q] = coef[(c0 - first + j) * kStride + q];
+    }
+  } else if (p.every_block) {
+    __shared__ float coef[kReduceTileChannels * kStride];
+    WriteBlockSums<kVec>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first));
+    FinishTileInEveryBlock<T, kBackward>(p, first, min(tile_c, p.c - first), coef);
     if (!active) return;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
@@ -1115,11 +1172,25 @@ int ElementwiseRowBlocks(const Geometry& g) {
   return static_cast<int>(std::clamp<int64_t>(int64_t{per_sm} * SmCount() / g.elem_tiles, 1, g.rows_blocks));
 }
 
+// How the one-pass kernels' blocks that wait through global memory get the
+// tile's coefficients: the last to arrive finishes the tile for all
+// (FinishTileTogether), or, with TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK=1, each
+// finishes it itself (FinishTileInEveryBlock), every one-pass kernel then
+// waiting through global memory, not as a cluster (one switch for a
+// side-by-side against TRAINBENCH_BN_ONE_PASS_CLUSTER=0). Prepared in session
+// 29, off until measured: the wait matters where a tile has more blocks than
+// a cluster holds (TRAINBENCH_BN_ONE_PASS_MAX_SPLITS above 16).
+bool EveryBlockSetting() {
+  static const bool value = OnIfOne("TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK");
+  return value;
+}
+
 // Whether the one-pass kernels' blocks of a channel tile may be one thread
-// block cluster: unless TRAINBENCH_BN_ONE_PASS_CLUSTER=0 (the blocks then
-// wait for each other through global memory, for a side-by-side).
+// block cluster: unless TRAINBENCH_BN_ONE_PASS_CLUSTER=0 or
+// TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK=1 (the blocks then wait for each other
+// through global memory, for a side-by-side).
 bool ClusterSetting() {
-  static const bool value = OnUnlessZero("TRAINBENCH_BN_ONE_PASS_CLUSTER");
+  static const bool value = OnUnlessZero("TRAINBENCH_BN_ONE_PASS_CLUSTER") && !EveryBlockSetting();
   return value;
 }
 
@@ -1198,7 +1269,9 @@ bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
   if (static_cast<int64_t>(ResidentBlocks<kernel>(kShared)) * SmCount() <
       static_cast<int64_t>(g.one_pass_tiles) * g.one_pass_splits)
     return false;
-  kernel<<<dim3(g.one_pass_tiles, g.one_pass_splits), kThreads, kShared, stream>>>(p, g.one_pass_tx);
+  Params q = p;
+  q.every_block = EveryBlockSetting();
+  kernel<<<dim3(g.one_pass_tiles, g.one_pass_splits), kThreads, kShared, stream>>>(q, g.one_pass_tx);
   return true;
 }
 
@@ -1251,7 +1324,7 @@ bool DependentLaunchReady() {
 // (ResNet18 bf16, fp32, ResNet50 bf16, fp32), +0.4%, -0.2%, +0.3%, +0.2% at
 // 128.
 bool ReductionDependentLaunch() {
-  static const bool setting = trainbench::plugins::OnUnlessZero("TRAINBENCH_BN_PDL_REDUCTION");
+  static const bool setting = OnUnlessZero("TRAINBENCH_BN_PDL_REDUCTION");
   return setting && DependentLaunchReady();
 }
 
