@@ -709,16 +709,14 @@ __device__ void FinishTileInEveryBlock(const Params& p, int first, int count, fl
   int* release = &p.counters[kMaxTiles + blockIdx.x];
   int generation = 0;
   if (threadIdx.x == 0) generation = *static_cast<volatile int*>(release);
-  __threadfence();  // this block's partial sums before its arrival
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    if (atomicAdd(&p.counters[blockIdx.x], 1) == static_cast<int>(gridDim.y) - 1) {
+  if (LastBlockOfTile(p, blockIdx.x)) {
+    if (threadIdx.x == 0) {
       p.counters[blockIdx.x] = 0;  // every block has arrived: the counter is the next kernel's
       __threadfence();
       atomicAdd(release, 1);
-    } else {
-      WaitForRelease(release, generation);
     }
+  } else if (threadIdx.x == 0) {
+    WaitForRelease(release, generation);
   }
   __syncthreads();
   __threadfence();
