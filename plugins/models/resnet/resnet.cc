@@ -24,6 +24,7 @@
 #include "stem.h"
 #include "trainbench/sdk/autocast.h"
 #include "trainbench/sdk/module_model.h"
+#include "trim_taps.h"
 #include "weight_cast.h"
 
 namespace trainbench::plugins {
@@ -54,6 +55,13 @@ class ConvImpl : public sdk::CountedConv2dImpl {
       // Not late through the stem's weight transform: its backward reads
       // the filter gradient at once.
       if (space_to_depth_ && resnet::StemApplies(x, w, stride_, padding_)) return resnet::StemConv(x, w, settings_);
+      // Over its live taps alone where the output is one pixel
+      // (TRAINBENCH_CONV_TRIM=1): not late either, the trim's backward reads
+      // the filter gradient at once.
+      if (resnet::TrimTapsSetting()) {
+        if (const auto taps = resnet::LiveTaps(x.size(2), x.size(3), w.size(2), w.size(3), stride_, padding_))
+          return cudnn_conv::Conv2d(x, resnet::TrimTaps(w, *taps), {1, 1}, {0, 0}, settings_);
+      }
       cudnn_conv::Settings settings = settings_;
       settings.late_join_group = late_join_group_;
       return cudnn_conv::Conv2d(x, w, {stride_, stride_}, {padding_, padding_}, settings);

@@ -1,0 +1,91 @@
+// The convolutions over their live taps alone (plugins/models/resnet/trim_taps.h):
+// which convolutions the rule takes, and that the trimmed one gives the
+// same output and gradients as the whole filter, in fp64 on the CPU.
+#include "trim_taps.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using resnet::LiveTaps;
+
+std::string Show(const std::optional<resnet::Taps>& t) {
+  if (!t) return "none";
+  return std::to_string(t->top) + "," + std::to_string(t->left) + " " + std::to_string(t->height) + "x" +
+         std::to_string(t->width);
+}
+
+TEST(TrimTaps, TheRuleTakesOnePixelOutputsWhosePaddingHidesTaps) {
+  // h, w, r, s, stride, padding
+  EXPECT_EQ(Show(LiveTaps(1, 1, 3, 3, 1, 1)), "1,1 1x1");  // ResNet layer 4 at 32 px: the centre
+  EXPECT_EQ(Show(LiveTaps(1, 1, 3, 3, 2, 1)), "1,1 1x1");
+  EXPECT_EQ(Show(LiveTaps(2, 2, 3, 3, 2, 1)), "1,1 2x2");  // layer 4's first 3x3, stride 2 over 2x2
+  EXPECT_EQ(Show(LiveTaps(1, 2, 3, 3, 2, 1)), "1,1 1x2");
+  EXPECT_EQ(Show(LiveTaps(1, 1, 7, 7, 2, 3)), "3,3 1x1");
+  EXPECT_EQ(Show(LiveTaps(2, 2, 3, 3, 1, 1)), "none");  // a 2x2 output
+  EXPECT_EQ(Show(LiveTaps(4, 4, 3, 3, 2, 1)), "none");
+  EXPECT_EQ(Show(LiveTaps(7, 7, 3, 3, 1, 1)), "none");
+  EXPECT_EQ(Show(LiveTaps(1, 1, 1, 1, 1, 0)), "none");  // every tap reaches the input
+  EXPECT_EQ(Show(LiveTaps(3, 3, 3, 3, 1, 0)), "none");
+  EXPECT_EQ(Show(LiveTaps(2, 2, 1, 1, 2, 0)), "none");  // the 1x1 downsampling reads one pixel of four: not taps
+  EXPECT_EQ(Show(LiveTaps(1, 1, 5, 5, 1, 1)), "none");  // no output
+  EXPECT_EQ(Show(LiveTaps(0, 1, 3, 3, 1, 1)), "none");
+  EXPECT_EQ(Show(LiveTaps(1, 1, 3, 3, 0, 1)), "none");
+  EXPECT_EQ(Show(LiveTaps(1, 1, 3, 3, 1, -1)), "none");
+}
+
+// Every small case the rule takes: the same output and the same gradients
+// of x and w (those of the taps it leaves out exactly zero), in w's layout.
+TEST(TrimTaps, TheTrimmedConvolutionIsTheSameFunction) {
+  torch::manual_seed(29);
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  int taken = 0;
+  for (int64_t h = 1; h <= 4; ++h) {
+    for (int64_t w = 1; w <= 3; ++w) {
+      for (int64_t r : {1, 3, 5}) {
+        for (int64_t stride = 1; stride <= 3; ++stride) {
+          for (int64_t padding = 0; padding <= 2; ++padding) {
+            const auto taps = LiveTaps(h, w, r, r, stride, padding);
+            if (!taps) continue;
+            ++taken;
+            const std::vector<int64_t> strides{stride, stride}, paddings{padding, padding}, ones{1, 1}, zeros{0, 0};
+            for (bool channels_last : {false, true}) {
+              const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+              const std::string what = "h " + std::to_string(h) + " w " + std::to_string(w) + " r " +
+                                       std::to_string(r) + " stride " + std::to_string(stride) + " padding " +
+                                       std::to_string(padding) + (channels_last ? " channels_last" : "");
+              const torch::Tensor x0 = torch::randn({3, 4, h, w}, f64).contiguous(format);
+              const torch::Tensor w0 = torch::randn({5, 4, r, r}, f64).contiguous(format);
+              const torch::Tensor up = torch::randn({3, 5, 1, 1}, f64);
+              torch::Tensor xa = x0.clone().requires_grad_(), wa = w0.clone().requires_grad_();
+              torch::Tensor xb = x0.clone().requires_grad_(), wb = w0.clone().requires_grad_();
+              const torch::Tensor ya =
+                  torch::conv2d(xa, wa, torch::Tensor(), at::IntArrayRef(strides), at::IntArrayRef(paddings));
+              const torch::Tensor yb = torch::conv2d(xb, resnet::TrimTaps(wb, *taps), torch::Tensor(),
+                                                     at::IntArrayRef(ones), at::IntArrayRef(zeros));
+              ASSERT_EQ(ya.sizes(), yb.sizes()) << what;
+              (ya * up).sum().backward();
+              (yb * up).sum().backward();
+              EXPECT_TRUE(torch::allclose(ya, yb, 1e-12, 1e-12)) << what;
+              EXPECT_TRUE(torch::allclose(xa.grad(), xb.grad(), 1e-12, 1e-12)) << what;
+              EXPECT_TRUE(torch::allclose(wa.grad(), wb.grad(), 1e-12, 1e-12)) << what;
+              EXPECT_EQ(wb.grad().strides(), wb.strides()) << what;
+              // The taps it leaves out: no gradient at all in the whole filter's.
+              torch::Tensor live = torch::zeros_like(wa.grad());
+              live.narrow(2, taps->top, taps->height).narrow(3, taps->left, taps->width).fill_(1.0);
+              EXPECT_EQ((wa.grad() * (1 - live)).abs().max().item<double>(), 0.0) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(taken, 20);  // the loops reach the rule's cases
+}
+
+}  // namespace
