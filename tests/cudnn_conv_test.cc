@@ -764,7 +764,9 @@ void ExpectOneStepAsTheHosts(bool bf16) {
     torch::manual_seed(14);
     SgdRun host = MakeSgdRun(bottleneck, false, 0.2, bf16);
     torch::manual_seed(14);
-    if (!bf16) ASSERT_EQ(::setenv("TRAINBENCH_FUSED_SGD_FP32", "1", 1), 0);
+    if (!bf16) {
+      ASSERT_EQ(::setenv("TRAINBENCH_FUSED_SGD_FP32", "1", 1), 0);
+    }
     SgdRun fused = MakeSgdRun(bottleneck, true, 0.2, bf16);
     ::unsetenv("TRAINBENCH_FUSED_SGD_FP32");
     size_t taken = 0;
@@ -836,7 +838,9 @@ TEST(FusedSgd, TheNextForwardReadsTheUpdatedWeights) {
         for (size_t i = 0; i < host.params.size(); ++i) host.params[i].copy_(fused.params[i]);
       }
       for (size_t i = 0; i < fused.params.size(); ++i)
-        if (fused.taken[i]) EXPECT_GT(RelativeError(fused.params[i].detach(), before[i]), 1e-3) << name << " " << i;
+        if (fused.taken[i]) {
+          EXPECT_GT(RelativeError(fused.params[i].detach(), before[i]), 1e-3) << name << " " << i;
+        }
       EXPECT_LE(RelativeError(Bf16Logits(*fused.model, x), Bf16Logits(*host.model, x)), 1e-3) << name;
     }
   }
