@@ -664,24 +664,22 @@ __device__ __forceinline__ void WaitForRelease(const int* release, int generatio
   }
 }
 
-// The blocks of one channel tile wait for each other: the last to arrive
-// finishes the tile (FinishTile: every block's partial sums, the per-channel
-// coefficients), sets the tile's counter back to zero (every block has
-// arrived) and releases the others by advancing the tile's release word,
-// which they read before arriving and poll until it moves: it only ever
-// counts up, so nothing needs resetting after the kernel. Every block of the
-// launch must be resident at once (Plan sizes the grid so).
-template <typename T, bool kBackward>
-__device__ void FinishTileTogether(const Params& p, int first, int count) {
+// The blocks of one channel tile wait for each other through global memory:
+// each reads the tile's release word, then arrives (LastBlockOfTile); the
+// last to arrive runs `last_block` (every thread of it), then advances the
+// release word, which the others poll until it moves: it only ever counts
+// up, so nothing needs resetting after the kernel. `last_block` sets the
+// tile's counter back to zero for the next kernel (every block has
+// arrived). Every block of the launch must be resident at once (Plan sizes
+// the grid so).
+template <typename LastBlock>
+__device__ void WaitTogether(const Params& p, LastBlock last_block) {
   int* release = &p.counters[kMaxTiles + blockIdx.x];
   int generation = 0;
   if (threadIdx.x == 0) generation = *static_cast<volatile int*>(release);
   if (LastBlockOfTile(p, blockIdx.x)) {
-    FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1, p.coef + first * Coefficients(kBackward));
-    __threadfence();
-    __syncthreads();
+    last_block();
     if (threadIdx.x == 0) {
-      CloseTile<kBackward>(p, blockIdx.x);
       __threadfence();
       atomicAdd(release, 1);
     }
@@ -692,9 +690,22 @@ __device__ void FinishTileTogether(const Params& p, int first, int count) {
   __threadfence();
 }
 
+// The last block to arrive finishes the tile for all (FinishTile: every
+// block's partial sums, the per-channel coefficients into p.coef) before it
+// releases the others.
+template <typename T, bool kBackward>
+__device__ void FinishTileTogether(const Params& p, int first, int count) {
+  WaitTogether(p, [&] {
+    FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1, p.coef + first * Coefficients(kBackward));
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) CloseTile<kBackward>(p, blockIdx.x);
+  });
+}
+
 // The other way to wait through global memory (TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK=1,
 // Params::every_block): the last block to arrive sets the tile's counter back
-// and advances the release word at once, finishing nothing, and then every
+// and releases the others at once, finishing nothing, and then every
 // block adds the tile's partial sums itself into `coef` (its shared memory,
 // as a cluster's blocks do), the tile's first block writing the statistics or
 // gradients. Against FinishTileTogether, two steps leave the path every block
@@ -706,20 +717,9 @@ __device__ void FinishTileTogether(const Params& p, int first, int count) {
 // the candidate to measure against it.
 template <typename T, bool kBackward>
 __device__ void FinishTileInEveryBlock(const Params& p, int first, int count, float* coef) {
-  int* release = &p.counters[kMaxTiles + blockIdx.x];
-  int generation = 0;
-  if (threadIdx.x == 0) generation = *static_cast<volatile int*>(release);
-  if (LastBlockOfTile(p, blockIdx.x)) {
-    if (threadIdx.x == 0) {
-      p.counters[blockIdx.x] = 0;  // every block has arrived: the counter is the next kernel's
-      __threadfence();
-      atomicAdd(release, 1);
-    }
-  } else if (threadIdx.x == 0) {
-    WaitForRelease(release, generation);
-  }
-  __syncthreads();
-  __threadfence();
+  WaitTogether(p, [&] {
+    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;  // every block has arrived: the counter is the next kernel's
+  });
   const bool outputs = blockIdx.y == 0;
   FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1, coef, outputs);
   if (outputs && threadIdx.x == 0) CountBatch<kBackward>(p, blockIdx.x);
@@ -843,19 +843,14 @@ __global__ void __launch_bounds__(kThreads, kOnePassBlocksPerSm) OnePassNhwc(Par
   constexpr int kK = kBackward ? 4 : kForwardCoefficients;  // backward: k1, k2, k3, mean
   constexpr int kStride = Coefficients(kBackward);
   float k[kVec][kK];
-  if constexpr (kCluster) {
+  if (kCluster || p.every_block) {  // the tile's coefficients in this block's shared memory
     __shared__ float coef[kReduceTileChannels * kStride];
-    FinishTileInCluster<T, kVec, kBackward>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first), coef);
-    if (!active) return;
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-#pragma unroll
-      for (int q = 0; q < kK; ++q) k[j][q] = coef[(c0 - first + j) * kStride + q];
+    if constexpr (kCluster) {
+      FinishTileInCluster<T, kVec, kBackward>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first), coef);
+    } else {
+      WriteBlockSums<kVec>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first));
+      FinishTileInEveryBlock<T, kBackward>(p, first, min(tile_c, p.c - first), coef);
     }
-  } else if (p.every_block) {
-    __shared__ float coef[kReduceTileChannels * kStride];
-    WriteBlockSums<kVec>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first));
-    FinishTileInEveryBlock<T, kBackward>(p, first, min(tile_c, p.c - first), coef);
     if (!active) return;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
