@@ -32,7 +32,10 @@ def setup(name, bs, cl, device="cuda"):
     m = (MODELS[name]() if CLASSES == 10 else
          getattr(torchvision.models, name)(num_classes=CLASSES)).to(device)
     if cl: m = m.to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, fused=(device == "cuda"))
+    # `fused` only on CUDA: the CPU side runs Debian's PyTorch 1.13 too, whose
+    # SGD has no such argument.
+    fused = {"fused": True} if device == "cuda" else {}
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, **fused)
     x = torch.randn(bs, 3, IMAGE_SIZE, IMAGE_SIZE, device=device)
     y = torch.randint(0, CLASSES, (bs,), device=device)
     if cl: x = x.to(memory_format=torch.channels_last)

@@ -12,7 +12,7 @@ PACKAGES=(build-essential cmake ninja-build git pkg-config
   prometheus-cpp-dev libgtest-dev libcli11-dev libspdlog-dev nlohmann-json3-dev
   prometheus curl python3 libssl-dev clang libclang-rt-14-dev gnuplot-nox
   prometheus-pushgateway libgloo-dev slurmctld slurmd slurm-client munge openssl
-  debootstrap systemd clang-format abigail-tools)
+  debootstrap systemd clang-format abigail-tools python3-torch python3-torchvision)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

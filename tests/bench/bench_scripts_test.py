@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""The bench scripts' own arithmetic, without a GPU or PyTorch: compare.py puts
+"""The bench scripts' own arithmetic, without a GPU (PyTorch only where said): compare.py puts
 every trainbench row against the best Python figure of its model, precision
 and batch (torch.compile included), accuracy_parity.py --compare says
 whether the two programs' mean accuracies agree within a point,
 tuning_log.py sums up the cuDNN path's tuning lines, kernel_profile.py sums a
 cell's kernel trace, refresh_reference.py keeps the stored fair reference's
-highest figures, and
+highest figures, cpu_vs_pytorch.sh runs both sides at a tiny size (where
+python3 has torch), and
 gpu_vs_pytorch.sh's experiments and every shipped experiment validate (with
 TRAINBENCH_BIN set).
 Usage: bench_scripts_test.py SOURCE_DIR"""
@@ -314,6 +315,39 @@ class ShippedExperiments(unittest.TestCase):
             r = validate(path)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("cudnn_engine_cach", r.stderr)
+
+
+class CpuAgainstPlainPyTorch(unittest.TestCase):
+    """bench/cpu_vs_pytorch.sh end to end at a tiny size: trainbench's cpu
+    device, plain PyTorch's step (bench/pytorch_cpu_reference.py, through
+    pytorch_reference.setup on the CPU) and the comparison table. Needs a
+    python3 with torch and torchvision on PATH (Debian: python3-torch,
+    python3-torchvision, which scripts/setup.sh installs); skipped without."""
+
+    def test_both_sides_run_and_are_compared(self):
+        if not os.environ.get("TRAINBENCH_BIN"):
+            self.skipTest("TRAINBENCH_BIN not set")
+        if subprocess.run(["python3", "-c", "import torch, torchvision"], capture_output=True).returncode != 0:
+            self.skipTest("python3 on PATH cannot import torch and torchvision")
+        build = os.path.dirname(os.path.dirname(os.environ["TRAINBENCH_BIN"]))
+        env = dict(os.environ, BENCH_MODELS="simple_cnn", BENCH_STEPS="1", BENCH_REPEATS="1", BENCH_THREADS="1")
+        with tempfile.TemporaryDirectory() as out:
+            r = subprocess.run(["bash", os.path.join(BENCH, "cpu_vs_pytorch.sh"), build, out, "8"],
+                               capture_output=True, text=True, env=env, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            with open(os.path.join(out, "pytorch.json")) as f:
+                python = json.load(f)
+            with open(os.path.join(out, "comparison.md")) as f:
+                table = f.read()
+        self.assertEqual(sorted(python), ["simple_cnn/fp32-cl/b8", "simple_cnn/fp32/b8"])
+        self.assertTrue(all(v > 0 for v in python.values()), python)
+        rows = [line for line in table.splitlines() if line.startswith("| simple_cnn |")]
+        self.assertEqual(len(rows), 2, table)
+        for row in rows:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            self.assertEqual(cells[2], "8", row)
+            self.assertGreater(float(cells[3]), 0, row)  # trainbench samples/s
+            self.assertGreater(float(cells[5]), 0, row)  # the ratio
 
 
 class AccuracyParity(unittest.TestCase):
