@@ -1,5 +1,6 @@
-// The convolutions over their live taps alone (plugins/models/resnet/trim_taps.h):
-// which convolutions the rule takes, and that the trimmed one gives the
+// The convolutions over their live taps alone, and over maps smaller than
+// their filter as one matrix product (plugins/models/resnet/trim_taps.h):
+// which convolutions each rule takes, and that the rewritten one gives the
 // same output and gradients as the whole filter, in fp64 on the CPU.
 #include "trim_taps.h"
 
@@ -86,6 +87,104 @@ TEST(TrimTaps, TheTrimmedConvolutionIsTheSameFunction) {
     }
   }
   EXPECT_GE(taken, 20);  // the loops reach the rule's cases
+}
+
+std::string Show(const std::optional<resnet::WholeMap>& m) {
+  if (!m) return "none";
+  return std::to_string(m->h) + "x" + std::to_string(m->w) + " to " + std::to_string(m->ho) + "x" +
+         std::to_string(m->wo);
+}
+
+TEST(WholeMap, TheRuleTakesMapsSmallerThanTheFilterThatEveryWindowHolds) {
+  using resnet::WholeMapPlan;
+  // h, w, r, s, stride, padding
+  EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 1, 1)), "2x2 to 2x2");  // ResNet layer 3 at 32 px
+  EXPECT_EQ(Show(WholeMapPlan(1, 1, 3, 3, 1, 1)), "1x1 to 1x1");  // layer 4: the trim's centre
+  EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 2, 1)), "2x2 to 1x1");  // layer 4's first: the trim's corner
+  EXPECT_EQ(Show(WholeMapPlan(1, 2, 3, 3, 1, 1)), "1x2 to 1x2");
+  EXPECT_EQ(Show(WholeMapPlan(2, 2, 5, 5, 1, 2)), "2x2 to 2x2");
+  EXPECT_EQ(Show(WholeMapPlan(3, 3, 5, 5, 1, 2)), "3x3 to 3x3");
+  EXPECT_EQ(Show(WholeMapPlan(4, 4, 7, 7, 1, 3)), "4x4 to 4x4");
+  EXPECT_EQ(Show(WholeMapPlan(4, 4, 3, 3, 1, 1)), "none");  // layer 2: 16 pixels against 9 taps
+  EXPECT_EQ(Show(WholeMapPlan(4, 4, 3, 3, 2, 1)), "none");  // layer 3's first: a window misses rows
+  EXPECT_EQ(Show(WholeMapPlan(3, 3, 3, 3, 1, 1)), "none");  // 9 pixels, 9 taps
+  EXPECT_EQ(Show(WholeMapPlan(2, 2, 1, 1, 1, 0)), "none");  // 1x1 filters
+  EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 1, 2)), "none");  // the outer outputs' windows miss the map's far side
+  EXPECT_EQ(Show(WholeMapPlan(1, 4, 3, 3, 1, 1)), "none");  // a row of 4: the windows miss its ends
+  EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 1, 0)), "none");  // no output
+  EXPECT_EQ(Show(WholeMapPlan(0, 2, 3, 3, 1, 1)), "none");
+  EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 0, 1)), "none");
+  EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 1, -1)), "none");
+}
+
+// Every small case the rule takes: the same output (channels_last) and the
+// same gradients of x and w, in w's layout, with either layout of x and w.
+TEST(WholeMap, TheWholeMapProductIsTheSameFunction) {
+  torch::manual_seed(30);
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  int taken = 0, several = 0;
+  for (int64_t h = 1; h <= 4; ++h) {
+    for (int64_t w = 1; w <= 3; ++w) {
+      for (int64_t r : {1, 3, 5}) {
+        for (int64_t stride = 1; stride <= 3; ++stride) {
+          for (int64_t padding = 0; padding <= 2; ++padding) {
+            const auto map = resnet::WholeMapPlan(h, w, r, r, stride, padding);
+            if (!map) continue;
+            ++taken;
+            if (map->ho * map->wo > 1) ++several;
+            const std::vector<int64_t> strides{stride, stride}, paddings{padding, padding};
+            for (bool channels_last : {false, true}) {
+              const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+              const std::string what = "h " + std::to_string(h) + " w " + std::to_string(w) + " r " +
+                                       std::to_string(r) + " stride " + std::to_string(stride) + " padding " +
+                                       std::to_string(padding) + (channels_last ? " channels_last" : "");
+              const torch::Tensor x0 = torch::randn({3, 4, h, w}, f64).contiguous(format);
+              const torch::Tensor w0 = torch::randn({5, 4, r, r}, f64).contiguous(format);
+              const torch::Tensor up = torch::randn({3, 5, map->ho, map->wo}, f64);
+              torch::Tensor xa = x0.clone().requires_grad_(), wa = w0.clone().requires_grad_();
+              torch::Tensor xb = x0.clone().requires_grad_(), wb = w0.clone().requires_grad_();
+              const torch::Tensor ya =
+                  torch::conv2d(xa, wa, torch::Tensor(), at::IntArrayRef(strides), at::IntArrayRef(paddings));
+              const torch::Tensor yb = resnet::ChannelsAsMap(
+                  torch::conv2d(resnet::MapAsChannels(xb), resnet::WholeMapFilter(wb, *map)), *map);
+              ASSERT_EQ(ya.sizes(), yb.sizes()) << what;
+              EXPECT_TRUE(yb.is_contiguous(torch::MemoryFormat::ChannelsLast)) << what;
+              (ya * up).sum().backward();
+              (yb * up).sum().backward();
+              EXPECT_TRUE(torch::allclose(ya, yb, 1e-12, 1e-12)) << what;
+              EXPECT_TRUE(torch::allclose(xa.grad(), xb.grad(), 1e-12, 1e-12)) << what;
+              EXPECT_TRUE(torch::allclose(wa.grad(), wb.grad(), 1e-12, 1e-12)) << what;
+              EXPECT_EQ(wb.grad().strides(), wb.strides()) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(taken, 20);    // the loops reach the rule's cases
+  EXPECT_GE(several, 10);  // and outputs of several pixels, where it differs from the trim
+}
+
+// The map as channels is a view of a channels_last input: no copy.
+TEST(WholeMap, AChannelsLastMapIsAViewAsChannels) {
+  const torch::Tensor x = torch::randn({2, 8, 2, 2}).contiguous(torch::MemoryFormat::ChannelsLast);
+  const torch::Tensor v = resnet::MapAsChannels(x);
+  EXPECT_EQ(v.sizes(), (std::vector<int64_t>{2, 32, 1, 1}));
+  EXPECT_EQ(v.data_ptr(), x.data_ptr());
+  EXPECT_EQ(v.suggest_memory_format(), torch::MemoryFormat::ChannelsLast);  // the cuDNN path's NHWC layout
+  const torch::Tensor w = torch::randn({3, 8, 3, 3}).contiguous(torch::MemoryFormat::ChannelsLast);
+  const torch::Tensor f = resnet::WholeMapFilter(w, resnet::WholeMap{2, 2, 2, 2, 1, 1});
+  EXPECT_EQ(f.sizes(), (std::vector<int64_t>{12, 32, 1, 1}));
+  EXPECT_EQ(f.suggest_memory_format(), torch::MemoryFormat::ChannelsLast);
+  // Block (output pixel 0, input pixel 3): the tap one down and one right of the centre.
+  EXPECT_TRUE(torch::equal(f.narrow(0, 0, 3).narrow(1, 3 * 8, 8).squeeze(3).squeeze(2), w.select(3, 2).select(2, 2)));
+  const resnet::WholeMap map{2, 2, 2, 2, 1, 1};
+  const torch::Tensor y = torch::randn({2, 12, 1, 1});
+  const torch::Tensor m = resnet::ChannelsAsMap(y, map);
+  EXPECT_EQ(m.sizes(), (std::vector<int64_t>{2, 3, 2, 2}));
+  EXPECT_EQ(m.data_ptr(), y.data_ptr());
+  // Pixel-major: channel k of output pixel (1, 0) is element 2 * 3 + k.
+  EXPECT_EQ(m[1][2][1][0].item<float>(), y[1][2 * 3 + 2][0][0].item<float>());
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <torch/autograd.h>
 
+#include <vector>
+
 #include "env_switch.h"
 
 namespace resnet {
@@ -34,6 +36,50 @@ struct TrimFunction : public torch::autograd::Function<TrimFunction> {
   }
 };
 
+// t's elements as (rows, the rest, 1, 1) with channels_last strides (a view
+// where t is contiguous): what LibTorch and the cuDNN path take for a
+// channels_last tensor of 1x1 maps, as the rest of the ResNets' are.
+torch::Tensor AsChannelsLastPixel(const torch::Tensor& t, int64_t rows) {
+  return t.reshape({rows, 1, 1, t.numel() / rows}).permute({0, 3, 1, 2});
+}
+
+// w as the whole map's filter: output pixel p's row block is w's taps over
+// p's window onto the map (K, h, w, C: the taps in the map's pixel order,
+// each tap's C channels), the blocks stacked p-major. The backward adds each
+// block's gradient into that window of a zero filter gradient, p in order:
+// deterministic, unlike autograd's own sum of the windows' narrow backwards
+// (one zero filter each).
+struct WholeMapFunction : public torch::autograd::Function<WholeMapFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& w, int64_t h, int64_t wm, int64_t ho,
+                               int64_t wo, int64_t stride, int64_t padding) {
+    const c10::MemoryFormat format = w.suggest_memory_format();
+    ctx->saved_data["shape"] = w.sizes();
+    ctx->saved_data["channels_last"] = format == c10::MemoryFormat::ChannelsLast;
+    ctx->saved_data["map"] = std::vector<int64_t>{h, wm, ho, wo, stride, padding};
+    const torch::Tensor taps = w.permute({0, 2, 3, 1});  // K, r, s, C: a view where w is channels_last
+    std::vector<torch::Tensor> blocks;
+    for (int64_t py = 0; py < ho; ++py)
+      for (int64_t px = 0; px < wo; ++px)
+        blocks.push_back(taps.narrow(1, padding - py * stride, h).narrow(2, padding - px * stride, wm));
+    return AsChannelsLastPixel(torch::stack(blocks), ho * wo * w.size(0));
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const std::vector<int64_t> shape = ctx->saved_data["shape"].toIntVector();
+    const std::vector<int64_t> m = ctx->saved_data["map"].toIntVector();
+    const int64_t h = m[0], wm = m[1], ho = m[2], wo = m[3], stride = m[4], padding = m[5];
+    const int64_t k = shape[0], c = shape[1];
+    const torch::Tensor blocks = grads[0].reshape({ho * wo, k, h, wm, c});
+    torch::Tensor dtaps = torch::zeros({k, shape[2], shape[3], c}, grads[0].options());  // K, r, s, C
+    for (int64_t py = 0; py < ho; ++py)
+      for (int64_t px = 0; px < wo; ++px)
+        dtaps.narrow(1, padding - py * stride, h).narrow(2, padding - px * stride, wm).add_(blocks[py * wo + px]);
+    torch::Tensor dw = dtaps.permute({0, 3, 1, 2});  // channels_last strides
+    if (!ctx->saved_data["channels_last"].toBool()) dw = dw.contiguous();
+    return {dw, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 std::optional<Taps> LiveTaps(int64_t h, int64_t w, int64_t r, int64_t s, int64_t stride, int64_t padding) {
@@ -53,6 +99,34 @@ torch::Tensor TrimTaps(const torch::Tensor& w, const Taps& taps) {
 
 bool TrimTapsSetting() {
   static const bool value = trainbench::plugins::OnIfOne("TRAINBENCH_CONV_TRIM");
+  return value;
+}
+
+std::optional<WholeMap> WholeMapPlan(int64_t h, int64_t w, int64_t r, int64_t s, int64_t stride, int64_t padding) {
+  if (h < 1 || w < 1 || r < 1 || s < 1 || stride < 1 || padding < 0) return std::nullopt;
+  if (h + 2 * padding < r || w + 2 * padding < s) return std::nullopt;  // no output
+  if (h * w >= r * s) return std::nullopt;                              // no fewer blocks than the filter's taps
+  // Output row y's window is input rows [y * stride - padding, y * stride -
+  // padding + r). The first ends at or after row h where padding + h <= r;
+  // then the last starts at or before row 0, (ho - 1) * stride <=
+  // h + 2 * padding - r <= padding, and every window holds rows [0, h).
+  if (padding + h > r || padding + w > s) return std::nullopt;
+  return WholeMap{h, w, (h + 2 * padding - r) / stride + 1, (w + 2 * padding - s) / stride + 1, stride, padding};
+}
+
+torch::Tensor WholeMapFilter(const torch::Tensor& w, const WholeMap& map) {
+  return WholeMapFunction::apply(w, map.h, map.w, map.ho, map.wo, map.stride, map.padding);
+}
+
+torch::Tensor MapAsChannels(const torch::Tensor& x) { return AsChannelsLastPixel(x.permute({0, 2, 3, 1}), x.size(0)); }
+
+torch::Tensor ChannelsAsMap(const torch::Tensor& y, const WholeMap& map) {
+  const int64_t k = y.size(1) / (map.ho * map.wo);
+  return y.reshape({y.size(0), map.ho, map.wo, k}).permute({0, 3, 1, 2});
+}
+
+bool WholeMapSetting() {
+  static const bool value = trainbench::plugins::OnIfOne("TRAINBENCH_CONV_WHOLE_MAP");
   return value;
 }
 

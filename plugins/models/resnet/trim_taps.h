@@ -7,6 +7,19 @@
 // gives the same output and the same gradients (those of the other taps are
 // exactly zero): a ninth or four ninths of the work. Off unless
 // TRAINBENCH_CONV_TRIM=1 (prepared in session 29, not yet measured).
+//
+// The same holds where the output is more than one pixel but the input map
+// is smaller than the filter (h * w < r * s): a 3x3 convolution with padding
+// 1 over a 2x2 map (the ResNets' layer 3 at 32 px) computes 9 taps for each
+// of its 4 output pixels, of which only 4 each reach the input. Taken as one
+// matrix product over the whole map (the map's pixels as the channels of one
+// pixel, the filter as the matrix whose block (p, q) is the tap that joins
+// output pixel p to input pixel q), it does 16 blocks of work instead of 36,
+// and its three products (output, input gradient, filter gradient) are
+// square-ish matrices of the batch's size instead of long thin ones. Off
+// unless TRAINBENCH_CONV_WHOLE_MAP=1 (prepared in session 30, not yet
+// measured); it takes the one-pixel outputs too (the same products as the
+// trim's).
 
 #include <torch/types.h>
 
@@ -36,5 +49,41 @@ torch::Tensor TrimTaps(const torch::Tensor& w, const Taps& taps);
 /// Whether the ResNets' convolutions on the cuDNN path run over their live
 /// taps alone: TRAINBENCH_CONV_TRIM=1 (read once a process).
 bool TrimTapsSetting();
+
+/// A convolution over an h x w map, its output ho x wo, taken as one matrix
+/// product over the whole map (WholeMapPlan).
+struct WholeMap {
+  int64_t h = 0, w = 0, ho = 0, wo = 0, stride = 1, padding = 0;
+};
+
+/// For conv2d over an h x w map with an r x s filter, `stride` and
+/// `padding` (both ways): the whole-map form, where the map is smaller than
+/// the filter (h * w < r * s) and every output pixel's window holds the
+/// whole map (each input pixel reaches each output pixel through a tap, none
+/// through padding alone); else nothing.
+std::optional<WholeMap> WholeMapPlan(int64_t h, int64_t w, int64_t r, int64_t s, int64_t stride, int64_t padding);
+
+/// w (K, C, r, s) as the whole map's filter (ho * wo * K, h * w * C, 1, 1),
+/// channels_last (1x1 maps: the same memory as contiguous): row block p (an output pixel, row-major), column block q (an
+/// input pixel), the tap between them. With autograd: the backward adds
+/// each tap's blocks, in a fixed order, into a filter gradient of w's shape
+/// and memory format.
+torch::Tensor WholeMapFilter(const torch::Tensor& w, const WholeMap& map);
+
+/// x (N, C, h, w) as (N, h * w * C, 1, 1), pixel-major, channels_last (so
+/// that the cuDNN path takes the NHWC layout it takes for x): a view where x
+/// is channels_last (a copy otherwise).
+torch::Tensor MapAsChannels(const torch::Tensor& x);
+
+/// y (N, ho * wo * K, 1, 1), pixel-major, as (N, K, ho, wo) in
+/// channels_last: a view. Then conv2d(x, w, stride, padding) ==
+/// ChannelsAsMap(conv2d(MapAsChannels(x), WholeMapFilter(w, map)), map)
+/// where WholeMapPlan gave `map`.
+torch::Tensor ChannelsAsMap(const torch::Tensor& y, const WholeMap& map);
+
+/// Whether the ResNets' convolutions on the cuDNN path take the whole-map
+/// form where it applies and their input is channels_last:
+/// TRAINBENCH_CONV_WHOLE_MAP=1 (read once a process).
+bool WholeMapSetting();
 
 }  // namespace resnet
