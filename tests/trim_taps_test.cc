@@ -185,6 +185,12 @@ TEST(WholeMap, AChannelsLastMapIsAViewAsChannels) {
   EXPECT_EQ(m.data_ptr(), y.data_ptr());
   // Pixel-major: channel k of output pixel (1, 0) is element 2 * 3 + k.
   EXPECT_EQ(m[1][2][1][0].item<float>(), y[1][2 * 3 + 2][0][0].item<float>());
+  // The cuDNN path's output is channels_last: still a view.
+  const torch::Tensor ycl =
+      torch::empty({2, 12, 1, 1}, torch::TensorOptions().memory_format(torch::MemoryFormat::ChannelsLast)).copy_(y);
+  ASSERT_EQ(ycl.strides(), (std::vector<int64_t>{12, 1, 12, 12}));
+  EXPECT_EQ(resnet::ChannelsAsMap(ycl, map).data_ptr(), ycl.data_ptr());
+  EXPECT_TRUE(resnet::ChannelsAsMap(ycl, map).is_contiguous(torch::MemoryFormat::ChannelsLast));
 }
 
 }  // namespace
