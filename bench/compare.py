@@ -1,9 +1,44 @@
 """Prints the trainbench vs PyTorch table from bench/gpu_vs_pytorch.sh's output
-(and the issue's goal table), or with --cpu from bench/cpu_vs_pytorch.sh's.
+(and the issue's goal table), or with --cpu from bench/cpu_vs_pytorch.sh's
+(one round's directory, or the run's: the median over its round-N directories).
   python3 bench/compare.py OUT_DIR [batch sizes...] [--cpu]"""
-import json, sys, pathlib
+import json, statistics, sys, pathlib
 args = [a for a in sys.argv[1:] if a != "--cpu"]; cpu = "--cpu" in sys.argv[1:]
 out = pathlib.Path(args[0]); batches = [int(b) for b in args[1:]] or ([128] if cpu else [128, 1024])
+
+
+def cpu_rounds(rounds):
+    """cpu_vs_pytorch.sh's rounds (OUT_DIR/round-N, each both sides): per
+    model, layout and batch, each round's ratio and their median, and each
+    side's median samples/s. A side that left no figure in a round leaves
+    that round out of the row."""
+    rows = {}
+    for d in rounds:
+        f = d / "pytorch.json"
+        python = json.load(open(f)) if f.exists() else {}
+        for bs in batches:
+            r = d / f"trainbench-b{bs}" / "results.json"
+            for c in (json.load(open(r))["cells"] if r.exists() else []):
+                ref = python.get(f"{c['model'].split('-')[0]}/{c['device']}/b{bs}") or 0
+                row = rows.setdefault((c["model"], c["device"], bs), {"ours": [], "theirs": [], "threads": "?"})
+                if c.get("status") == "ok" and ref:
+                    row["ours"].append(c["samples_per_second"]); row["theirs"].append(ref)
+                    row["threads"] = c.get("hardware", {}).get("threads_used", "?")
+    print(f"Over {len(rounds)} rounds (trainbench first in odd rounds, PyTorch first in even ones):")
+    print("| model | layout | batch | ratio per round | median ratio | trainbench samples/s (median) | PyTorch samples/s (median) | threads |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (model, device, bs), row in rows.items():
+        ratios = [a / b for a, b in zip(row["ours"], row["theirs"])]
+        if not ratios:
+            print(f"| {model} | {device} | {bs} | none | - | - | - | {row['threads']} |")
+            continue
+        print(f"| {model} | {device} | {bs} | {', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f} "
+              f"| {statistics.median(row['ours']):.1f} | {statistics.median(row['theirs']):.1f} | {row['threads']} |")
+
+
+if cpu and (out / "round-1").is_dir():
+    cpu_rounds(sorted((d for d in out.glob("round-*") if d.is_dir()), key=lambda d: int(d.name.split("-")[1])))
+    sys.exit(0)
 py = json.load(open(out / "pytorch.json"))
 # trainbench's cells per batch size (none where that run left no results).
 CELLS = {}

@@ -6,7 +6,12 @@
 #   bench/cpu_vs_pytorch.sh BUILD_DIR OUT_DIR [batch sizes...]     (default 128)
 # Environment: BENCH_MODELS (default all three), BENCH_STEPS timed steps per
 # cell (default 10, after 3 warm-up steps), BENCH_REPEATS (default 3, median),
-# BENCH_THREADS intra-op threads for both (default: all logical cores).
+# BENCH_THREADS intra-op threads for both (default: all logical cores),
+# BENCH_ROUNDS (default 3): rounds of both sides, one after the other,
+# trainbench first in odd rounds and PyTorch first in even ones, each round in
+# OUT_DIR/round-N; the summary is each row's median ratio over the rounds (a
+# shared machine's speed drifts by 10-15% between minutes, which one round of
+# each side would take for a difference between them).
 # Both sides: synthetic CIFAR-shaped data, SGD momentum 0.9, the whole step;
 # trainbench also augments each epoch's batches (outside the timed steps).
 # Needs PyTorch and torchvision for Python (Debian: python3-torch
@@ -24,8 +29,11 @@ python3 -c "import torch, torchvision" 2>/dev/null || {
 }
 [ -x "$BUILD/bin/trainbench" ] || { echo "bench/cpu_vs_pytorch.sh: no $BUILD/bin/trainbench; build it first (scripts/setup.sh)" >&2; exit 2; }
 mkdir -p "$OUT"
-for bs in $BATCHES; do
-  cat > "$OUT/bench-b$bs.yaml" <<YAML
+ROUNDS=${BENCH_ROUNDS:-3}
+
+trainbench_side() {  # DIR: trainbench's cells at every batch size
+  for bs in $BATCHES; do
+    cat > "$1/bench-b$bs.yaml" <<YAML
 name: cpu-bench-b$bs
 seed: 0
 dataset: {kind: synthetic, train_size: $(( bs * (STEPS + 4) )), test_size: 100}
@@ -36,8 +44,18 @@ devices:
 training: {epochs: 1, batch_size: $bs, augment: true, optimizer: {name: sgd, lr: 0.01, momentum: 0.9, weight_decay: 0}}
 measurement: {warmup_steps: 3, max_steps: $(( STEPS + 3 )), repeats: $REPEATS, baseline: fp32, eval_batch_size: 100}
 YAML
-  "$BUILD/bin/trainbench" run "$OUT/bench-b$bs.yaml" --out "$OUT/trainbench-b$bs" || true
+    "$BUILD/bin/trainbench" run "$1/bench-b$bs.yaml" --out "$1/trainbench-b$bs" || true
+  done
+}
+
+python_side() {  # DIR: plain PyTorch's figures
+  python3 "$HERE/pytorch_cpu_reference.py" --batches $BATCHES --models $MODELS --steps "$STEPS" --warmup 3 \
+    --repeats "$REPEATS" --threads "$THREADS" --out "$1/pytorch.json"
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  dir="$OUT/round-$round"; mkdir -p "$dir"
+  if (( round % 2 )); then trainbench_side "$dir"; python_side "$dir"; else python_side "$dir"; trainbench_side "$dir"; fi
+  python3 "$HERE/compare.py" "$dir" $BATCHES --cpu | tee "$dir/comparison.md"
 done
-python3 "$HERE/pytorch_cpu_reference.py" --batches $BATCHES --models $MODELS --steps "$STEPS" --warmup 3 \
-  --repeats "$REPEATS" --threads "$THREADS" --out "$OUT/pytorch.json"
 python3 "$HERE/compare.py" "$OUT" $BATCHES --cpu | tee "$OUT/comparison.md"

@@ -175,7 +175,7 @@ for stage in $STAGES; do
     cpu)
       bench/cpu_vs_pytorch.sh build-gpu "$OUT/cpu" > "$OUT/cpu.log" 2>&1; echo "cpu bench rc=$?"; cat "$OUT/cpu/comparison.md"
       for t in 1 2 4 8 16; do
-        BENCH_MODELS=resnet18 BENCH_THREADS=$t BENCH_REPEATS=1 bench/cpu_vs_pytorch.sh build-gpu "$OUT/cpu-t$t" > "$OUT/cpu-t$t.log" 2>&1
+        BENCH_MODELS=resnet18 BENCH_THREADS=$t BENCH_REPEATS=1 BENCH_ROUNDS=1 bench/cpu_vs_pytorch.sh build-gpu "$OUT/cpu-t$t" > "$OUT/cpu-t$t.log" 2>&1
         grep "^| resnet18 | fp32 |" "$OUT/cpu-t$t/comparison.md"
       done ;;
     epochs)

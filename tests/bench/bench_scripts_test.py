@@ -330,24 +330,56 @@ class CpuAgainstPlainPyTorch(unittest.TestCase):
         if subprocess.run(["python3", "-c", "import torch, torchvision"], capture_output=True).returncode != 0:
             self.skipTest("python3 on PATH cannot import torch and torchvision")
         build = os.path.dirname(os.path.dirname(os.environ["TRAINBENCH_BIN"]))
-        env = dict(os.environ, BENCH_MODELS="simple_cnn", BENCH_STEPS="1", BENCH_REPEATS="1", BENCH_THREADS="1")
+        env = dict(os.environ, BENCH_MODELS="simple_cnn", BENCH_STEPS="1", BENCH_REPEATS="1", BENCH_THREADS="1",
+                   BENCH_ROUNDS="2")
         with tempfile.TemporaryDirectory() as out:
             r = subprocess.run(["bash", os.path.join(BENCH, "cpu_vs_pytorch.sh"), build, out, "8"],
                                capture_output=True, text=True, env=env, timeout=600)
             self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
-            with open(os.path.join(out, "pytorch.json")) as f:
+            with open(os.path.join(out, "round-2", "pytorch.json")) as f:
                 python = json.load(f)
+            with open(os.path.join(out, "round-1", "comparison.md")) as f:
+                one_round = f.read()
             with open(os.path.join(out, "comparison.md")) as f:
-                table = f.read()
+                summary = f.read()
         self.assertEqual(sorted(python), ["simple_cnn/fp32-cl/b8", "simple_cnn/fp32/b8"])
         self.assertTrue(all(v > 0 for v in python.values()), python)
-        rows = [line for line in table.splitlines() if line.startswith("| simple_cnn |")]
-        self.assertEqual(len(rows), 2, table)
+        rows = [line for line in one_round.splitlines() if line.startswith("| simple_cnn |")]
+        self.assertEqual(len(rows), 2, one_round)
         for row in rows:
             cells = [c.strip() for c in row.strip("|").split("|")]
             self.assertEqual(cells[2], "8", row)
             self.assertGreater(float(cells[3]), 0, row)  # trainbench samples/s
             self.assertGreater(float(cells[5]), 0, row)  # the ratio
+        self.assertIn("Over 2 rounds", summary)
+        rows = [line for line in summary.splitlines() if line.startswith("| simple_cnn |")]
+        self.assertEqual(len(rows), 2, summary)
+        for row in rows:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            self.assertEqual(len(cells[3].split(",")), 2, row)  # a ratio per round
+            self.assertGreater(float(cells[4]), 0, row)  # their median
+
+    def test_the_summary_is_the_median_of_each_rounds_ratio(self):
+        """compare.py --cpu over rounds (no PyTorch needed): the median of
+        the ratios, not the ratio of the medians; a round whose Python side
+        left nothing is left out of the row."""
+        with tempfile.TemporaryDirectory() as out:
+            figures = [(100.0, 100.0), (90.0, 120.0), (130.0, 100.0), (50.0, None)]
+            for i, (ours, theirs) in enumerate(figures, 1):
+                d = os.path.join(out, f"round-{i}")
+                os.makedirs(os.path.join(d, "trainbench-b128"))
+                write(os.path.join(d, "trainbench-b128", "results.json"), {"cells": [cell("resnet18", "fp32", ours)]})
+                if theirs:
+                    write(os.path.join(d, "pytorch.json"), {"resnet18/fp32/b128": theirs})
+            r = subprocess.run([sys.executable, os.path.join(BENCH, "compare.py"), out, "128", "--cpu"],
+                               capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        row = [line for line in r.stdout.splitlines() if line.startswith("| resnet18 |")]
+        self.assertEqual(len(row), 1, r.stdout)
+        cells = [c.strip() for c in row[0].strip("|").split("|")]
+        self.assertEqual(cells[3], "1.00, 0.75, 1.30")
+        self.assertEqual(cells[4], "1.00")
+        self.assertEqual(cells[5], "100.0")  # trainbench's median over the rounds that count
 
 
 class AccuracyParity(unittest.TestCase):
