@@ -40,52 +40,77 @@ TEST(TrimTaps, TheRuleTakesOnePixelOutputsWhosePaddingHidesTaps) {
   EXPECT_EQ(Show(LiveTaps(1, 1, 3, 3, 1, -1)), "none");
 }
 
+// The small cases both rules are tried on: h x w maps (1-4 x 1-3), r x r
+// filters (1, 3, 5), strides 1-3, paddings 0-2.
+template <typename F>
+void ForEachSmallCase(F f) {
+  for (int64_t h = 1; h <= 4; ++h)
+    for (int64_t w = 1; w <= 3; ++w)
+      for (int64_t r : {1, 3, 5})
+        for (int64_t stride = 1; stride <= 3; ++stride)
+          for (int64_t padding = 0; padding <= 2; ++padding) f(h, w, r, stride, padding);
+}
+
+// conv2d(x, w, stride, padding) against `rewritten(x, w)` in fp64, x (3, 4,
+// h, w) and w (5, 4, r, r) in either layout: the same output, the same
+// gradients of x and w, w's in w's layout. Returns the plain convolution's
+// filter gradient and the rewritten output, for each rule's own checks.
+struct Compared {
+  torch::Tensor plain_filter_grad, rewritten_output;
+  std::string what;
+};
+template <typename F>
+std::vector<Compared> ExpectTheSameFunction(int64_t h, int64_t w, int64_t r, int64_t stride, int64_t padding,
+                                            F rewritten) {
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  const std::vector<int64_t> strides{stride, stride}, paddings{padding, padding};
+  std::vector<Compared> compared;
+  for (bool channels_last : {false, true}) {
+    const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+    const std::string what = "h " + std::to_string(h) + " w " + std::to_string(w) + " r " + std::to_string(r) +
+                             " stride " + std::to_string(stride) + " padding " + std::to_string(padding) +
+                             (channels_last ? " channels_last" : "");
+    const torch::Tensor x0 = torch::randn({3, 4, h, w}, f64).contiguous(format);
+    const torch::Tensor w0 = torch::randn({5, 4, r, r}, f64).contiguous(format);
+    torch::Tensor xa = x0.clone().requires_grad_(), wa = w0.clone().requires_grad_();
+    torch::Tensor xb = x0.clone().requires_grad_(), wb = w0.clone().requires_grad_();
+    const torch::Tensor ya =
+        torch::conv2d(xa, wa, torch::Tensor(), at::IntArrayRef(strides), at::IntArrayRef(paddings));
+    const torch::Tensor yb = rewritten(xb, wb);
+    EXPECT_EQ(ya.sizes(), yb.sizes()) << what;
+    if (ya.sizes() != yb.sizes()) continue;
+    const torch::Tensor up = torch::randn(ya.sizes(), f64);
+    (ya * up).sum().backward();
+    (yb * up).sum().backward();
+    EXPECT_TRUE(torch::allclose(ya, yb, 1e-12, 1e-12)) << what;
+    EXPECT_TRUE(torch::allclose(xa.grad(), xb.grad(), 1e-12, 1e-12)) << what;
+    EXPECT_TRUE(torch::allclose(wa.grad(), wb.grad(), 1e-12, 1e-12)) << what;
+    EXPECT_EQ(wb.grad().strides(), wb.strides()) << what;
+    compared.push_back({wa.grad(), yb, what});
+  }
+  return compared;
+}
+
 // Every small case the rule takes: the same output and the same gradients
 // of x and w (those of the taps it leaves out exactly zero), in w's layout.
 TEST(TrimTaps, TheTrimmedConvolutionIsTheSameFunction) {
   torch::manual_seed(29);
-  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
   int taken = 0;
-  for (int64_t h = 1; h <= 4; ++h) {
-    for (int64_t w = 1; w <= 3; ++w) {
-      for (int64_t r : {1, 3, 5}) {
-        for (int64_t stride = 1; stride <= 3; ++stride) {
-          for (int64_t padding = 0; padding <= 2; ++padding) {
-            const auto taps = LiveTaps(h, w, r, r, stride, padding);
-            if (!taps) continue;
-            ++taken;
-            const std::vector<int64_t> strides{stride, stride}, paddings{padding, padding}, ones{1, 1}, zeros{0, 0};
-            for (bool channels_last : {false, true}) {
-              const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
-              const std::string what = "h " + std::to_string(h) + " w " + std::to_string(w) + " r " +
-                                       std::to_string(r) + " stride " + std::to_string(stride) + " padding " +
-                                       std::to_string(padding) + (channels_last ? " channels_last" : "");
-              const torch::Tensor x0 = torch::randn({3, 4, h, w}, f64).contiguous(format);
-              const torch::Tensor w0 = torch::randn({5, 4, r, r}, f64).contiguous(format);
-              const torch::Tensor up = torch::randn({3, 5, 1, 1}, f64);
-              torch::Tensor xa = x0.clone().requires_grad_(), wa = w0.clone().requires_grad_();
-              torch::Tensor xb = x0.clone().requires_grad_(), wb = w0.clone().requires_grad_();
-              const torch::Tensor ya =
-                  torch::conv2d(xa, wa, torch::Tensor(), at::IntArrayRef(strides), at::IntArrayRef(paddings));
-              const torch::Tensor yb = torch::conv2d(xb, resnet::TrimTaps(wb, *taps), torch::Tensor(),
-                                                     at::IntArrayRef(ones), at::IntArrayRef(zeros));
-              ASSERT_EQ(ya.sizes(), yb.sizes()) << what;
-              (ya * up).sum().backward();
-              (yb * up).sum().backward();
-              EXPECT_TRUE(torch::allclose(ya, yb, 1e-12, 1e-12)) << what;
-              EXPECT_TRUE(torch::allclose(xa.grad(), xb.grad(), 1e-12, 1e-12)) << what;
-              EXPECT_TRUE(torch::allclose(wa.grad(), wb.grad(), 1e-12, 1e-12)) << what;
-              EXPECT_EQ(wb.grad().strides(), wb.strides()) << what;
-              // The taps it leaves out: no gradient at all in the whole filter's.
-              torch::Tensor live = torch::zeros_like(wa.grad());
-              live.narrow(2, taps->top, taps->height).narrow(3, taps->left, taps->width).fill_(1.0);
-              EXPECT_EQ((wa.grad() * (1 - live)).abs().max().item<double>(), 0.0) << what;
-            }
-          }
-        }
-      }
+  ForEachSmallCase([&](int64_t h, int64_t w, int64_t r, int64_t stride, int64_t padding) {
+    const auto taps = LiveTaps(h, w, r, r, stride, padding);
+    if (!taps) return;
+    ++taken;
+    const std::vector<int64_t> ones{1, 1}, zeros{0, 0};
+    for (const Compared& c : ExpectTheSameFunction(h, w, r, stride, padding, [&](const auto&x, const auto&f) {
+           return torch::conv2d(x, resnet::TrimTaps(f, *taps), torch::Tensor(), at::IntArrayRef(ones),
+                                at::IntArrayRef(zeros));
+         })) {
+      // The taps it leaves out: no gradient at all in the whole filter's.
+      torch::Tensor live = torch::zeros_like(c.plain_filter_grad);
+      live.narrow(2, taps->top, taps->height).narrow(3, taps->left, taps->width).fill_(1.0);
+      EXPECT_EQ((c.plain_filter_grad * (1 - live)).abs().max().item<double>(), 0.0) << c.what;
     }
-  }
+  });
   EXPECT_GE(taken, 20);  // the loops reach the rule's cases
 }
 
@@ -121,46 +146,17 @@ TEST(WholeMap, TheRuleTakesMapsSmallerThanTheFilterThatEveryWindowHolds) {
 // same gradients of x and w, in w's layout, with either layout of x and w.
 TEST(WholeMap, TheWholeMapProductIsTheSameFunction) {
   torch::manual_seed(30);
-  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
   int taken = 0, several = 0;
-  for (int64_t h = 1; h <= 4; ++h) {
-    for (int64_t w = 1; w <= 3; ++w) {
-      for (int64_t r : {1, 3, 5}) {
-        for (int64_t stride = 1; stride <= 3; ++stride) {
-          for (int64_t padding = 0; padding <= 2; ++padding) {
-            const auto map = resnet::WholeMapPlan(h, w, r, r, stride, padding);
-            if (!map) continue;
-            ++taken;
-            if (map->ho * map->wo > 1) ++several;
-            const std::vector<int64_t> strides{stride, stride}, paddings{padding, padding};
-            for (bool channels_last : {false, true}) {
-              const auto format = channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
-              const std::string what = "h " + std::to_string(h) + " w " + std::to_string(w) + " r " +
-                                       std::to_string(r) + " stride " + std::to_string(stride) + " padding " +
-                                       std::to_string(padding) + (channels_last ? " channels_last" : "");
-              const torch::Tensor x0 = torch::randn({3, 4, h, w}, f64).contiguous(format);
-              const torch::Tensor w0 = torch::randn({5, 4, r, r}, f64).contiguous(format);
-              const torch::Tensor up = torch::randn({3, 5, map->ho, map->wo}, f64);
-              torch::Tensor xa = x0.clone().requires_grad_(), wa = w0.clone().requires_grad_();
-              torch::Tensor xb = x0.clone().requires_grad_(), wb = w0.clone().requires_grad_();
-              const torch::Tensor ya =
-                  torch::conv2d(xa, wa, torch::Tensor(), at::IntArrayRef(strides), at::IntArrayRef(paddings));
-              const torch::Tensor yb = resnet::ChannelsAsMap(
-                  torch::conv2d(resnet::MapAsChannels(xb), resnet::WholeMapFilter(wb, *map)), *map);
-              ASSERT_EQ(ya.sizes(), yb.sizes()) << what;
-              EXPECT_TRUE(yb.is_contiguous(torch::MemoryFormat::ChannelsLast)) << what;
-              (ya * up).sum().backward();
-              (yb * up).sum().backward();
-              EXPECT_TRUE(torch::allclose(ya, yb, 1e-12, 1e-12)) << what;
-              EXPECT_TRUE(torch::allclose(xa.grad(), xb.grad(), 1e-12, 1e-12)) << what;
-              EXPECT_TRUE(torch::allclose(wa.grad(), wb.grad(), 1e-12, 1e-12)) << what;
-              EXPECT_EQ(wb.grad().strides(), wb.strides()) << what;
-            }
-          }
-        }
-      }
-    }
-  }
+  ForEachSmallCase([&](int64_t h, int64_t w, int64_t r, int64_t stride, int64_t padding) {
+    const auto map = resnet::WholeMapPlan(h, w, r, r, stride, padding);
+    if (!map) return;
+    ++taken;
+    if (map->ho * map->wo > 1) ++several;
+    for (const Compared& c : ExpectTheSameFunction(h, w, r, stride, padding, [&](const auto&x, const auto&f) {
+           return resnet::ChannelsAsMap(torch::conv2d(resnet::MapAsChannels(x), resnet::WholeMapFilter(f, *map)), *map);
+         }))
+      EXPECT_TRUE(c.rewritten_output.is_contiguous(torch::MemoryFormat::ChannelsLast)) << c.what;
+  });
   EXPECT_GE(taken, 20);    // the loops reach the rule's cases
   EXPECT_GE(several, 10);  // and outputs of several pixels, where it differs from the trim
 }
