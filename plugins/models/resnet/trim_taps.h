@@ -64,9 +64,10 @@ struct WholeMap {
 std::optional<WholeMap> WholeMapPlan(int64_t h, int64_t w, int64_t r, int64_t s, int64_t stride, int64_t padding);
 
 /// w (K, C, r, s) as the whole map's filter (ho * wo * K, h * w * C, 1, 1),
-/// channels_last (1x1 maps: the same memory as contiguous): row block p (an output pixel, row-major), column block q
-/// (an input pixel), the tap between them. With autograd: the backward adds each tap's blocks, in a fixed order, into a
-/// filter gradient of w's shape and memory format.
+/// channels_last (for 1x1 maps the same memory as contiguous): row block p
+/// (an output pixel, row-major), column block q (an input pixel), the tap
+/// between them. With autograd: the backward adds each tap's blocks, in a
+/// fixed order, into a filter gradient of w's shape and memory format.
 torch::Tensor WholeMapFilter(const torch::Tensor& w, const WholeMap& map);
 
 /// x (N, C, h, w) as (N, h * w * C, 1, 1), pixel-major, channels_last (so
