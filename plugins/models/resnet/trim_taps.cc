@@ -83,13 +83,11 @@ struct WholeMapFunction : public torch::autograd::Function<WholeMapFunction> {
 }  // namespace
 
 std::optional<Taps> LiveTaps(int64_t h, int64_t w, int64_t r, int64_t s, int64_t stride, int64_t padding) {
-  if (h < 1 || w < 1 || r < 1 || s < 1 || stride < 1 || padding < 0) return std::nullopt;
-  if (h + 2 * padding < r || w + 2 * padding < s) return std::nullopt;  // no output
-  // One output pixel: its window starts at -padding and no second window fits.
-  if ((h + 2 * padding - r) / stride != 0 || (w + 2 * padding - s) / stride != 0) return std::nullopt;
-  // Taps [padding, padding + h) read input rows [0, h); the rest read padding.
-  if (padding + h > r || padding + w > s) return std::nullopt;
-  if (h == r && w == s) return std::nullopt;  // every tap reaches the input
+  // The whole-map form's one-pixel outputs: its window starts at -padding,
+  // taps [padding, padding + h) read input rows [0, h), the rest padding
+  // (where the map fits the filter, h * w < r * s is h x w != r x s).
+  const auto map = WholeMapPlan(h, w, r, s, stride, padding);
+  if (!map || map->ho != 1 || map->wo != 1) return std::nullopt;
   return Taps{padding, padding, h, w};
 }
 
