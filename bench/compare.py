@@ -7,6 +7,19 @@ args = [a for a in sys.argv[1:] if a != "--cpu"]; cpu = "--cpu" in sys.argv[1:]
 out = pathlib.Path(args[0]); batches = [int(b) for b in args[1:]] or ([128] if cpu else [128, 1024])
 
 
+def trainbench_cells(d, bs):
+    """trainbench's cells at batch `bs` in directory `d` (none where that run
+    left no results)."""
+    f = d / f"trainbench-b{bs}" / "results.json"
+    return json.load(open(f))["cells"] if f.exists() else []
+
+
+def python_figure(python, c, bs):
+    """Python's figure for cell `c`'s model, label and batch (0: none). A
+    labelled variant (simple_cnn-composite) is compared with its model."""
+    return python.get(f"{c['model'].split('-')[0]}/{c['device']}/b{bs}") or 0
+
+
 def cpu_rounds(rounds):
     """cpu_vs_pytorch.sh's rounds (OUT_DIR/round-N, each both sides): per
     model, layout and batch, each round's ratio and their median, and each
@@ -17,9 +30,8 @@ def cpu_rounds(rounds):
         f = d / "pytorch.json"
         python = json.load(open(f)) if f.exists() else {}
         for bs in batches:
-            r = d / f"trainbench-b{bs}" / "results.json"
-            for c in (json.load(open(r))["cells"] if r.exists() else []):
-                ref = python.get(f"{c['model'].split('-')[0]}/{c['device']}/b{bs}") or 0
+            for c in trainbench_cells(d, bs):
+                ref = python_figure(python, c, bs)
                 row = rows.setdefault((c["model"], c["device"], bs), {"ours": [], "theirs": [], "threads": "?"})
                 if c.get("status") == "ok" and ref:
                     row["ours"].append(c["samples_per_second"]); row["theirs"].append(ref)
@@ -40,11 +52,7 @@ if cpu and (out / "round-1").is_dir():
     cpu_rounds(sorted((d for d in out.glob("round-*") if d.is_dir()), key=lambda d: int(d.name.split("-")[1])))
     sys.exit(0)
 py = json.load(open(out / "pytorch.json"))
-# trainbench's cells per batch size (none where that run left no results).
-CELLS = {}
-for bs in batches:
-    f = out / f"trainbench-b{bs}" / "results.json"
-    CELLS[bs] = json.load(open(f))["cells"] if f.exists() else []
+CELLS = {bs: trainbench_cells(out, bs) for bs in batches}
 
 def python_best(model, prec, bs):
     """The best Python figure of this run for a model, precision and batch:
@@ -66,9 +74,8 @@ def cell_table(second, last, digits, tf_digits, last_column, best_column=False):
     print("|---|---|---|---|---|---|" + ("---|---|" if best_column else "") + "---|---|")
     for bs in batches:
         for c in CELLS[bs]:
-            # A labelled variant (simple_cnn-composite) is compared with its model.
             model = c['model'].split('-')[0]
-            ref = py.get(f"{model}/{c['device']}/b{bs}") or 0
+            ref = python_figure(py, c, bs)
             best, best_label = python_best(model, c['device'][:4], bs) if best_column else (0, "")
             if c.get("status") != "ok":
                 filler = " - | - |" if best_column else ""

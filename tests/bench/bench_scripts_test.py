@@ -317,6 +317,12 @@ class ShippedExperiments(unittest.TestCase):
         self.assertIn("cudnn_engine_cach", r.stderr)
 
 
+def table_rows(text, model):
+    """The cells of each markdown table row of `text` for `model`."""
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith(f"| {model} |")]
+
+
 class CpuAgainstPlainPyTorch(unittest.TestCase):
     """bench/cpu_vs_pytorch.sh end to end at a tiny size: trainbench's cpu
     device, plain PyTorch's step (bench/pytorch_cpu_reference.py, through
@@ -344,20 +350,18 @@ class CpuAgainstPlainPyTorch(unittest.TestCase):
                 summary = f.read()
         self.assertEqual(sorted(python), ["simple_cnn/fp32-cl/b8", "simple_cnn/fp32/b8"])
         self.assertTrue(all(v > 0 for v in python.values()), python)
-        rows = [line for line in one_round.splitlines() if line.startswith("| simple_cnn |")]
+        rows = table_rows(one_round, "simple_cnn")
         self.assertEqual(len(rows), 2, one_round)
-        for row in rows:
-            cells = [c.strip() for c in row.strip("|").split("|")]
-            self.assertEqual(cells[2], "8", row)
-            self.assertGreater(float(cells[3]), 0, row)  # trainbench samples/s
-            self.assertGreater(float(cells[5]), 0, row)  # the ratio
+        for cells in rows:
+            self.assertEqual(cells[2], "8", cells)
+            self.assertGreater(float(cells[3]), 0, cells)  # trainbench samples/s
+            self.assertGreater(float(cells[5]), 0, cells)  # the ratio
         self.assertIn("Over 2 rounds", summary)
-        rows = [line for line in summary.splitlines() if line.startswith("| simple_cnn |")]
+        rows = table_rows(summary, "simple_cnn")
         self.assertEqual(len(rows), 2, summary)
-        for row in rows:
-            cells = [c.strip() for c in row.strip("|").split("|")]
-            self.assertEqual(len(cells[3].split(",")), 2, row)  # a ratio per round
-            self.assertGreater(float(cells[4]), 0, row)  # their median
+        for cells in rows:
+            self.assertEqual(len(cells[3].split(",")), 2, cells)  # a ratio per round
+            self.assertGreater(float(cells[4]), 0, cells)  # their median
 
     def test_the_summary_is_the_median_of_each_rounds_ratio(self):
         """compare.py --cpu over rounds (no PyTorch needed): the median of
@@ -374,9 +378,9 @@ class CpuAgainstPlainPyTorch(unittest.TestCase):
             r = subprocess.run([sys.executable, os.path.join(BENCH, "compare.py"), out, "128", "--cpu"],
                                capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        row = [line for line in r.stdout.splitlines() if line.startswith("| resnet18 |")]
-        self.assertEqual(len(row), 1, r.stdout)
-        cells = [c.strip() for c in row[0].strip("|").split("|")]
+        rows = table_rows(r.stdout, "resnet18")
+        self.assertEqual(len(rows), 1, r.stdout)
+        cells = rows[0]
         self.assertEqual(cells[3], "1.00, 0.75, 1.30")
         self.assertEqual(cells[4], "1.00")
         self.assertEqual(cells[5], "100.0")  # trainbench's median over the rounds that count
