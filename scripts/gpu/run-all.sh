@@ -462,7 +462,8 @@ for stage in $STAGES; do
     # as programmatic dependents of the kernel before them or the ordinary
     # way: TRAINBENCH_BN_PDL_REDUCTION=1 or 0; dependents by default since
     # session 29).
-    # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024).
+    # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024;
+    # set and empty: none).
     geometry)
       declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
         [elem8]="TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8"
@@ -502,7 +503,7 @@ for stage in $STAGES; do
       done
       # Each setting against the default runs' mean, overlapping runs marked.
       python3 bench/aba.py "$OUT" | tee "$OUT/geometry-aba.md"
-      for batch in ${GEOMETRY_SHAPE_BATCHES:-1024}; do
+      for batch in ${GEOMETRY_SHAPE_BATCHES-1024}; do
         for setting in ${GEOMETRY_SHAPES:-default session16 tiles64 elem8}; do
           for model in resnet18 resnet50; do
             env ${GEOMETRY[$setting]} build-gpu/bin/batch_norm_act_bench $batch $model > "$OUT/geometry-kernels-b$batch-$setting-$model.md"
