@@ -13,7 +13,10 @@
 
 namespace {
 
+using resnet::kWholeMapMinRows;
 using resnet::LiveTaps;
+using resnet::WholeMapApplies;
+using resnet::WholeMapMode;
 
 std::string Show(const std::optional<resnet::Taps>& t) {
   if (!t) return "none";
@@ -140,6 +143,21 @@ TEST(WholeMap, TheRuleTakesMapsSmallerThanTheFilterThatEveryWindowHolds) {
   EXPECT_EQ(Show(WholeMapPlan(0, 2, 3, 3, 1, 1)), "none");
   EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 0, 1)), "none");
   EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 1, -1)), "none");
+}
+
+TEST(WholeMap, ByDefaultItRunsInFp32AndFromTheMeasuredBatchInOtherTypes) {
+  using c10::ScalarType;
+  const auto rule = WholeMapMode::kByRule;
+  EXPECT_TRUE(WholeMapApplies(rule, 1, ScalarType::Float));  // fp32 gained at batch 128 and 1024
+  EXPECT_TRUE(WholeMapApplies(rule, 128, ScalarType::Float));
+  EXPECT_FALSE(WholeMapApplies(rule, 128, ScalarType::BFloat16));  // bf16 lost at batch 128
+  EXPECT_FALSE(WholeMapApplies(rule, kWholeMapMinRows - 1, ScalarType::BFloat16));
+  EXPECT_TRUE(WholeMapApplies(rule, kWholeMapMinRows, ScalarType::BFloat16));
+  EXPECT_TRUE(WholeMapApplies(rule, 1024, ScalarType::BFloat16));  // and gained at 1024
+  EXPECT_TRUE(WholeMapApplies(rule, 1024, ScalarType::Half));
+  EXPECT_FALSE(WholeMapApplies(rule, 128, ScalarType::Half));
+  EXPECT_TRUE(WholeMapApplies(WholeMapMode::kAlways, 1, ScalarType::BFloat16));
+  EXPECT_FALSE(WholeMapApplies(WholeMapMode::kNever, 1024, ScalarType::Float));
 }
 
 // Every small case the rule takes: the same output (channels_last) and the

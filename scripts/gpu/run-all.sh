@@ -457,7 +457,10 @@ for stage in $STAGES; do
     # over maps smaller than their filter as one matrix product over the
     # whole map: TRAINBENCH_CONV_WHOLE_MAP=1; layer 3's 3x3 at 32 px, 16
     # blocks of work for 36, and layer 4's as the trim), trimwholemap (both:
-    # the trim takes the one-pixel outputs, the whole map layer 3).
+    # the trim takes the one-pixel outputs, the whole map layer 3). Since
+    # session 31 the whole map is on by default in fp32 and from batch 512
+    # (wholemap: in every type at every batch), nowholemap turns it off
+    # (TRAINBENCH_CONV_WHOLE_MAP=0).
     # pdlreduce and nopdlreduce (the batch norm's NHWC reductions launched
     # as programmatic dependents of the kernel before them or the ordinary
     # way: TRAINBENCH_BN_PDL_REDUCTION=1 or 0; dependents by default since
@@ -486,7 +489,7 @@ for stage in $STAGES; do
         [everyblock]="TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK=1" [splits64]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=64"
         [splits64every]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=64 TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK=1"
         [trim]="TRAINBENCH_CONV_TRIM=1" [wholemap]="TRAINBENCH_CONV_WHOLE_MAP=1"
-        [trimwholemap]="TRAINBENCH_CONV_TRIM=1 TRAINBENCH_CONV_WHOLE_MAP=1")
+        [trimwholemap]="TRAINBENCH_CONV_TRIM=1 TRAINBENCH_CONV_WHOLE_MAP=1" [nowholemap]="TRAINBENCH_CONV_WHOLE_MAP=0")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"

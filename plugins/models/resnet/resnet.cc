@@ -63,9 +63,11 @@ class ConvImpl : public sdk::CountedConv2dImpl {
           return cudnn_conv::Conv2d(x, resnet::TrimTaps(w, *taps), {1, 1}, {0, 0}, settings_);
       }
       // As one matrix product over the whole map where it is smaller than
-      // the filter (TRAINBENCH_CONV_WHOLE_MAP=1; channels_last, where the
-      // map's pixels as channels are a view): not late, as the trim.
-      if (resnet::WholeMapSetting() && x.is_contiguous(c10::MemoryFormat::ChannelsLast)) {
+      // the filter (by WholeMapApplies' rule of type and batch, or
+      // TRAINBENCH_CONV_WHOLE_MAP=1 or 0; channels_last, where the map's
+      // pixels as channels are a view): not late, as the trim.
+      if (x.is_contiguous(c10::MemoryFormat::ChannelsLast) &&
+          resnet::WholeMapApplies(resnet::WholeMapSetting(), x.size(0), x.scalar_type())) {
         if (const auto map = resnet::WholeMapPlan(x.size(2), x.size(3), w.size(2), w.size(3), stride_, padding_))
           return resnet::ChannelsAsMap(
               cudnn_conv::Conv2d(resnet::MapAsChannels(x), resnet::WholeMapFilter(w, *map), {1, 1}, {0, 0}, settings_),

@@ -2,6 +2,8 @@
 
 #include <torch/autograd.h>
 
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "env_switch.h"
@@ -123,9 +125,26 @@ torch::Tensor ChannelsAsMap(const torch::Tensor& y, const WholeMap& map) {
   return y.reshape({y.size(0), map.ho, map.wo, k}).permute({0, 3, 1, 2});
 }
 
-bool WholeMapSetting() {
-  static const bool value = trainbench::plugins::OnIfOne("TRAINBENCH_CONV_WHOLE_MAP");
+WholeMapMode WholeMapSetting() {
+  static const WholeMapMode value = [] {
+    const char* v = std::getenv("TRAINBENCH_CONV_WHOLE_MAP");
+    if (v != nullptr && std::string_view(v) == "1") return WholeMapMode::kAlways;
+    if (v != nullptr && std::string_view(v) == "0") return WholeMapMode::kNever;
+    return WholeMapMode::kByRule;
+  }();
   return value;
+}
+
+bool WholeMapApplies(WholeMapMode mode, int64_t rows, c10::ScalarType type) {
+  switch (mode) {
+    case WholeMapMode::kAlways:
+      return true;
+    case WholeMapMode::kNever:
+      return false;
+    case WholeMapMode::kByRule:
+      break;
+  }
+  return type == c10::ScalarType::Float || rows >= kWholeMapMinRows;
 }
 
 }  // namespace resnet

@@ -16,10 +16,11 @@
 // pixel, the filter as the matrix whose block (p, q) is the tap that joins
 // output pixel p to input pixel q), it does 16 blocks of work instead of 36,
 // and its three products (output, input gradient, filter gradient) are
-// square-ish matrices of the batch's size instead of long thin ones. Off
-// unless TRAINBENCH_CONV_WHOLE_MAP=1 (prepared in session 30, not yet
-// measured); it takes the one-pixel outputs too (the same products as the
-// trim's).
+// square-ish matrices of the batch's size instead of long thin ones. On by
+// default since session 31 by a rule of type and batch (WholeMapApplies);
+// TRAINBENCH_CONV_WHOLE_MAP=1 or 0 forces it on or off. It takes the
+// one-pixel outputs too (the same products as the trim's, which it beat at
+// both batches measured).
 
 #include <torch/types.h>
 
@@ -81,9 +82,21 @@ torch::Tensor MapAsChannels(const torch::Tensor& x);
 /// where WholeMapPlan gave `map`.
 torch::Tensor ChannelsAsMap(const torch::Tensor& y, const WholeMap& map);
 
-/// Whether the ResNets' convolutions on the cuDNN path take the whole-map
-/// form where it applies and their input is channels_last:
-/// TRAINBENCH_CONV_WHOLE_MAP=1 (read once a process).
-bool WholeMapSetting();
+/// TRAINBENCH_CONV_WHOLE_MAP: 1 always, 0 never, unset (or any other value)
+/// by the measured rule of WholeMapApplies.
+enum class WholeMapMode { kByRule, kAlways, kNever };
+WholeMapMode WholeMapSetting();  // read once a process
+
+/// From this many images a step the whole-map form runs in bf16 and half as
+/// well as in fp32 (session 31, H200, 32 px: at batch 1024 it gained 1.2-4.7%
+/// in bf16 and 2.3-7.5% in fp32; at batch 128 it lost 0.8-2.9% in bf16, and
+/// in fp32 gained 4.2% for ResNet18 and kept ResNet50's rate; between the two
+/// unmeasured).
+constexpr int64_t kWholeMapMinRows = 512;
+
+/// Whether a convolution the whole-map rule takes (WholeMapPlan) runs in that
+/// form, for `rows` images of x's type `type`: kByRule, in fp32 always and
+/// in other types from kWholeMapMinRows images.
+bool WholeMapApplies(WholeMapMode mode, int64_t rows, c10::ScalarType type);
 
 }  // namespace resnet
