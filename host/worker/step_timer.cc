@@ -6,8 +6,9 @@
 #include <deque>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <type_traits>
+
+#include "env_switch.h"  // plugins/common: on/off settings from the environment
 
 #ifdef TRAINBENCH_WORKER_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -152,10 +153,7 @@ bool FillMemsets(int64_t pixels_per_step) {
 // an H200 at batch 1024 the ResNet50 update of layer 4 ran 58 of its 84 us
 // alone, the backward's next kernels queued behind its blocks (session 25's
 // trace).
-bool HighPriorityCapture() {
-  const char* value = std::getenv("TRAINBENCH_GRAPH_PRIORITY");
-  return value != nullptr && std::string_view(value) == "1";
-}
+bool HighPriorityCapture() { return trainbench::plugins::OnIfOne("TRAINBENCH_GRAPH_PRIORITY"); }
 
 class CudaGraphedStep : public GraphedStep {
  public:
@@ -229,9 +227,7 @@ class CudaGraphedStep : public GraphedStep {
 
 bool GraphFillWanted(const char* setting, int64_t pixels_per_step) {
   constexpr int64_t kFillFromPixels = 512 * 32 * 32;
-  if (setting != nullptr && std::string_view(setting) == "1") return true;
-  if (setting != nullptr && std::string_view(setting) == "0") return false;
-  return pixels_per_step >= kFillFromPixels;
+  return trainbench::plugins::OneOrZero(setting).value_or(pixels_per_step >= kFillFromPixels);
 }
 
 bool WorkerHasCuda() {

@@ -44,6 +44,7 @@ namespace trainbench::plugins::cudnn_conv {
 
 bool Built() noexcept { return false; }
 bool Supports(const torch::Tensor&, const torch::Tensor&) noexcept { return false; }
+at::ScalarType ComputeType(const torch::Tensor& x) { return x.scalar_type(); }
 torch::Tensor Conv2d(const torch::Tensor&, const torch::Tensor&, std::array<int64_t, 2>, std::array<int64_t, 2>,
                      const Settings&) {
   TORCH_CHECK(false, "this build of trainbench has no cuDNN convolution path");
@@ -66,10 +67,7 @@ using plugins::SideStreamsApply;
 // TRAINBENCH_CUDNN_TUNE_LOG=1: one line on stderr per tuned operation (where
 // the first run's warm-up goes).
 bool TuneLog() {
-  static const bool on = [] {
-    const char* value = std::getenv("TRAINBENCH_CUDNN_TUNE_LOG");
-    return value != nullptr && std::string(value) == "1";
-  }();
+  static const bool on = plugins::OnIfOne("TRAINBENCH_CUDNN_TUNE_LOG");
   return on;
 }
 
@@ -1092,6 +1090,8 @@ bool Supports(const torch::Tensor& x, const torch::Tensor& w) noexcept {
   if (!FloatingType(x.scalar_type()) || !FloatingType(w.scalar_type())) return false;
   return x.scalar_type() == w.scalar_type() || AutocastOn();
 }
+
+at::ScalarType ComputeType(const torch::Tensor& x) { return AutocastOn() ? AutocastType() : x.scalar_type(); }
 
 torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<int64_t, 2> stride,
                      std::array<int64_t, 2> padding, const Settings& settings) {

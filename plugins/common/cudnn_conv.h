@@ -24,6 +24,10 @@ bool Built() noexcept;
 /// bfloat16, half; under CUDA autocast, any: both are cast to its type).
 bool Supports(const torch::Tensor& x, const torch::Tensor& w) noexcept;
 
+/// The type Conv2d computes x's convolution in: autocast's where CUDA
+/// autocast is on (both operands are cast to it), else x's.
+at::ScalarType ComputeType(const torch::Tensor& x);
+
 /// How the engines are chosen, besides LibTorch's global cuDNN settings.
 struct Settings {
   /// Whether cuDNN's runtime-compiled engines are candidates. They are in

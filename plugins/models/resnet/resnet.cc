@@ -24,8 +24,8 @@
 #include "stem.h"
 #include "trainbench/sdk/autocast.h"
 #include "trainbench/sdk/module_model.h"
-#include "trim_taps.h"
 #include "weight_cast.h"
+#include "whole_map.h"
 
 namespace trainbench::plugins {
 namespace {
@@ -55,19 +55,14 @@ class ConvImpl : public sdk::CountedConv2dImpl {
       // Not late through the stem's weight transform: its backward reads
       // the filter gradient at once.
       if (space_to_depth_ && resnet::StemApplies(x, w, stride_, padding_)) return resnet::StemConv(x, w, settings_);
-      // Over its live taps alone where the output is one pixel
-      // (TRAINBENCH_CONV_TRIM=1): not late either, the trim's backward reads
-      // the filter gradient at once.
-      if (resnet::TrimTapsSetting()) {
-        if (const auto taps = resnet::LiveTaps(x.size(2), x.size(3), w.size(2), w.size(3), stride_, padding_))
-          return cudnn_conv::Conv2d(x, resnet::TrimTaps(w, *taps), {1, 1}, {0, 0}, settings_);
-      }
       // As one matrix product over the whole map where it is smaller than
-      // the filter (by WholeMapApplies' rule of type and batch, or
-      // TRAINBENCH_CONV_WHOLE_MAP=1 or 0; channels_last, where the map's
-      // pixels as channels are a view): not late, as the trim.
+      // the filter (by WholeMapApplies' rule of the type the cuDNN path
+      // computes in and the batch, or TRAINBENCH_CONV_WHOLE_MAP=1 or 0;
+      // channels_last, where the map's pixels as channels are a view): not
+      // late either, the whole map's backward reads the filter gradient at
+      // once.
       if (x.is_contiguous(c10::MemoryFormat::ChannelsLast) &&
-          resnet::WholeMapApplies(resnet::WholeMapSetting(), x.size(0), x.scalar_type())) {
+          resnet::WholeMapApplies(resnet::WholeMapForced(), x.size(0), cudnn_conv::ComputeType(x))) {
         if (const auto map = resnet::WholeMapPlan(x.size(2), x.size(3), w.size(2), w.size(3), stride_, padding_))
           return resnet::ChannelsAsMap(
               cudnn_conv::Conv2d(resnet::MapAsChannels(x), resnet::WholeMapFilter(w, *map), {1, 1}, {0, 0}, settings_),

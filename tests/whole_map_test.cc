@@ -1,8 +1,8 @@
-// The convolutions over their live taps alone, and over maps smaller than
-// their filter as one matrix product (plugins/models/resnet/trim_taps.h):
-// which convolutions each rule takes, and that the rewritten one gives the
-// same output and gradients as the whole filter, in fp64 on the CPU.
-#include "trim_taps.h"
+// The convolutions over maps smaller than their filter as one matrix product
+// (plugins/models/resnet/whole_map.h): which convolutions the rule takes,
+// when it runs, and that the rewritten one gives the same output and
+// gradients as the whole filter, in fp64 on the CPU.
+#include "whole_map.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -14,36 +14,9 @@
 namespace {
 
 using resnet::kWholeMapMinRows;
-using resnet::LiveTaps;
 using resnet::WholeMapApplies;
-using resnet::WholeMapMode;
 
-std::string Show(const std::optional<resnet::Taps>& t) {
-  if (!t) return "none";
-  return std::to_string(t->top) + "," + std::to_string(t->left) + " " + std::to_string(t->height) + "x" +
-         std::to_string(t->width);
-}
-
-TEST(TrimTaps, TheRuleTakesOnePixelOutputsWhosePaddingHidesTaps) {
-  // h, w, r, s, stride, padding
-  EXPECT_EQ(Show(LiveTaps(1, 1, 3, 3, 1, 1)), "1,1 1x1");  // ResNet layer 4 at 32 px: the centre
-  EXPECT_EQ(Show(LiveTaps(1, 1, 3, 3, 2, 1)), "1,1 1x1");
-  EXPECT_EQ(Show(LiveTaps(2, 2, 3, 3, 2, 1)), "1,1 2x2");  // layer 4's first 3x3, stride 2 over 2x2
-  EXPECT_EQ(Show(LiveTaps(1, 2, 3, 3, 2, 1)), "1,1 1x2");
-  EXPECT_EQ(Show(LiveTaps(1, 1, 7, 7, 2, 3)), "3,3 1x1");
-  EXPECT_EQ(Show(LiveTaps(2, 2, 3, 3, 1, 1)), "none");  // a 2x2 output
-  EXPECT_EQ(Show(LiveTaps(4, 4, 3, 3, 2, 1)), "none");
-  EXPECT_EQ(Show(LiveTaps(7, 7, 3, 3, 1, 1)), "none");
-  EXPECT_EQ(Show(LiveTaps(1, 1, 1, 1, 1, 0)), "none");  // every tap reaches the input
-  EXPECT_EQ(Show(LiveTaps(3, 3, 3, 3, 1, 0)), "none");
-  EXPECT_EQ(Show(LiveTaps(2, 2, 1, 1, 2, 0)), "none");  // the 1x1 downsampling reads one pixel of four: not taps
-  EXPECT_EQ(Show(LiveTaps(1, 1, 5, 5, 1, 1)), "none");  // no output
-  EXPECT_EQ(Show(LiveTaps(0, 1, 3, 3, 1, 1)), "none");
-  EXPECT_EQ(Show(LiveTaps(1, 1, 3, 3, 0, 1)), "none");
-  EXPECT_EQ(Show(LiveTaps(1, 1, 3, 3, 1, -1)), "none");
-}
-
-// The small cases both rules are tried on: h x w maps (1-4 x 1-3), r x r
+// The small cases the rule is tried on: h x w maps (1-4 x 1-3), r x r
 // filters (1, 3, 5), strides 1-3, paddings 0-2.
 template <typename F>
 void ForEachSmallCase(F f) {
@@ -56,10 +29,10 @@ void ForEachSmallCase(F f) {
 
 // conv2d(x, w, stride, padding) against `rewritten(x, w)` in fp64, x (3, 4,
 // h, w) and w (5, 4, r, r) in either layout: the same output, the same
-// gradients of x and w, w's in w's layout. Returns the plain convolution's
-// filter gradient and the rewritten output, for each rule's own checks.
+// gradients of x and w, w's in w's layout. Returns the rewritten output,
+// for the caller's own checks.
 struct Compared {
-  torch::Tensor plain_filter_grad, rewritten_output;
+  torch::Tensor rewritten_output;
   std::string what;
 };
 template <typename F>
@@ -89,32 +62,9 @@ std::vector<Compared> ExpectTheSameFunction(int64_t h, int64_t w, int64_t r, int
     EXPECT_TRUE(torch::allclose(xa.grad(), xb.grad(), 1e-12, 1e-12)) << what;
     EXPECT_TRUE(torch::allclose(wa.grad(), wb.grad(), 1e-12, 1e-12)) << what;
     EXPECT_EQ(wb.grad().strides(), wb.strides()) << what;
-    compared.push_back({wa.grad(), yb, what});
+    compared.push_back({yb, what});
   }
   return compared;
-}
-
-// Every small case the rule takes: the same output and the same gradients
-// of x and w (those of the taps it leaves out exactly zero), in w's layout.
-TEST(TrimTaps, TheTrimmedConvolutionIsTheSameFunction) {
-  torch::manual_seed(29);
-  int taken = 0;
-  ForEachSmallCase([&](int64_t h, int64_t w, int64_t r, int64_t stride, int64_t padding) {
-    const auto taps = LiveTaps(h, w, r, r, stride, padding);
-    if (!taps) return;
-    ++taken;
-    const std::vector<int64_t> ones{1, 1}, zeros{0, 0};
-    for (const Compared& c : ExpectTheSameFunction(h, w, r, stride, padding, [&](const auto&x, const auto&f) {
-           return torch::conv2d(x, resnet::TrimTaps(f, *taps), torch::Tensor(), at::IntArrayRef(ones),
-                                at::IntArrayRef(zeros));
-         })) {
-      // The taps it leaves out: no gradient at all in the whole filter's.
-      torch::Tensor live = torch::zeros_like(c.plain_filter_grad);
-      live.narrow(2, taps->top, taps->height).narrow(3, taps->left, taps->width).fill_(1.0);
-      EXPECT_EQ((c.plain_filter_grad * (1 - live)).abs().max().item<double>(), 0.0) << c.what;
-    }
-  });
-  EXPECT_GE(taken, 20);  // the loops reach the rule's cases
 }
 
 std::string Show(const std::optional<resnet::WholeMap>& m) {
@@ -127,8 +77,10 @@ TEST(WholeMap, TheRuleTakesMapsSmallerThanTheFilterThatEveryWindowHolds) {
   using resnet::WholeMapPlan;
   // h, w, r, s, stride, padding
   EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 1, 1)), "2x2 to 2x2");  // ResNet layer 3 at 32 px
-  EXPECT_EQ(Show(WholeMapPlan(1, 1, 3, 3, 1, 1)), "1x1 to 1x1");  // layer 4: the trim's centre
-  EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 2, 1)), "2x2 to 1x1");  // layer 4's first: the trim's corner
+  EXPECT_EQ(Show(WholeMapPlan(1, 1, 3, 3, 1, 1)), "1x1 to 1x1");  // layer 4: the centre tap alone
+  EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 2, 1)), "2x2 to 1x1");  // layer 4's first: a 2x2 corner
+  EXPECT_EQ(Show(WholeMapPlan(1, 1, 3, 3, 2, 1)), "1x1 to 1x1");
+  EXPECT_EQ(Show(WholeMapPlan(1, 1, 7, 7, 2, 3)), "1x1 to 1x1");
   EXPECT_EQ(Show(WholeMapPlan(1, 2, 3, 3, 1, 1)), "1x2 to 1x2");
   EXPECT_EQ(Show(WholeMapPlan(2, 2, 5, 5, 1, 2)), "2x2 to 2x2");
   EXPECT_EQ(Show(WholeMapPlan(3, 3, 5, 5, 1, 2)), "3x3 to 3x3");
@@ -137,6 +89,8 @@ TEST(WholeMap, TheRuleTakesMapsSmallerThanTheFilterThatEveryWindowHolds) {
   EXPECT_EQ(Show(WholeMapPlan(4, 4, 3, 3, 2, 1)), "none");  // layer 3's first: a window misses rows
   EXPECT_EQ(Show(WholeMapPlan(3, 3, 3, 3, 1, 1)), "none");  // 9 pixels, 9 taps
   EXPECT_EQ(Show(WholeMapPlan(2, 2, 1, 1, 1, 0)), "none");  // 1x1 filters
+  EXPECT_EQ(Show(WholeMapPlan(2, 2, 1, 1, 2, 0)), "none");  // the 1x1 downsampling reads one pixel of four
+  EXPECT_EQ(Show(WholeMapPlan(1, 1, 5, 5, 1, 1)), "none");  // no output
   EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 1, 2)), "none");  // the outer outputs' windows miss the map's far side
   EXPECT_EQ(Show(WholeMapPlan(1, 4, 3, 3, 1, 1)), "none");  // a row of 4: the windows miss its ends
   EXPECT_EQ(Show(WholeMapPlan(2, 2, 3, 3, 1, 0)), "none");  // no output
@@ -147,7 +101,7 @@ TEST(WholeMap, TheRuleTakesMapsSmallerThanTheFilterThatEveryWindowHolds) {
 
 TEST(WholeMap, ByDefaultItRunsInFp32AndFromTheMeasuredBatchInOtherTypes) {
   using c10::ScalarType;
-  const auto rule = WholeMapMode::kByRule;
+  const std::optional<bool> rule;                            // unset: the rule
   EXPECT_TRUE(WholeMapApplies(rule, 1, ScalarType::Float));  // fp32 gained at batch 128 and 1024
   EXPECT_TRUE(WholeMapApplies(rule, 128, ScalarType::Float));
   EXPECT_FALSE(WholeMapApplies(rule, 128, ScalarType::BFloat16));  // bf16 lost at batch 128
@@ -156,8 +110,8 @@ TEST(WholeMap, ByDefaultItRunsInFp32AndFromTheMeasuredBatchInOtherTypes) {
   EXPECT_TRUE(WholeMapApplies(rule, 1024, ScalarType::BFloat16));  // and gained at 1024
   EXPECT_TRUE(WholeMapApplies(rule, 1024, ScalarType::Half));
   EXPECT_FALSE(WholeMapApplies(rule, 128, ScalarType::Half));
-  EXPECT_TRUE(WholeMapApplies(WholeMapMode::kAlways, 1, ScalarType::BFloat16));
-  EXPECT_FALSE(WholeMapApplies(WholeMapMode::kNever, 1024, ScalarType::Float));
+  EXPECT_TRUE(WholeMapApplies(true, 1, ScalarType::BFloat16));
+  EXPECT_FALSE(WholeMapApplies(false, 1024, ScalarType::Float));
 }
 
 // Every small case the rule takes: the same output (channels_last) and the
@@ -176,7 +130,26 @@ TEST(WholeMap, TheWholeMapProductIsTheSameFunction) {
       EXPECT_TRUE(c.rewritten_output.is_contiguous(torch::MemoryFormat::ChannelsLast)) << c.what;
   });
   EXPECT_GE(taken, 20);    // the loops reach the rule's cases
-  EXPECT_GE(several, 10);  // and outputs of several pixels, where it differs from the trim
+  EXPECT_GE(several, 10);  // and outputs of several pixels
+}
+
+// The fold asked for with the kernel on a CPU tensor (or in a build without
+// the kernels) is LibTorch's ops': the same values, channels_last strides.
+TEST(WholeMap, TheFoldOnTheCpuIsTheOpsWhateverTheKernelSetting) {
+  torch::manual_seed(32);
+  const resnet::WholeMap map{2, 2, 2, 2, 1, 1};
+  const torch::Tensor g = torch::randn({4 * 3, 2 * 2 * 8, 1, 1});
+  const torch::Tensor ops = resnet::FoldWholeMapGrad(g, {3, 8, 3, 3}, map, false);
+  const torch::Tensor asked = resnet::FoldWholeMapGrad(g, {3, 8, 3, 3}, map, true);
+  EXPECT_EQ(ops.sizes(), (std::vector<int64_t>{3, 8, 3, 3}));
+  EXPECT_TRUE(ops.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(torch::equal(ops, asked));
+  // The centre tap joins every output pixel to its own input pixel: the sum
+  // of the four diagonal blocks (p, p).
+  const torch::Tensor blocks = g.reshape({4, 3, 2, 2, 8});
+  torch::Tensor centre = torch::zeros({3, 8});
+  for (int64_t p = 0; p < 4; ++p) centre += blocks[p].select(1, p / 2).select(1, p % 2);
+  EXPECT_TRUE(torch::allclose(ops.select(3, 1).select(2, 1), centre));
 }
 
 // The map as channels is a view of a channels_last input: no copy.
