@@ -155,6 +155,16 @@ void SideStream::Leave(const std::vector<torch::Tensor>& read, int64_t group) {
   left[streams_->here.device_index()].push_back(std::move(done));
 }
 
+void SideStream::AfterLeft(int64_t group) {
+  TORCH_CHECK(streams_->open, "SideStream: AfterLeft after Join");
+  const unsigned long long capture = CaptureOf(streams_->here);
+  const std::lock_guard<std::mutex> lock(left_mutex);
+  const auto it = left.find(streams_->here.device_index());
+  if (it == left.end()) return;
+  for (const Left& l : it->second)
+    if (l.group == group && l.capture == capture) l.done->block(streams_->side);
+}
+
 void JoinLeft(const c10::Device& device, int64_t group) {
   std::vector<Left> events;
   {
@@ -192,6 +202,7 @@ void SideStream::Run(const std::function<void()>&) {}
 void SideStream::Join() {}
 void SideStream::HandOver(const torch::Tensor&) {}
 void SideStream::Leave(const std::vector<torch::Tensor>&, int64_t) {}
+void SideStream::AfterLeft(int64_t) {}
 void JoinLeft(const c10::Device&, int64_t) {}
 std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>& tensors, int64_t) { return tensors; }
 

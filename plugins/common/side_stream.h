@@ -72,6 +72,12 @@ class SideStream {
   /// memory then goes back to the current stream only behind that work (the
   /// caller may drop them before the join).
   void Leave(const std::vector<torch::Tensor>& read, int64_t group = 0);
+  /// Before Run(): the side stream waits as well for every side stream left
+  /// on this device with `group` so far, in this capture (they stay left; a
+  /// later JoinLeft joins them): for work that reads what they write and is
+  /// itself left with `group` (the whole map's filter gradient folded behind
+  /// its convolution's, whole_map.h).
+  void AfterLeft(int64_t group);
 
  private:
   struct Streams;

@@ -58,15 +58,19 @@ class ConvImpl : public sdk::CountedConv2dImpl {
       // As one matrix product over the whole map where it is smaller than
       // the filter (by WholeMapApplies' rule of the type the cuDNN path
       // computes in and the batch, or TRAINBENCH_CONV_WHOLE_MAP=1 or 0;
-      // channels_last, where the map's pixels as channels are a view): not
-      // late either, the whole map's backward reads the filter gradient at
-      // once.
+      // channels_last, where the map's pixels as channels are a view). Its
+      // filter gradient and the fold of it onto the taps are joined at once,
+      // or with TRAINBENCH_CONV_WHOLE_MAP_LATE=1 both late, as below (the
+      // convolution and the fold take the group together).
       if (x.is_contiguous(c10::MemoryFormat::ChannelsLast) &&
           resnet::WholeMapApplies(resnet::WholeMapForced(), x.size(0), cudnn_conv::ComputeType(x))) {
-        if (const auto map = resnet::WholeMapPlan(x.size(2), x.size(3), w.size(2), w.size(3), stride_, padding_))
-          return resnet::ChannelsAsMap(
-              cudnn_conv::Conv2d(resnet::MapAsChannels(x), resnet::WholeMapFilter(w, *map), {1, 1}, {0, 0}, settings_),
-              *map);
+        if (const auto map = resnet::WholeMapPlan(x.size(2), x.size(3), w.size(2), w.size(3), stride_, padding_)) {
+          cudnn_conv::Settings settings = settings_;
+          settings.late_join_group = resnet::WholeMapLateSetting() ? late_join_group_ : -1;
+          const torch::Tensor filter = resnet::WholeMapFilter(w, *map, settings.late_join_group);
+          return resnet::ChannelsAsMap(cudnn_conv::Conv2d(resnet::MapAsChannels(x), filter, {1, 1}, {0, 0}, settings),
+                                       *map);
+        }
       }
       cudnn_conv::Settings settings = settings_;
       settings.late_join_group = late_join_group_;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "env_switch.h"
+#include "side_stream.h"
 
 #ifdef TRAINBENCH_RESNET_KERNELS
 #include <c10/cuda/CUDAException.h>
@@ -21,12 +22,38 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+using trainbench::plugins::Fork;
+using trainbench::plugins::SideStream;
 
 // t's elements as (rows, the rest, 1, 1) with channels_last strides (a view
 // where t is contiguous): what LibTorch and the cuDNN path take for a
 // channels_last tensor of 1x1 maps, as the rest of the ResNets' are.
 torch::Tensor AsChannelsLastPixel(const torch::Tensor& t, int64_t rows) {
   return t.reshape({rows, 1, 1, t.numel() / rows}).permute({0, 3, 1, 2});
+}
+
+// FoldWholeMapGrad into `dtaps` (K, r, s, C, contiguous, g's type and
+// device), every element written.
+void FoldInto(const torch::Tensor& g, const WholeMap& map, bool kernel, const torch::Tensor& dtaps) {
+  const int64_t k = dtaps.size(0), c = dtaps.size(3);
+  const int64_t h = map.h, wm = map.w, ho = map.ho, wo = map.wo, stride = map.stride, padding = map.padding;
+  const torch::Tensor blocks = g.reshape({ho * wo, k, h, wm, c});
+#ifdef TRAINBENCH_RESNET_KERNELS
+  if (kernel && g.is_cuda() && kernels::Takes(g.scalar_type())) {
+    const c10::cuda::CUDAGuard guard(g.device());
+    const torch::Tensor in = blocks.contiguous();
+    const kernels::WholeMapShape shape{k, c, dtaps.size(1), dtaps.size(2), h, wm, ho, wo, stride, padding};
+    C10_CUDA_CHECK(kernels::FoldWholeMapGrad(in.data_ptr(), dtaps.data_ptr(), shape, kernels::DTypeOf(g.scalar_type()),
+                                             c10::cuda::getCurrentCUDAStream()));
+    return;
+  }
+#else
+  (void)kernel;
+#endif
+  dtaps.zero_();
+  for (int64_t py = 0; py < ho; ++py)
+    for (int64_t px = 0; px < wo; ++px)
+      dtaps.narrow(1, padding - py * stride, h).narrow(2, padding - px * stride, wm).add_(blocks[py * wo + px]);
 }
 
 // w as the whole map's filter: output pixel p's row block is w's taps over
@@ -37,11 +64,12 @@ torch::Tensor AsChannelsLastPixel(const torch::Tensor& t, int64_t rows) {
 // (one zero filter each).
 struct WholeMapFunction : public torch::autograd::Function<WholeMapFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& w, int64_t h, int64_t wm, int64_t ho,
-                               int64_t wo, int64_t stride, int64_t padding) {
+                               int64_t wo, int64_t stride, int64_t padding, int64_t late_join_group) {
     const c10::MemoryFormat format = w.suggest_memory_format();
     ctx->saved_data["shape"] = w.sizes();
     ctx->saved_data["channels_last"] = format == c10::MemoryFormat::ChannelsLast;
     ctx->saved_data["map"] = std::vector<int64_t>{h, wm, ho, wo, stride, padding};
+    ctx->saved_data["late_join_group"] = late_join_group;
     const torch::Tensor taps = w.permute({0, 2, 3, 1});  // K, r, s, C: a view where w is channels_last
     std::vector<torch::Tensor> blocks;
     for (int64_t py = 0; py < ho; ++py)
@@ -54,9 +82,34 @@ struct WholeMapFunction : public torch::autograd::Function<WholeMapFunction> {
     const std::vector<int64_t> shape = ctx->saved_data["shape"].toIntVector();
     const std::vector<int64_t> m = ctx->saved_data["map"].toIntVector();
     const WholeMap map{m[0], m[1], m[2], m[3], m[4], m[5]};
-    torch::Tensor dw = FoldWholeMapGrad(grads[0], shape, map, WholeMapKernelSetting());
-    if (!ctx->saved_data["channels_last"].toBool()) dw = dw.contiguous();
-    return {dw, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const torch::Tensor& g = grads[0];
+    const bool channels_last = ctx->saved_data["channels_last"].toBool();
+    const int64_t group = ctx->saved_data["late_join_group"].toInt();
+    torch::Tensor dw;
+    if (group >= 0 && channels_last && trainbench::plugins::SideStreamsApply(g.device(), Fork::kLateJoin)) {
+      // g is still being written on the side stream its convolution left
+      // with `group` (cudnn_conv.h's late_join_group, the same condition):
+      // fold it on a side stream behind that one, left with the group too,
+      // so that nothing here waits for either before JoinBeforeGradients'
+      // backward. Allocated here, as SideStream asks.
+      const torch::Tensor dtaps = torch::empty({shape[0], shape[2], shape[3], shape[1]}, g.options());
+      SideStream side(g.device());
+      side.AfterLeft(group);
+      side.Run([&] { FoldInto(g, map, WholeMapKernelSetting(), dtaps); });
+      side.Leave({g, dtaps}, group);
+      dw = dtaps.permute({0, 3, 1, 2});  // channels_last strides
+    } else {
+      dw = FoldWholeMapGrad(g, shape, map, WholeMapKernelSetting());
+      if (!channels_last) dw = dw.contiguous();
+    }
+    return {dw,
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -74,31 +127,13 @@ std::optional<WholeMap> WholeMapPlan(int64_t h, int64_t w, int64_t r, int64_t s,
   return WholeMap{h, w, (h + 2 * padding - r) / stride + 1, (w + 2 * padding - s) / stride + 1, stride, padding};
 }
 
-torch::Tensor WholeMapFilter(const torch::Tensor& w, const WholeMap& map) {
-  return WholeMapFunction::apply(w, map.h, map.w, map.ho, map.wo, map.stride, map.padding);
+torch::Tensor WholeMapFilter(const torch::Tensor& w, const WholeMap& map, int64_t late_join_group) {
+  return WholeMapFunction::apply(w, map.h, map.w, map.ho, map.wo, map.stride, map.padding, late_join_group);
 }
 
 torch::Tensor FoldWholeMapGrad(const torch::Tensor& g, c10::IntArrayRef w_shape, const WholeMap& map, bool kernel) {
-  const int64_t k = w_shape[0], c = w_shape[1], r = w_shape[2], s = w_shape[3];
-  const int64_t h = map.h, wm = map.w, ho = map.ho, wo = map.wo, stride = map.stride, padding = map.padding;
-  const torch::Tensor blocks = g.reshape({ho * wo, k, h, wm, c});
-#ifdef TRAINBENCH_RESNET_KERNELS
-  if (kernel && g.is_cuda() && kernels::Takes(g.scalar_type())) {
-    const c10::cuda::CUDAGuard guard(g.device());
-    const torch::Tensor in = blocks.contiguous();
-    torch::Tensor dtaps = torch::empty({k, r, s, c}, g.options());  // K, r, s, C
-    const kernels::WholeMapShape shape{k, c, r, s, h, wm, ho, wo, stride, padding};
-    C10_CUDA_CHECK(kernels::FoldWholeMapGrad(in.data_ptr(), dtaps.data_ptr(), shape, kernels::DTypeOf(g.scalar_type()),
-                                             c10::cuda::getCurrentCUDAStream()));
-    return dtaps.permute({0, 3, 1, 2});  // channels_last strides
-  }
-#else
-  (void)kernel;
-#endif
-  torch::Tensor dtaps = torch::zeros({k, r, s, c}, g.options());  // K, r, s, C
-  for (int64_t py = 0; py < ho; ++py)
-    for (int64_t px = 0; px < wo; ++px)
-      dtaps.narrow(1, padding - py * stride, h).narrow(2, padding - px * stride, wm).add_(blocks[py * wo + px]);
+  torch::Tensor dtaps = torch::empty({w_shape[0], w_shape[2], w_shape[3], w_shape[1]}, g.options());  // K, r, s, C
+  FoldInto(g, map, kernel, dtaps);
   return dtaps.permute({0, 3, 1, 2});  // channels_last strides
 }
 
@@ -112,6 +147,11 @@ bool WholeMapKernelBuilt() {
 
 bool WholeMapKernelSetting() {
   static const bool value = trainbench::plugins::OnIfOne("TRAINBENCH_CONV_WHOLE_MAP_KERNEL");
+  return value;
+}
+
+bool WholeMapLateSetting() {
+  static const bool value = trainbench::plugins::OnIfOne("TRAINBENCH_CONV_WHOLE_MAP_LATE");
   return value;
 }
 

@@ -41,8 +41,13 @@ std::optional<WholeMap> WholeMapPlan(int64_t h, int64_t w, int64_t r, int64_t s,
 /// (an output pixel, row-major), column block q (an input pixel), the tap
 /// between them. With autograd: the backward folds the blocks' gradients
 /// back onto the taps (FoldWholeMapGrad, with WholeMapKernelSetting()), in
-/// w's memory format.
-torch::Tensor WholeMapFilter(const torch::Tensor& w, const WholeMap& map);
+/// w's memory format. `late_join_group` (0 or more; -1: none): the group of
+/// the JoinBeforeGradients that w came through, as the convolution of the
+/// whole map's filter was given it in cudnn_conv::Settings (the two go
+/// together): inside a captured step with late joins, the fold runs on a
+/// side stream behind that convolution's filter gradient and is left for
+/// the group's join too (channels_last w only; otherwise it runs here).
+torch::Tensor WholeMapFilter(const torch::Tensor& w, const WholeMap& map, int64_t late_join_group = -1);
 
 /// The whole map filter's gradient g (ho * wo * K, h * w * C, 1, 1) folded
 /// back onto the taps of a filter of `w_shape` (K, C, r, s), channels_last:
@@ -62,6 +67,13 @@ bool WholeMapKernelBuilt();
 /// TRAINBENCH_CONV_WHOLE_MAP_KERNEL=1 (prepared in session 32, off until
 /// measured; read once a process).
 bool WholeMapKernelSetting();
+
+/// Whether the ResNets give the whole map's convolution and its fold their
+/// late join group (WholeMapFilter), so that its filter gradient and the
+/// fold run beside the rest of the backward as the other convolutions' do,
+/// instead of joined at once: TRAINBENCH_CONV_WHOLE_MAP_LATE=1 (prepared in
+/// session 32, off until measured; read once a process).
+bool WholeMapLateSetting();
 
 /// x (N, C, h, w) as (N, h * w * C, 1, 1), pixel-major, channels_last (so
 /// that the cuDNN path takes the NHWC layout it takes for x): a view where x
