@@ -65,8 +65,11 @@ class ConvImpl : public sdk::CountedConv2dImpl {
       if (x.is_contiguous(c10::MemoryFormat::ChannelsLast) &&
           resnet::WholeMapApplies(resnet::WholeMapForced(), x.size(0), cudnn_conv::ComputeType(x))) {
         if (const auto map = resnet::WholeMapPlan(x.size(2), x.size(3), w.size(2), w.size(3), stride_, padding_)) {
+          // Late only where the filter reaches the convolution uncast: an
+          // autocast cast's backward would read its gradient before the join.
+          const bool late = resnet::WholeMapLateSetting() && w.scalar_type() == cudnn_conv::ComputeType(x);
           cudnn_conv::Settings settings = settings_;
-          settings.late_join_group = resnet::WholeMapLateSetting() ? late_join_group_ : -1;
+          settings.late_join_group = late ? late_join_group_ : -1;
           const torch::Tensor filter = resnet::WholeMapFilter(w, *map, settings.late_join_group);
           return resnet::ChannelsAsMap(cudnn_conv::Conv2d(resnet::MapAsChannels(x), filter, {1, 1}, {0, 0}, settings),
                                        *map);
