@@ -655,9 +655,9 @@ PlanPtr Tune(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle, cons
     Candidate candidate;
     PlanPtr plan;
     float first = std::numeric_limits<float>::infinity();
-    std::vector<float> gated;  // ms of its runs in rounds 2 and 3
-    float graph_ms = 0;        // GraphCost, with TRAINBENCH_CUDNN_GRAPH_COST=1
-    bool failed = false;       // did not run here: no candidate
+    std::vector<float> gated{};  // ms of its runs in rounds 2 and 3
+    float graph_ms = 0;          // GraphCost, with TRAINBENCH_CUDNN_GRAPH_COST=1
+    bool failed = false;         // did not run here: no candidate
   };
   std::vector<Built> built;
   size_t tried = 0, runtime_compiled = 0;
