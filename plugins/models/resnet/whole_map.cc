@@ -102,14 +102,9 @@ struct WholeMapFunction : public torch::autograd::Function<WholeMapFunction> {
       dw = FoldWholeMapGrad(g, shape, map, WholeMapKernelSetting());
       if (!channels_last) dw = dw.contiguous();
     }
-    return {dw,
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor()};
+    variable_list result(8);  // w's, and none for the map's seven integers
+    result[0] = dw;
+    return result;
   }
 };
 
