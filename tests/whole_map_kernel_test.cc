@@ -17,6 +17,7 @@
 
 #include "cuda_graph.h"
 #include "whole_map.h"
+#include "whole_map_cases.h"
 
 namespace {
 
@@ -33,19 +34,15 @@ std::string Describe(const Case& c, at::ScalarType type) {
          std::to_string(c.padding) + " " + std::string(c10::toString(type));
 }
 
-// The cases: every small map the rule takes (h 1-4, w 1-3, r 1, 3, 5,
-// strides 1-3, paddings 0-2) with 4 channels (the scalar path) and 16 (the
-// vector path), and the ResNets' at 32 px (layer 3's 2x2 maps, layer 4's
-// first 2x2 to 1x1 and its 1x1 maps).
+// The cases: every small map the rule takes (whole_map_cases.h) with 4
+// channels (the scalar path) and 16 (the vector path), and the ResNets' at
+// 32 px (layer 3's 2x2 maps, layer 4's first 2x2 to 1x1 and its 1x1 maps).
 std::vector<Case> Cases() {
   std::vector<Case> cases;
-  for (int64_t h = 1; h <= 4; ++h)
-    for (int64_t w = 1; w <= 3; ++w)
-      for (int64_t r : {1, 3, 5})
-        for (int64_t stride = 1; stride <= 3; ++stride)
-          for (int64_t padding = 0; padding <= 2; ++padding)
-            if (resnet::WholeMapPlan(h, w, r, r, stride, padding))
-              for (int64_t c : {4, 16}) cases.push_back({3, c, h, w, r, stride, padding});
+  trainbench::testing::ForEachSmallWholeMapCase([&](int64_t h, int64_t w, int64_t r, int64_t stride, int64_t padding) {
+    if (resnet::WholeMapPlan(h, w, r, r, stride, padding))
+      for (int64_t c : {4, 16}) cases.push_back({3, c, h, w, r, stride, padding});
+  });
   cases.push_back({256, 256, 2, 2, 3, 1, 1});
   cases.push_back({512, 512, 2, 2, 3, 2, 1});
   cases.push_back({512, 512, 1, 1, 3, 1, 1});

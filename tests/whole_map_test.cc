@@ -11,21 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "whole_map_cases.h"
+
 namespace {
 
 using resnet::kWholeMapMinRows;
 using resnet::WholeMapApplies;
-
-// The small cases the rule is tried on: h x w maps (1-4 x 1-3), r x r
-// filters (1, 3, 5), strides 1-3, paddings 0-2.
-template <typename F>
-void ForEachSmallCase(F f) {
-  for (int64_t h = 1; h <= 4; ++h)
-    for (int64_t w = 1; w <= 3; ++w)
-      for (int64_t r : {1, 3, 5})
-        for (int64_t stride = 1; stride <= 3; ++stride)
-          for (int64_t padding = 0; padding <= 2; ++padding) f(h, w, r, stride, padding);
-}
 
 // conv2d(x, w, stride, padding) against `rewritten(x, w)` in fp64, x (3, 4,
 // h, w) and w (5, 4, r, r) in either layout: the same output, the same
@@ -119,7 +110,7 @@ TEST(WholeMap, ByDefaultItRunsInFp32AndFromTheMeasuredBatchInOtherTypes) {
 TEST(WholeMap, TheWholeMapProductIsTheSameFunction) {
   torch::manual_seed(30);
   int taken = 0, several = 0;
-  ForEachSmallCase([&](int64_t h, int64_t w, int64_t r, int64_t stride, int64_t padding) {
+  trainbench::testing::ForEachSmallWholeMapCase([&](int64_t h, int64_t w, int64_t r, int64_t stride, int64_t padding) {
     const auto map = resnet::WholeMapPlan(h, w, r, r, stride, padding);
     if (!map) return;
     ++taken;

@@ -62,12 +62,13 @@ class ConvImpl : public sdk::CountedConv2dImpl {
       // filter gradient and the fold of it onto the taps are joined at once,
       // or with TRAINBENCH_CONV_WHOLE_MAP_LATE=1 both late, as below (the
       // convolution and the fold take the group together).
+      const at::ScalarType type = cudnn_conv::ComputeType(x);
       if (x.is_contiguous(c10::MemoryFormat::ChannelsLast) &&
-          resnet::WholeMapApplies(resnet::WholeMapForced(), x.size(0), cudnn_conv::ComputeType(x))) {
+          resnet::WholeMapApplies(resnet::WholeMapForced(), x.size(0), type)) {
         if (const auto map = resnet::WholeMapPlan(x.size(2), x.size(3), w.size(2), w.size(3), stride_, padding_)) {
           // Late only where the filter reaches the convolution uncast: an
           // autocast cast's backward would read its gradient before the join.
-          const bool late = resnet::WholeMapLateSetting() && w.scalar_type() == cudnn_conv::ComputeType(x);
+          const bool late = resnet::WholeMapLateSetting() && w.scalar_type() == type;
           cudnn_conv::Settings settings = settings_;
           settings.late_join_group = late ? late_join_group_ : -1;
           const torch::Tensor filter = resnet::WholeMapFilter(w, *map, settings.late_join_group);

@@ -32,17 +32,34 @@ torch::Tensor AsChannelsLastPixel(const torch::Tensor& t, int64_t rows) {
   return t.reshape({rows, 1, 1, t.numel() / rows}).permute({0, 3, 1, 2});
 }
 
+// Output pixel p's window onto the taps (K, r, s, C): the h x w taps that
+// join it to the map's pixels, in the map's pixel order. The forward's
+// blocks and the fold's adds both take it.
+torch::Tensor Window(const torch::Tensor& taps, const WholeMap& map, int64_t p) {
+  const int64_t py = p / map.wo, px = p % map.wo;
+  return taps.narrow(1, map.padding - py * map.stride, map.h).narrow(2, map.padding - px * map.stride, map.w);
+}
+
+// Taps (K, r, s, C, contiguous) for a filter of `w_shape` (K, C, r, s), in
+// g's type and device, uninitialised.
+torch::Tensor EmptyTaps(const torch::Tensor& g, c10::IntArrayRef w_shape) {
+  return torch::empty({w_shape[0], w_shape[2], w_shape[3], w_shape[1]}, g.options());
+}
+
+// The taps as the filter (K, C, r, s): channels_last strides, a view.
+torch::Tensor TapsAsFilter(const torch::Tensor& taps) { return taps.permute({0, 3, 1, 2}); }
+
 // FoldWholeMapGrad into `dtaps` (K, r, s, C, contiguous, g's type and
 // device), every element written.
 void FoldInto(const torch::Tensor& g, const WholeMap& map, bool kernel, const torch::Tensor& dtaps) {
-  const int64_t k = dtaps.size(0), c = dtaps.size(3);
-  const int64_t h = map.h, wm = map.w, ho = map.ho, wo = map.wo, stride = map.stride, padding = map.padding;
-  const torch::Tensor blocks = g.reshape({ho * wo, k, h, wm, c});
+  const int64_t k = dtaps.size(0), c = dtaps.size(3), pixels = map.ho * map.wo;
+  const torch::Tensor blocks = g.reshape({pixels, k, map.h, map.w, c});
 #ifdef TRAINBENCH_RESNET_KERNELS
   if (kernel && g.is_cuda() && kernels::Takes(g.scalar_type())) {
     const c10::cuda::CUDAGuard guard(g.device());
     const torch::Tensor in = blocks.contiguous();
-    const kernels::WholeMapShape shape{k, c, dtaps.size(1), dtaps.size(2), h, wm, ho, wo, stride, padding};
+    const kernels::WholeMapShape shape{k,     c,      dtaps.size(1), dtaps.size(2), map.h,
+                                       map.w, map.ho, map.wo,        map.stride,    map.padding};
     C10_CUDA_CHECK(kernels::FoldWholeMapGrad(in.data_ptr(), dtaps.data_ptr(), shape, kernels::DTypeOf(g.scalar_type()),
                                              c10::cuda::getCurrentCUDAStream()));
     return;
@@ -51,9 +68,7 @@ void FoldInto(const torch::Tensor& g, const WholeMap& map, bool kernel, const to
   (void)kernel;
 #endif
   dtaps.zero_();
-  for (int64_t py = 0; py < ho; ++py)
-    for (int64_t px = 0; px < wo; ++px)
-      dtaps.narrow(1, padding - py * stride, h).narrow(2, padding - px * stride, wm).add_(blocks[py * wo + px]);
+  for (int64_t p = 0; p < pixels; ++p) Window(dtaps, map, p).add_(blocks[p]);
 }
 
 // w as the whole map's filter: output pixel p's row block is w's taps over
@@ -71,10 +86,9 @@ struct WholeMapFunction : public torch::autograd::Function<WholeMapFunction> {
     ctx->saved_data["map"] = std::vector<int64_t>{h, wm, ho, wo, stride, padding};
     ctx->saved_data["late_join_group"] = late_join_group;
     const torch::Tensor taps = w.permute({0, 2, 3, 1});  // K, r, s, C: a view where w is channels_last
+    const WholeMap map{h, wm, ho, wo, stride, padding};
     std::vector<torch::Tensor> blocks;
-    for (int64_t py = 0; py < ho; ++py)
-      for (int64_t px = 0; px < wo; ++px)
-        blocks.push_back(taps.narrow(1, padding - py * stride, h).narrow(2, padding - px * stride, wm));
+    for (int64_t p = 0; p < ho * wo; ++p) blocks.push_back(Window(taps, map, p));
     return AsChannelsLastPixel(torch::stack(blocks), ho * wo * w.size(0));
   }
 
@@ -92,12 +106,12 @@ struct WholeMapFunction : public torch::autograd::Function<WholeMapFunction> {
       // fold it on a side stream behind that one, left with the group too,
       // so that nothing here waits for either before JoinBeforeGradients'
       // backward. Allocated here, as SideStream asks.
-      const torch::Tensor dtaps = torch::empty({shape[0], shape[2], shape[3], shape[1]}, g.options());
+      const torch::Tensor dtaps = EmptyTaps(g, shape);
       SideStream side(g.device());
       side.AfterLeft(group);
       side.Run([&] { FoldInto(g, map, WholeMapKernelSetting(), dtaps); });
       side.Leave({g, dtaps}, group);
-      dw = dtaps.permute({0, 3, 1, 2});  // channels_last strides
+      dw = TapsAsFilter(dtaps);
     } else {
       dw = FoldWholeMapGrad(g, shape, map, WholeMapKernelSetting());
       if (!channels_last) dw = dw.contiguous();
@@ -127,9 +141,9 @@ torch::Tensor WholeMapFilter(const torch::Tensor& w, const WholeMap& map, int64_
 }
 
 torch::Tensor FoldWholeMapGrad(const torch::Tensor& g, c10::IntArrayRef w_shape, const WholeMap& map, bool kernel) {
-  torch::Tensor dtaps = torch::empty({w_shape[0], w_shape[2], w_shape[3], w_shape[1]}, g.options());  // K, r, s, C
+  const torch::Tensor dtaps = EmptyTaps(g, w_shape);
   FoldInto(g, map, kernel, dtaps);
-  return dtaps.permute({0, 3, 1, 2});  // channels_last strides
+  return TapsAsFilter(dtaps);
 }
 
 bool WholeMapKernelBuilt() {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "../../common/cuda_element.cuh"
+#include "kernel_host.h"
 #include "whole_map_kernels.h"
 
 namespace resnet::kernels {
@@ -76,8 +77,8 @@ bool Valid(const WholeMapShape& m) {
 
 template <typename T>
 cudaError_t Launch(const void* g, void* dw, const WholeMapShape& m, cudaStream_t stream) {
-  const bool vector = m.c % kVec == 0 && reinterpret_cast<uintptr_t>(g) % (sizeof(T) * kVec) == 0 &&
-                      reinterpret_cast<uintptr_t>(dw) % (sizeof(T) * kVec) == 0;
+  constexpr int kPackBytes = sizeof(T) * kVec;
+  const bool vector = m.c % kVec == 0 && Aligned(g, kPackBytes) && Aligned(dw, kPackBytes);
   const int64_t groups = m.k * m.r * m.s * (vector ? m.c / kVec : m.c);
   const int64_t blocks = (groups + kThreads - 1) / kThreads;
   if (blocks > int64_t{0x7fffffff}) return cudaErrorInvalidValue;
