@@ -72,6 +72,26 @@ TEST_F(Cifar10Files, LabelOutsideRangeIsAnError) {
   }
 }
 
+TEST_F(Cifar10Files, LabelsAreCheckedBeforeAnyWorkerReadsThem) {
+  Write("data_batch_1.bin", 1500, 3);
+  {
+    // Record 1200 (past the first 1,024-record chunk) says 200.
+    std::fstream f(dir_ / "data_batch_1.bin", std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(1200 * kRecordBytes);
+    f.put(static_cast<char>(200));
+  }
+  Write("test_batch.bin", 10, 1);
+  EXPECT_NO_THROW(CheckLabels(dir_, Split::kTest));
+  EXPECT_NO_THROW(CheckLabels(dir_, Split::kTrain, 1200));  // only the records a run uses
+  try {
+    CheckLabels(dir_, Split::kTrain);
+    FAIL() << "label 200 passed";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("data_batch_1.bin: record 1200 has label 200, outside 0-9"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(Cifar10Files, MissingFileSaysWhatToDo) {
   try {
     CountRecords(dir_, Split::kTest);

@@ -58,6 +58,12 @@ TEST(ConfigLoader, UnknownKeyGivesPositionAndSuggestion) {
   EXPECT_EQ(error.rfind("exp.yaml:9:3: training.epohcs: unknown key; did you mean 'epochs'?", 0), 0u) << error;
 }
 
+TEST(ConfigLoader, ATabInTheIndentationIsNamed) {
+  const std::string error = ErrorOf(Replace(kGood, "  epochs: 2", "\tepochs: 2"));
+  EXPECT_NE(error.find("exp.yaml:"), std::string::npos) << error;
+  EXPECT_NE(error.find("(line 9 is indented with a tab: YAML indents with spaces only)"), std::string::npos) << error;
+}
+
 TEST(ConfigLoader, WrongTypeNamesTheKey) {
   const std::string error = ErrorOf(Replace(kGood, "batch_size: 32", "batch_size: lots"));
   EXPECT_NE(error.find("exp.yaml:10:15: training.batch_size: expected an integer"), std::string::npos) << error;

@@ -1304,5 +1304,187 @@ TEST_F(EndToEnd, DataParallelMistakesAreConfigErrors) {
   check("[{plugin: cpu, processes: 2, sync_batchnorm: maybe}]", "devices[0].sync_batchnorm");
 }
 
+// A lab server's output folders: a finished cell is never lost to a rerun.
+TEST_F(EndToEnd, AFolderWithResultsIsResumedOrRefusedAndChangedCellsAreKeptAside) {
+  const std::string quick = R"(name: keep
+models: [simple_cnn]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)";
+  const std::string out = (dir_ / "out").string();
+  ASSERT_EQ(Trainbench("run " + Config(quick) + " --out " + out + Plugins()).exit_code, 0);
+  const json first = Results();
+  ASSERT_EQ(first["cells"][0]["status"], "ok");
+  // Without --resume: refused, the file as it was.
+  const Outcome again = Trainbench("run " + Config(quick) + " --out " + out + Plugins());
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_NE(again.output.find(out + " holds the results of an earlier run (results.json); pass --resume"),
+            std::string::npos)
+      << again.output;
+  EXPECT_EQ(Results(), first);
+  // --resume with the cell's config changed: the finished cell goes to a
+  // side file, named, before results.json is rewritten.
+  std::string changed = quick;
+  changed.replace(changed.find("batch_size: 100"), 15, "batch_size: 50");
+  const Outcome resumed = Trainbench("run " + Config(changed) + " --out " + out + " --resume" + Plugins());
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("1 finished cell(s) of the earlier run no longer match this config (simple_cnn on "
+                                "cpu); kept in " +
+                                out + "/results.dropped-"),
+            std::string::npos)
+      << resumed.output;
+  fs::path side;
+  for (const auto& entry : fs::directory_iterator(dir_ / "out"))
+    if (entry.path().filename().string().rfind("results.dropped-", 0) == 0) side = entry.path();
+  ASSERT_FALSE(side.empty());
+  std::ifstream in(side);
+  const json kept = json::parse(in);
+  EXPECT_EQ(kept["format"], "trainbench-results/1");
+  EXPECT_EQ(kept["cells"][0]["samples_per_second"], first["cells"][0]["samples_per_second"]);
+  EXPECT_EQ(kept["experiment"], first["experiment"]);
+  // `report` reads the side file as any results file.
+  EXPECT_EQ(Trainbench("report " + side.string()).exit_code, 0);
+}
+
+TEST_F(EndToEnd, AResumedRunOfOtherCellsKeepsTheFinishedOnes) {
+  const std::string config = Config(R"(name: select
+models: [simple_cnn, {plugin: simple_cnn, label: again}]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  const std::string run = "run " + config + " --out " + (dir_ / "out").string() + Plugins();
+  ASSERT_EQ(Trainbench(run + " --cells 0").exit_code, 0);
+  const double sps = Results()["cells"][0]["samples_per_second"].get<double>();
+  // Cell 1 alone, resumed: cell 0 stays as it finished, not "not selected".
+  const Outcome second = Trainbench(run + " --resume --cells 1");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const json r = Results();
+  EXPECT_EQ(r["cells"][0]["status"], "ok") << r["cells"][0];
+  EXPECT_EQ(r["cells"][0]["samples_per_second"].get<double>(), sps);
+  EXPECT_EQ(r["cells"][1]["status"], "ok") << r["cells"][1];
+}
+
+TEST_F(EndToEnd, LinksPlantedInTheOutputFolderAreRefusedNotFollowed) {
+  const std::string config = Config(R"(name: planted
+models: [simple_cnn]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  const fs::path victim = dir_ / "victim";
+  std::ofstream(victim) << "precious\n";
+  auto intact = [&] {
+    std::ifstream in(victim);
+    std::string line;
+    std::getline(in, line);
+    return line == "precious" && fs::file_size(victim) == 9;
+  };
+  for (const std::string planted : {"results.json.tmp", "results.csv.tmp", "logs/cell-00-simple_cnn-cpu.log"}) {
+    const fs::path out = dir_ / ("out-" + std::to_string(std::hash<std::string>()(planted)));
+    fs::create_directories(out / "logs");
+    fs::create_symlink(victim, out / planted);
+    const Outcome o = Trainbench("run " + config + " --out " + out.string() + Plugins());
+    EXPECT_NE(o.exit_code, 0) << planted << ": " << o.output;
+    EXPECT_NE(o.output.find((out / planted).string() + ": is a symbolic link; trainbench never writes through one"),
+              std::string::npos)
+        << o.output;
+    EXPECT_TRUE(intact()) << planted << " was followed";
+  }
+  // A logs folder that is a link elsewhere.
+  const fs::path out = dir_ / "out-logs";
+  fs::create_directories(out);
+  fs::create_directories(dir_ / "elsewhere");
+  fs::create_directory_symlink(dir_ / "elsewhere", out / "logs");
+  const Outcome o = Trainbench("run " + config + " --out " + out.string() + Plugins());
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find((out / "logs").string() + ": is a symbolic link"), std::string::npos) << o.output;
+  EXPECT_TRUE(fs::is_empty(dir_ / "elsewhere"));
+}
+
+TEST_F(EndToEnd, NamesInAResultsFileNeverReachAShellThroughThePlot) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
+  std::ifstream in(SourceDir() / "docs/results/raw/h200-paper-10k-run1.results.json");
+  json doc = json::parse(in);
+  const fs::path pwned = dir_ / "pwned";
+  const std::string escape = "\n!touch " + pwned.string() + "\n";
+  doc["experiment"]["name"] = "x" + escape;
+  doc["experiment"]["measurement"]["baseline"] = "cpu" + escape;
+  for (auto& cell : doc["cells"]) {
+    cell["model"] = cell["model"].get<std::string>() + escape;
+    cell["device"] = cell["device"].get<std::string>() + "'" + escape;
+  }
+  const fs::path file = dir_ / "hostile.results.json";
+  std::ofstream(file) << doc.dump();
+  const Outcome o = Trainbench("report " + file.string() + " --plot " + (dir_ / "figure.svg").string());
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_FALSE(fs::exists(pwned)) << "a name in a results file ran a shell command";
+  EXPECT_TRUE(fs::exists(dir_ / "figure.svg"));
+}
+
+TEST_F(EndToEnd, APasswordFileWithoutAUserIsRefusedOnTheCommandLine) {
+  const std::string config = Config("name: auth\nmodels: [simple_cnn]\ndevices: [cpu]\n");
+  std::ofstream(dir_ / "password") << "secret\n";
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + " --metrics-addr 127.0.0.1:0" +
+                               " --metrics-password-file " + (dir_ / "password").string() + Plugins());
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--metrics-password-file " + (dir_ / "password").string() + " needs --metrics-user too"),
+            std::string::npos)
+      << o.output;
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "results.json"));
+}
+
+TEST_F(EndToEnd, ControlCharactersInNamesAreRefusedAtValidate) {
+  const std::string name = Config("name: \"two\\nlines\"\nmodels: [simple_cnn]\ndevices: [cpu]\n");
+  const Outcome o = Trainbench("validate " + name + Plugins());
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("name: 'two\\x0alines' holds control characters"), std::string::npos) << o.output;
+  const std::string plugin = Config("name: p\nmodels: [\"simple_cnn\\e[2J\"]\ndevices: [cpu]\n");
+  const Outcome p = Trainbench("validate " + plugin + Plugins());
+  EXPECT_EQ(p.exit_code, 2) << p.output;
+  EXPECT_NE(p.output.find("models[0]: 'simple_cnn\\x1b[2J' holds control characters"), std::string::npos) << p.output;
+}
+
+TEST_F(EndToEnd, SigtermWhileWaitingForTheMachineLockExits143) {
+  const std::string holder = Config(R"(name: holder
+models: [{plugin: faulty_model, label: hang, options: {fault: hang}}]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3, stall_timeout_seconds: 600}
+)");
+  const pid_t first = StartRun(holder);
+  for (int i = 0; i < 1200 && !fs::exists(dir_ / "out" / "results.json"); ++i) usleep(50000);
+  ASSERT_TRUE(fs::exists(dir_ / "out" / "results.json"));
+  const fs::path quick = dir_ / "quick.yaml";
+  std::ofstream(quick) << "name: quick\ndataset: {kind: cifar10, path: " << MiniData().string()
+                       << "}\nmodels: [simple_cnn]\ndevices: [cpu]\n";
+  const std::string log = (dir_ / "waiter.log").string();
+  const pid_t waiter = fork();
+  if (waiter == 0) {
+    const std::string command = (BinDir() / "trainbench").string() + " run " + quick.string() + " --out " +
+                                (dir_ / "waiter").string() + Plugins() + " > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool waiting = false;
+  for (int i = 0; i < 1200 && !waiting; ++i) {
+    usleep(50000);
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    waiting = text.str().find("waiting for the machine's benchmark lock") != std::string::npos;
+  }
+  EXPECT_TRUE(waiting);
+  kill(waiter, SIGTERM);
+  int status = 0;
+  waitpid(waiter, &status, 0);
+  kill(first, SIGKILL);
+  int first_status = 0;
+  waitpid(first, &first_status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 143);  // 128 + SIGTERM, as at every other stage
+}
+
 }  // namespace
 }  // namespace trainbench

@@ -58,6 +58,22 @@ TEST_F(FakePowercap, ACounterThatWrapsIsCountedAcrossTheWrap) {
   EXPECT_NEAR(rapl.meter->ReadJoules().value() - start, 1.5, 1e-9);
 }
 
+TEST_F(FakePowercap, ASmallStepBackIsAGlitchNotAWrap) {
+  // A 262,144 J range (as Intel packages have): a 5 J dip must not become
+  // 262,139 J.
+  Domain("intel-rapl:0", 100000000, 262143328850);
+  trainbench::testing::RemoveTree(root_ / "intel-rapl:1");
+  EnergyChoice rapl = OpenRapl(root_);
+  ASSERT_NE(rapl.meter, nullptr) << rapl.reason;
+  const double start = rapl.meter->ReadJoules().value();
+  Set("intel-rapl:0", 95000000);  // 5 J back
+  EXPECT_NEAR(rapl.meter->ReadJoules().value() - start, 0.0, 1e-9);
+  EXPECT_EQ(rapl.meter->glitches(), 1);
+  Set("intel-rapl:0", 98000000);  // then on from there: +3 J
+  EXPECT_NEAR(rapl.meter->ReadJoules().value() - start, 3.0, 1e-9);
+  EXPECT_EQ(rapl.meter->glitches(), 1);
+}
+
 TEST_F(FakePowercap, WhatCannotBeReadIsSaidNotGuessed) {
   EXPECT_NE(OpenRapl(root_ / "absent").reason.find("is absent"), std::string::npos);
   fs::remove(root_ / "intel-rapl:1" / "energy_uj");

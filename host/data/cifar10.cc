@@ -85,6 +85,32 @@ void DecodeRecords(const uint8_t* data, size_t size, const std::string& name, in
   out->count += records;
 }
 
+void CheckLabels(const fs::path& dir, Split split, std::optional<int64_t> limit) {
+  int64_t remaining = limit.value_or(INT64_MAX);
+  constexpr int64_t kChunk = 1024;  // records read at a time (3 MB)
+  std::vector<uint8_t> buffer(static_cast<size_t>(kChunk * kRecordBytes));
+  for (const auto& file : SplitFiles(dir, split)) {
+    if (remaining <= 0) break;
+    const int64_t records = std::min(CheckedRecordCount(file), remaining);
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw DataError(file.string() + ": cannot open (check its permissions)");
+    for (int64_t first = 0; first < records; first += kChunk) {
+      const int64_t n = std::min(kChunk, records - first);
+      in.read(reinterpret_cast<char*>(buffer.data()), static_cast<std::streamsize>(n * kRecordBytes));
+      if (in.gcount() != static_cast<std::streamsize>(n * kRecordBytes))
+        throw DataError(file.string() + ": short read (file changed or truncated while reading)");
+      for (int64_t r = 0; r < n; ++r) {
+        const uint8_t label = buffer[static_cast<size_t>(r * kRecordBytes)];
+        if (label >= kNumClasses) {
+          throw DataError(file.string() + ": record " + std::to_string(first + r) + " has label " +
+                          std::to_string(label) + ", outside 0-9 (corrupt file?)");
+        }
+      }
+    }
+    remaining -= records;
+  }
+}
+
 ImageSet LoadSplit(const fs::path& dir, Split split, std::optional<int64_t> limit) {
   ImageSet set;
   int64_t remaining = limit.value_or(INT64_MAX);

@@ -46,6 +46,12 @@ std::vector<std::filesystem::path> SplitFiles(const std::filesystem::path& dir, 
 /// the number of records. Throws DataError for a missing or wrong-size file.
 int64_t CountRecords(const std::filesystem::path& dir, Split split);
 
+/// Reads the label of each of the first `limit` records (all when unset) of
+/// a split, without keeping the images: what a run would find wrong in the
+/// files, found before any worker starts. Throws DataError naming the file
+/// and record (a label outside 0-9, an unreadable or short file).
+void CheckLabels(const std::filesystem::path& dir, Split split, std::optional<int64_t> limit = std::nullopt);
+
 /// Reads up to `limit` records (all when unset) of a split. Throws DataError
 /// for a missing, truncated or wrong-size file or a label outside 0-9.
 ImageSet LoadSplit(const std::filesystem::path& dir, Split split, std::optional<int64_t> limit = std::nullopt);

@@ -1,7 +1,9 @@
 #include "config_loader.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -21,6 +23,14 @@ namespace {
 // Labels become parts of log file names (cell-NN-MODEL-DEVICE.log, under
 // the usual 255-byte limit for a name).
 constexpr size_t kMaxLabelBytes = 100;
+
+// Names reach log lines, file names and plots: no control characters.
+bool HasControlCharacter(const std::string& text) {
+  return std::any_of(text.begin(), text.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7f;
+  });
+}
 
 std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& list, const std::string& path,
                                        bool device) {
@@ -72,6 +82,10 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
       }
       if (!Absent(item["sync_batchnorm"]))
         use.sync_batchnorm = v.Bool(item["sync_batchnorm"], item_path + ".sync_batchnorm");
+    }
+    if (HasControlCharacter(use.plugin)) {
+      v.Fail(use.plugin_node, item_path + (item.IsScalar() ? "" : ".plugin"),
+             "'" + use.plugin + "' holds control characters: a plugin's name is plain text (see `trainbench plugins`)");
     }
     if (use.label.empty()) use.label = use.plugin;
     // Labels name log files and results rows: a plain name, not a path.
@@ -220,8 +234,21 @@ YAML::Node LoadDocument(Validator& v, const std::string& text, const std::string
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
+    // yaml-cpp's words for a tab are obscure; a tab in a line's indentation
+    // near the error is named.
+    std::string hint;
+    std::istringstream lines(text);
+    std::string line;
+    for (int n = 0; std::getline(lines, line); ++n) {
+      if (n < e.mark.line - 1 || n > e.mark.line + 1) continue;
+      const size_t indent = line.find_first_not_of(" \t");
+      if (line.substr(0, indent).find('\t') != std::string::npos) {
+        hint = " (line " + std::to_string(n + 1) + " is indented with a tab: YAML indents with spaces only)";
+        break;
+      }
+    }
     throw ConfigError(file + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
-                      ": YAML syntax error: " + e.msg);
+                      ": YAML syntax error: " + e.msg + hint);
   }
   std::set<int> walked;
   CheckDuplicateKeys(v, root, "", walked);
@@ -344,6 +371,10 @@ Experiment ParseChecked(const std::string& text, const std::string& file, const 
   if (!root["name"]) v.Fail(root, "", "missing key 'name' (the experiment's name)");
   e.name = v.String(root["name"], "name");
   if (e.name.empty()) v.Fail(root["name"], "name", "must not be empty");
+  if (HasControlCharacter(e.name)) {
+    v.Fail(root["name"], "name",
+           "'" + e.name + "' holds control characters (a newline, a tab, an escape): give a plain one-line name");
+  }
   if (root["seed"]) e.seed = static_cast<uint64_t>(v.Int(root["seed"], "seed", 0, INT64_MAX));
   ParseDataset(v, root, base_dir, e);
   e.models = ParsePluginList(v, root["models"], "models", false);
@@ -375,7 +406,12 @@ Experiment ParseExperiment(const std::string& text, const std::string& file, con
 
 Experiment LoadExperiment(const std::string& file) {
   std::error_code ec;
-  if (!fs::is_regular_file(file, ec)) throw ConfigError(file + ": no such config file");
+  const fs::file_status status = fs::status(file, ec);
+  if (status.type() == fs::file_type::not_found) throw ConfigError(file + ": no such config file");
+  if (ec) throw ConfigError(file + ": cannot read: " + ec.message());
+  if (!fs::is_regular_file(status)) {
+    throw ConfigError(file + ": not a regular file (a folder, a pipe or a device?); give the experiment's YAML file");
+  }
   const auto size = fs::file_size(file, ec);
   if (ec) throw ConfigError(file + ": cannot read: " + ec.message());
   if (size > kMaxConfigBytes) {
@@ -383,7 +419,7 @@ Experiment LoadExperiment(const std::string& file) {
                       std::to_string(kMaxConfigBytes) + "-byte limit for a config file");
   }
   std::ifstream in(file);
-  if (!in) throw ConfigError(file + ": cannot open for reading");
+  if (!in) throw ConfigError(file + ": cannot open for reading: " + std::strerror(errno));
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string base = fs::absolute(file).parent_path().string();
@@ -527,6 +563,9 @@ void ResolvePlugins(Experiment& e, const PluginCatalog& catalog) {
         throw ConfigError(e.file + ": dataset.test_size: " + std::to_string(*e.dataset.test_size) + " but " +
                           e.dataset.path + " holds " + std::to_string(test) + " test images");
       }
+      // Every label the run will read, checked now rather than in each cell.
+      data::CheckLabels(e.dataset.path, data::Split::kTrain, e.dataset.train_size);
+      data::CheckLabels(e.dataset.path, data::Split::kTest, e.dataset.test_size);
       const int64_t used = e.dataset.train_size.value_or(train);
       if (e.training.batch_size > used) {
         throw ConfigError(e.file + ": training.batch_size: " + std::to_string(e.training.batch_size) +

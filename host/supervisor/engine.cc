@@ -188,6 +188,17 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
                           "; wait for it to end, or give another --out",
                       kExitError);
   }
+  // A folder that holds an earlier run's results is resumed or refused:
+  // starting over in it would list its finished cells as pending.
+  if (!options.resume) {
+    std::error_code exists_ec;
+    if (fs::symlink_status(options.out_dir / "results.json", exists_ec).type() != fs::file_type::not_found) {
+      throw EngineError(options.out_dir.string() +
+                            " holds the results of an earlier run (results.json); pass --resume to keep its "
+                            "finished cells and run the rest, or give another --out to start fresh",
+                        kExitError);
+    }
+  }
   // Command-line flags override the experiment's metrics settings.
   MetricsSpec& m = experiment.metrics;
   if (!options.metrics_address.empty()) m.address = options.metrics_address;
@@ -204,6 +215,14 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
   }
   if (!m.basic_auth.username.empty() && m.basic_auth.password_file.empty()) {
     throw EngineError("a metrics user needs a password file (passwords are never given on the command line)",
+                      kExitConfig);
+  }
+  // Authentication is all or nothing, as in YAML: a password file alone would
+  // serve /metrics to anyone.
+  if (m.basic_auth.username.empty() && !m.basic_auth.password_file.empty()) {
+    throw EngineError("--metrics-password-file " + m.basic_auth.password_file +
+                          " needs --metrics-user too (metrics.basic_auth.username in YAML); without a user "
+                          "/metrics would be served without authentication",
                       kExitConfig);
   }
   const size_t total = experiment.models.size() * experiment.devices.size();
@@ -285,7 +304,10 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
       throw EngineError(std::string(e.what()) + " (--concurrent runs without it)", kExitError);
     }
     if (!machine_lock.held()) {
-      throw EngineError("stopped while waiting for the machine's benchmark lock; nothing was run", kExitInterrupted);
+      // 128 + the signal, as for a stop at any other stage.
+      const int sig = g_stop_signal.load();
+      throw EngineError("stopped while waiting for the machine's benchmark lock; nothing was run",
+                        sig != 0 ? 128 + sig : kExitInterrupted);
     }
   }
   RunOutcome outcome = RunExperiment(experiment, options.out_dir, system, observers, options.resume, options.cells);
@@ -294,9 +316,11 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
 #ifdef TRAINBENCH_WITH_PROMETHEUS
   if (metrics) metrics->Finish();  // lingers unless the run was stopped
 #endif
-  ClearStopRequest();  // a later Run starts afresh
   RunSummary summary;
   summary.exit_code = outcome.exit_code;
+  // A stop during the linger is a stop too: 128 + the signal.
+  if (const int sig = g_stop_signal.load(); sig != 0) summary.exit_code = 128 + sig;
+  ClearStopRequest();  // a later Run starts afresh
   summary.results = std::move(outcome.results);
   summary.table = std::move(outcome.table);
   summary.results_json = options.out_dir / "results.json";

@@ -96,6 +96,14 @@ MetricsServer::MetricsServer(const MetricsSpec& options, std::shared_ptr<prometh
         "trainbench");
   }
   if (exposer_) exposer_->RegisterCollectable(registry);
+  // Every interface, nobody asked who they are: say so once.
+  const std::string host = address_.substr(0, address_.rfind(':'));
+  if ((host == "0.0.0.0" || host == "[::]") && options.basic_auth.username.empty()) {
+    spdlog::warn(
+        "metrics on {} without authentication: anyone who can reach this machine can read them; set "
+        "--metrics-user and --metrics-password-file (metrics.basic_auth), or listen on 127.0.0.1",
+        address_);
+  }
 }
 
 void PushMetrics(const std::string& url, const std::string& experiment,

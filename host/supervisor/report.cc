@@ -1,9 +1,12 @@
 #include "report.h"
 
 #include <fmt/format.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,8 +16,11 @@
 #include <stdexcept>
 
 #include "results.h"
+#include "safe_file.h"
 #include "trainbench/protocol/error.h"
 #include "worker_client.h"
+
+extern char** environ;
 
 namespace trainbench {
 namespace fs = std::filesystem;
@@ -74,11 +80,76 @@ std::string BarLabel(const Row& r, size_t runs) {
   return r.model + " " + r.device + (runs > 1 ? " #" + std::to_string(r.run_number) : "");
 }
 
-std::string Quote(const std::string& s) {
-  // One argument for gnuplot's string syntax.
+}  // namespace
+
+std::string GnuplotQuote(const std::string& s) {
+  // One argument for gnuplot's string syntax. Names come from results files,
+  // which anyone may have written: a newline would end the string and start
+  // a command (a line beginning with '!' is a shell escape), so every
+  // control character becomes a '?'.
   std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\'')
+      out += "''";
+    else if (u < 0x20 || u == 0x7f)
+      out += '?';
+    else
+      out += c;
+  }
   return out + "'";
+}
+
+namespace {
+
+std::string Quote(const std::string& s) { return GnuplotQuote(s); }
+
+// Runs `gnuplot SCRIPT` with stderr to `log`; its exit code (-1 when it
+// could not start or died).
+int RunGnuplot(const fs::path& script, const fs::path& log) {
+  const int log_fd = CreateFileNoFollow(log, 0600);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, log_fd, 2);
+  std::string program = "gnuplot", file = script.string();
+  char* argv[] = {program.data(), file.data(), nullptr};
+  pid_t pid = 0;
+  const int spawned = posix_spawnp(&pid, "gnuplot", &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(log_fd);
+  if (spawned != 0) return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+namespace {
+
+LoadedResults LoadOne(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error(file + ": cannot read");
+  json doc = json::parse(in, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("cells") || !doc.contains("experiment")) {
+    throw std::runtime_error(file + ": not a trainbench results.json (no 'cells' or 'experiment')");
+  }
+  if (!doc["experiment"].is_object()) throw std::runtime_error(file + ": 'experiment' is not a mapping");
+  const json system = doc.contains("system") && doc["system"].is_object() ? doc["system"] : json::object();
+  const std::string host = system.value("hostname", "");
+  std::string label = doc["experiment"].value("name", fs::path(file).parent_path().filename().string());
+  if (!host.empty()) label += "@" + host;
+  if (system.contains("gpu") && system["gpu"].is_object()) label += " (" + system["gpu"].value("name", "GPU") + ")";
+  std::vector<protocol::CellRecord> cells;
+  if (!doc["cells"].is_array()) throw std::runtime_error(file + ": 'cells' is not a list");
+  try {
+    // Records of older versions load: absent fields stay unset.
+    for (const auto& c : doc["cells"]) cells.push_back(protocol::CellRecordFromJson(c));
+  } catch (const protocol::ProtocolError& e) {
+    throw std::runtime_error(file + ": " + e.what());
+  }
+  return {label, std::move(doc), std::move(cells)};
 }
 
 }  // namespace
@@ -86,25 +157,16 @@ std::string Quote(const std::string& s) {
 std::vector<LoadedResults> LoadResults(const std::vector<std::string>& files) {
   std::vector<LoadedResults> runs;
   for (const auto& file : files) {
-    std::ifstream in(file);
-    if (!in) throw std::runtime_error(file + ": cannot read");
-    json doc = json::parse(in, nullptr, false);
-    if (doc.is_discarded() || !doc.contains("cells") || !doc.contains("experiment")) {
-      throw std::runtime_error(file + ": not a trainbench results.json (no 'cells' or 'experiment')");
-    }
-    const std::string host = doc["system"].value("hostname", "");
-    std::string label = doc["experiment"].value("name", fs::path(file).parent_path().filename().string());
-    if (!host.empty()) label += "@" + host;
-    if (doc["system"].contains("gpu")) label += " (" + doc["system"]["gpu"].value("name", "GPU") + ")";
-    std::vector<protocol::CellRecord> cells;
-    if (!doc["cells"].is_array()) throw std::runtime_error(file + ": 'cells' is not a list");
     try {
-      // Records of older versions load: absent fields stay unset.
-      for (const auto& c : doc["cells"]) cells.push_back(protocol::CellRecordFromJson(c));
-    } catch (const protocol::ProtocolError& e) {
-      throw std::runtime_error(file + ": " + e.what());
+      runs.push_back(LoadOne(file));
+    } catch (const json::exception& e) {
+      // The library's own words, without its "[json.exception.type_error.302]".
+      std::string what = e.what();
+      if (const auto bracket = what.find("] "); what.rfind("[json.", 0) == 0 && bracket != std::string::npos)
+        what = what.substr(bracket + 2);
+      throw std::runtime_error(file + ": not a trainbench results.json (" + what +
+                               "); give a results.json that trainbench run wrote");
     }
-    runs.push_back({label, std::move(doc), std::move(cells)});
   }
   return runs;
 }
@@ -161,14 +223,23 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
     throw std::runtime_error("gnuplot not found: install it (Debian/Ubuntu: apt-get install gnuplot-nox) to draw " +
                              output + "; the table above needs nothing");
   }
-  const fs::path dir = fs::temp_directory_path() / fmt::format("trainbench-report-{}", ::getpid());
-  fs::create_directories(dir);
+  // A folder of our own (0700, a fresh name): nothing planted in it.
+  const fs::path dir = MakePrivateTempDirectory("trainbench-report");
+  struct RemoveDir {
+    fs::path dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove_dir{dir};
   // One data block per run and device: params, speedup (the study's figure);
   // and one bar per cell for throughput.
   // The device speedups are against, named on the axis (the first run's).
   std::string baseline = "the baseline device";
-  if (!runs.empty() && runs[0].doc.contains("experiment") && runs[0].doc["experiment"].contains("measurement"))
-    baseline = runs[0].doc["experiment"]["measurement"].value("baseline", baseline);
+  if (!runs.empty() && runs[0].doc["experiment"].contains("measurement") &&
+      runs[0].doc["experiment"]["measurement"].is_object() &&
+      runs[0].doc["experiment"]["measurement"].value("baseline", json()).is_string())
+    baseline = runs[0].doc["experiment"]["measurement"]["baseline"].get<std::string>();
   std::ofstream script(dir / "plot.gp");
   script << (ext == ".png" ? "set terminal pngcairo size 1400,1100 noenhanced\n"
                            : "set terminal svg size 1400,1100 noenhanced\n");
@@ -268,15 +339,15 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
   }
   script << "unset multiplot\n";
   script.close();
-  const std::string command = "gnuplot " + (dir / "plot.gp").string() + " 2> " + (dir / "gnuplot.log").string();
-  const int rc = std::system(command.c_str());
-  if (rc != 0 || !fs::exists(output) || fs::file_size(output) == 0) {
+  // gnuplot without a shell between: no file name is ever a command.
+  const int rc = RunGnuplot(dir / "plot.gp", dir / "gnuplot.log");
+  std::error_code ec;
+  if (rc != 0 || !fs::exists(output, ec) || fs::file_size(output, ec) == 0) {
     std::ifstream log(dir / "gnuplot.log");
     std::string first;
     std::getline(log, first);
     throw std::runtime_error("gnuplot failed to draw " + output + ": " + first);
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace trainbench

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "safe_file.h"
 #include "statistics.h"
 #include "trainbench/protocol/error.h"
 
@@ -20,22 +21,26 @@ using nlohmann::json;
 
 void WriteFileAtomically(const fs::path& path, const std::string& content) {
   const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp.string() + ": cannot write (check permissions and free space)");
-    errno = 0;
-    out << content;
-    out.flush();
-    if (!out) {
-      throw std::runtime_error(tmp.string() +
-                               ": write failed: " + (errno != 0 ? std::strerror(errno) : "unknown error") +
-                               " (the previous " + path.filename().string() + " is kept)");
+  // Created afresh, never through a link planted in the folder.
+  const int fd = CreateFileNoFollow(tmp);
+  size_t written = 0;
+  int error = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = n < 0 ? errno : EIO;
+      break;
     }
+    written += static_cast<size_t>(n);
   }
   // fsync so that a power cut after the rename cannot leave an empty file.
-  if (FILE* f = std::fopen(tmp.c_str(), "rb")) {
-    ::fsync(fileno(f));
-    std::fclose(f);
+  if (error == 0 && ::fsync(fd) != 0 && errno != EINVAL) error = errno;
+  ::close(fd);
+  if (error != 0) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(tmp.string() + ": write failed: " + std::strerror(error) + " (the previous " +
+                             path.filename().string() + " is kept)");
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
@@ -245,6 +250,10 @@ std::string Results::Table() const {
           "energy: {} on {}: {:.1f} J, {:.4g} J/sample, {:.1f} W ({}){}\n", c.model, c.device, *c.energy_joules,
           c.joules_per_sample.value_or(0), c.average_power_watts.value_or(0), c.energy_source.value_or("?"),
           c.energy_ratio ? fmt::format(", {:.2f}x less energy per sample than {}", *c.energy_ratio, baseline_) : "");
+      if (c.energy_counter_glitches) {
+        out << fmt::format("  ({} backward step(s) of the counter ignored as glitches, not counted as wraps)\n",
+                           *c.energy_counter_glitches);
+      }
     } else {
       out << fmt::format("energy: {} on {}: not measured: {}\n", c.model, c.device, *c.energy_reason);
     }

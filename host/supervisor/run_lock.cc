@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,12 +24,37 @@ std::string ReadHolder(int fd) {
   return text.empty() ? "another process" : text;
 }
 
+// Opens the lock file, creating it if missing. An existing one is opened
+// without O_CREAT: in a sticky world-writable folder such as /run/lock the
+// kernel refuses O_CREAT on another user's file (fs.protected_regular).
+// Read-write to note the holder; else read-only, since flock(2) needs no
+// write access (another user's file, a read-only mount in a service's
+// sandbox). A shared lock is made 0666 whatever the umask, so that every
+// user's runs can take it.
+int OpenLockFile(const fs::path& file, bool shared) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) return fd;
+    if (errno == EACCES || errno == EROFS || errno == EPERM) {
+      fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+      if (fd >= 0) return fd;
+    }
+    if (errno != ENOENT) return -1;
+    fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, shared ? 0666 : 0644);
+    if (fd >= 0) {
+      if (shared) (void)::fchmod(fd, 0666);
+      return fd;
+    }
+    if (errno != EEXIST) return -1;  // else another run created it meanwhile: open that one
+  }
+  return -1;
+}
+
 }  // namespace
 
-RunLock RunLock::Lock(const fs::path& file, const std::string& what, bool wait, void (*waiting)(const std::string&),
-                      const std::atomic<int>* stop) {
-  // 0666 (less the umask) for the machine lock: every user's runs share it.
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+RunLock RunLock::Lock(const fs::path& file, const std::string& what, bool wait, bool shared,
+                      void (*waiting)(const std::string&), const std::atomic<int>* stop) {
+  const int fd = OpenLockFile(file, shared);
   if (fd < 0) throw std::runtime_error(file.string() + ": cannot open the lock file: " + std::strerror(errno));
   int rc = ::flock(fd, LOCK_EX | LOCK_NB);
   if (rc != 0 && errno == EWOULDBLOCK && wait) {
@@ -50,12 +76,12 @@ RunLock RunLock::Lock(const fs::path& file, const std::string& what, bool wait, 
 }
 
 RunLock RunLock::TryTake(const fs::path& file, const std::string& what) {
-  return Lock(file, what, false, nullptr, nullptr);
+  return Lock(file, what, false, /*shared=*/false, nullptr, nullptr);
 }
 
 RunLock RunLock::Take(const fs::path& file, const std::string& what, void (*waiting)(const std::string&),
                       const std::atomic<int>* stop) {
-  return Lock(file, what, true, waiting, stop);
+  return Lock(file, what, true, /*shared=*/true, waiting, stop);
 }
 
 RunLock::RunLock(RunLock&& other) noexcept : fd_(other.fd_), held_(other.held_), holder_(std::move(other.holder_)) {
@@ -84,9 +110,14 @@ RunLock::~RunLock() {
   }
 }
 
-fs::path MachineLockFile() {
+fs::path MachineLockFile(const fs::path& run_lock) {
   if (const char* env = std::getenv("TRAINBENCH_MACHINE_LOCK"); env != nullptr && *env != '\0') return env;
-  if (::access("/run/lock", W_OK) == 0) return "/run/lock/trainbench.lock";
+  // The file, once there (the package creates it at boot, 0666), is shared
+  // even where the folder is read-only (the service's sandbox) or not ours.
+  const fs::path file = run_lock / "trainbench.lock";
+  std::error_code ec;
+  if (fs::symlink_status(file, ec).type() != fs::file_type::not_found) return file;
+  if (::access(run_lock.c_str(), W_OK) == 0) return file;
   return "/tmp/trainbench.lock";
 }
 

@@ -22,6 +22,8 @@ class RunLock {
 
   /// Waits for the lock, calling `waiting(holder)` once if it has to. Gives
   /// up (returns a lock not held) when a signal arrives and `*stop` is set.
+  /// For a lock every user shares: the file is created 0666 whatever the
+  /// umask, and one that is not writable is locked read-only.
   static RunLock Take(const std::filesystem::path& file, const std::string& what,
                       void (*waiting)(const std::string& holder), const std::atomic<int>* stop);
 
@@ -36,7 +38,7 @@ class RunLock {
   const std::string& holder() const { return holder_; }
 
  private:
-  static RunLock Lock(const std::filesystem::path& file, const std::string& what, bool wait,
+  static RunLock Lock(const std::filesystem::path& file, const std::string& what, bool wait, bool shared,
                       void (*waiting)(const std::string&), const std::atomic<int>* stop);
 
   int fd_ = -1;
@@ -45,8 +47,9 @@ class RunLock {
 };
 
 /// The machine-wide benchmark lock's file: TRAINBENCH_MACHINE_LOCK if set,
-/// else /run/lock/trainbench.lock where /run/lock is writable, else
-/// /tmp/trainbench.lock.
-std::filesystem::path MachineLockFile();
+/// else RUN_LOCK/trainbench.lock where it exists (the package's tmpfiles.d
+/// entry creates it, so the sandboxed service and every user share it) or
+/// RUN_LOCK is writable, else /tmp/trainbench.lock.
+std::filesystem::path MachineLockFile(const std::filesystem::path& run_lock = "/run/lock");
 
 }  // namespace trainbench

@@ -12,6 +12,7 @@
 #include "net.h"
 #include "peak_flops.h"
 #include "run_log.h"
+#include "safe_file.h"
 #include "statistics.h"
 #include "trainbench/protocol/version.h"
 #include "worker_client.h"
@@ -264,6 +265,37 @@ CellRecord CombineRepeats(std::vector<CellRecord> attempts) {
   return chosen;
 }
 
+// Now as 20261205-170102, for names of files kept aside.
+std::string Stamp() {
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  return stamp;
+}
+
+// Writes an earlier run's finished cells that this run no longer plans
+// (their config changed) to results.dropped-STAMP.json beside results.json,
+// a results document `report` reads, and names them in a warning.
+void KeepDroppedCells(const fs::path& out_dir, const json& earlier_doc, const std::vector<CellRecord>& dropped) {
+  json cells = json::array();
+  std::string names;
+  for (const auto& c : dropped) {
+    cells.push_back(protocol::ToJson(c));
+    names += (names.empty() ? "" : ", ") + c.model + " on " + c.device;
+  }
+  json doc = {{"format", "trainbench-results/1"},
+              {"experiment", earlier_doc.value("experiment", json::object())},
+              {"system", earlier_doc.value("system", json::object())},
+              {"cells", cells}};
+  fs::path file = out_dir / ("results.dropped-" + Stamp() + ".json");
+  for (int n = 2; fs::exists(file); ++n) file = out_dir / fmt::format("results.dropped-{}-{}.json", Stamp(), n);
+  WriteFileAtomically(file, doc.dump(2) + "\n");
+  spdlog::warn(
+      "--resume: {} finished cell(s) of the earlier run no longer match this config ({}); kept in {}, and run "
+      "again where the config still lists them",
+      dropped.size(), names, file.string());
+}
+
 // Model FLOPs utilisation: the achieved rate over the hardware's peak (the
 // experiment's, or the datasheet's), times the ranks that shared the work.
 void SetEfficiency(CellRecord& cell, const MeasurementSpec& m) {
@@ -316,17 +348,16 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
   observers.insert(observers.begin(), &run_log);
   // Finished cells of an earlier run into the same folder, by configuration.
   std::vector<CellRecord> earlier;
+  json earlier_doc;
   if (resume) {
     const fs::path file = out_dir / "results.json";
     std::error_code ec;
     if (fs::exists(file, ec)) {
-      const ReadCells previous = CellsOf(ReadJsonFile(file));
+      earlier_doc = ReadJsonFile(file);
+      const ReadCells previous = CellsOf(earlier_doc);
       if (const std::string& problem = previous.problem; !problem.empty()) {
         // Not overwritten: someone may want what is in it.
-        const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-        char stamp[32];
-        std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-        const fs::path aside = file.string() + ".corrupt-" + stamp;
+        const fs::path aside = file.string() + ".corrupt-" + Stamp();
         fs::rename(file, aside, ec);
         spdlog::warn("--resume: {} is unusable ({}); kept as {}{}, and every cell runs again", file.string(), problem,
                      aside.string(), ec ? " (could not rename it: " + ec.message() + ")" : "");
@@ -345,14 +376,35 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
   for (const auto& d : e.devices)
     if (!d.index_option.empty()) index_options[d.label] = d.index_option;
   results.SetIndexOptions(index_options);
-  fs::create_directories(out_dir / "logs");
+  MakeRealDirectory(out_dir / "logs");
   const std::vector<PlannedCell> plan = e.Cells();
   const size_t total = plan.size();
   for (auto* o : observers) o->OnRunStarted(e, total);
 
-  // Every cell is listed from the start as pending, so a partial file shows
-  // what is still to come.
-  for (const auto& planned : plan) results.cells().push_back(PlannedRecord(planned));
+  // Every cell is listed from the start: an earlier run's finished one as
+  // it was (so the first write loses none of them), the others pending, so
+  // a partial file shows what is still to come.
+  std::vector<bool> kept(total, false);
+  for (const auto& planned : plan) {
+    CellRecord cell = PlannedRecord(planned);
+    cell.index = static_cast<int64_t>(planned.index);
+    cell.config = CellConfig(BuildCellSpec(e, planned.model, planned.device, planned.index), planned.device);
+    auto done =
+        std::find_if(earlier.begin(), earlier.end(), [&](const CellRecord& c) { return c.config == cell.config; });
+    if (done != earlier.end()) {
+      CellRecord resumed = *done;
+      resumed.index = cell.index;
+      resumed.resumed = true;
+      cell = resumed;
+      kept[planned.index] = true;
+      earlier.erase(done);
+    }
+    results.cells().push_back(std::move(cell));
+  }
+  // Finished cells no planned cell matches any more (the config changed) go
+  // to a side file before the first write, never lost.
+  if (!earlier.empty()) KeepDroppedCells(out_dir, earlier_doc, earlier);
+  results.ComputeSpeedups();
   results.Write();
 
   bool any_failed = false;
@@ -363,6 +415,12 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
     const PluginUse& device = planned.device;
     CellRecord& cell = results.cells()[index];
     const LogScope cell_scope(json{{"cell", index}, {"model", model.label}, {"device", device.label}});
+    if (kept[index]) {
+      LogWith(spdlog::level::info, {{"event", "cell_finished"}, {"status", cell.status}, {"resumed", true}},
+              "[{}/{}] {} on {}: finished in the earlier run, kept", index + 1, total, model.label, device.label);
+      for (auto* o : observers) o->OnCellFinished(index, cell);
+      continue;
+    }
     if (g_stop_signal.load() != 0 || stopped_by_failure) {
       cell.status = stopped_by_failure ? "skipped" : "interrupted";
       cell.reason = stopped_by_failure ? "not run: an earlier cell failed and measurement.stop_on_failure is set"
@@ -375,21 +433,6 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
     if (!only.empty() && std::find(only.begin(), only.end(), index) == only.end()) {
       cell.status = "skipped";
       cell.reason = "not selected in this run (--cells)";
-      continue;
-    }
-    auto done =
-        std::find_if(earlier.begin(), earlier.end(), [&](const CellRecord& c) { return c.config == cell.config; });
-    if (done != earlier.end()) {
-      CellRecord kept = *done;
-      kept.index = static_cast<int64_t>(index);
-      kept.resumed = true;
-      cell = kept;
-      earlier.erase(done);
-      LogWith(spdlog::level::info, {{"event", "cell_finished"}, {"status", cell.status}, {"resumed", true}},
-              "[{}/{}] {} on {}: finished in the earlier run, kept", index + 1, total, model.label, device.label);
-      results.ComputeSpeedups();
-      results.Write();
-      for (auto* o : observers) o->OnCellFinished(index, cell);
       continue;
     }
     for (auto* o : observers) o->OnCellStarted(index, cell);

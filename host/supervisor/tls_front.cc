@@ -1,11 +1,16 @@
 #include "tls_front.h"
 
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <spdlog/spdlog.h>
 
 #include <array>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -29,11 +34,16 @@ tcp::endpoint Endpoint(const std::string& address) {
 // copied both ways until either side closes.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, asio::ssl::context& ssl, tcp::endpoint backend)
+  // `open` counts the connections alive (one io thread: no lock needed).
+  Connection(tcp::socket socket, asio::ssl::context& ssl, tcp::endpoint backend, int& open)
       : front_(std::move(socket), ssl),
         back_(front_.get_executor()),
         backend_(backend),
-        handshake_timer_(front_.get_executor()) {}
+        handshake_timer_(front_.get_executor()),
+        open_(open) {
+    ++open_;
+  }
+  ~Connection() { --open_; }
 
   void Start() {
     auto self = shared_from_this();
@@ -54,8 +64,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
  private:
-  // A connection idle this long (no byte either way) is closed.
-  static constexpr auto kIdle = std::chrono::seconds(10);
+  // A connection idle this long (no byte either way, or a handshake not
+  // finished) is closed.
+  static constexpr auto kIdle = std::chrono::seconds(5);
 
   void Touch() { deadline_ = std::chrono::steady_clock::now() + kIdle; }
 
@@ -99,6 +110,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::chrono::steady_clock::time_point deadline_;
   std::array<char, 16384> up_{}, down_{};
   bool closed_ = false;
+  int& open_;
 };
 
 }  // namespace
@@ -109,11 +121,28 @@ struct TlsFront::Impl {
   tcp::acceptor acceptor{io};
   tcp::endpoint backend;
   std::vector<std::thread> threads;
+  int open = 0;  // connections alive, each holding up to two descriptors
+  asio::steady_timer retry{io};
 
   void Accept() {
     acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) std::make_shared<Connection>(std::move(socket), ssl, backend)->Start();
+      if (!ec && open >= TlsFront::kMaxConnections) {
+        // Full: this client is turned away at once, so that no number of
+        // idle or half-open clients can take the run's descriptors.
+        boost::system::error_code ignored;
+        socket.close(ignored);
+      } else if (!ec) {
+        std::make_shared<Connection>(std::move(socket), ssl, backend, open)->Start();
+      } else {
+        // Out of descriptors (EMFILE) or the like: try again shortly rather
+        // than spin on accept.
+        retry.expires_after(std::chrono::milliseconds(100));
+        retry.async_wait([this](const boost::system::error_code& e) {
+          if (!e) Accept();
+        });
+        return;
+      }
       Accept();
     });
   }
@@ -125,9 +154,25 @@ TlsFront::TlsFront(const std::string& listen, const std::string& backend, const 
   auto& i = *impl_;
   i.ssl.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
                     asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+  for (const std::string& file : {cert_file, key_file}) {
+    if (std::ifstream probe(file); !probe) {
+      throw std::runtime_error(file + ": cannot read (" + std::strerror(errno) +
+                               "); give a readable PEM file with --metrics-tls-cert / --metrics-tls-key "
+                               "(metrics.tls in YAML)");
+    }
+  }
   boost::system::error_code ec;
   i.ssl.use_certificate_chain_file(cert_file, ec);
   if (ec) throw std::runtime_error(cert_file + ": not a PEM certificate (chain) for TLS: " + ec.message());
+  // An expired certificate still serves, but every scraper will refuse it.
+  if (X509* cert = SSL_CTX_get0_certificate(i.ssl.native_handle()); cert != nullptr) {
+    if (X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
+      spdlog::warn("{}: the TLS certificate has expired; scrapers that check it will refuse /metrics: renew it",
+                   cert_file);
+    } else if (X509_cmp_current_time(X509_get0_notBefore(cert)) > 0) {
+      spdlog::warn("{}: the TLS certificate is not valid yet (check the clock)", cert_file);
+    }
+  }
   i.ssl.use_private_key_file(key_file, asio::ssl::context::pem, ec);
   if (ec)
     throw std::runtime_error(key_file + ": not a PEM private key for TLS, or not " + cert_file + "'s: " + ec.message());

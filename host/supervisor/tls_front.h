@@ -24,6 +24,10 @@ class TlsFront {
   TlsFront(const TlsFront&) = delete;
   TlsFront& operator=(const TlsFront&) = delete;
 
+  /// Connections served at once; a client beyond them is closed at once. A
+  /// connection idle for 5 s (its handshake included) is closed.
+  static constexpr int kMaxConnections = 64;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -17,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "safe_file.h"
 #include "trainbench/protocol/channel.h"
 #include "trainbench/protocol/error.h"
 #include "trainbench/protocol/version.h"
@@ -123,8 +124,9 @@ Started Spawn(const fs::path& worker, const WorkerLaunch& launch, pid_t pgid) {
   Fd in_read, in_write, events_read, events_write;
   MakePipe(in_read, in_write);
   MakePipe(events_read, events_write);
-  Fd log(::open(launch.log.empty() ? "/dev/null" : launch.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (log.fd < 0) throw std::runtime_error(launch.log.string() + ": cannot write: " + std::strerror(errno));
+  // The log is created afresh, never through a link planted in the folder.
+  Fd log(launch.log.empty() ? ::open("/dev/null", O_WRONLY | O_CLOEXEC) : CreateFileNoFollow(launch.log));
+  if (log.fd < 0) throw std::runtime_error("/dev/null: cannot open: " + std::string(std::strerror(errno)));
   // Reading the channel never blocks: after the worker exits, what it wrote
   // is drained even when a child of its holds the write end.
   ::fcntl(events_read.fd, F_SETFL, ::fcntl(events_read.fd, F_GETFL) | O_NONBLOCK);

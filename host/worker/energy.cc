@@ -31,13 +31,22 @@ class Rapl : public EnergyMeter {
   };
   explicit Rapl(std::vector<Domain> domains) : domains_(std::move(domains)) {}
   std::string source() const override { return "rapl"; }
+  int64_t glitches() const override { return glitches_; }
+  // The energy since the last read. A counter below its last value went
+  // round once only when it fell by more than half its range (reads are
+  // seconds apart; a package takes minutes to wrap); a smaller step back is
+  // a glitch of the counter, counted and adding nothing.
+  unsigned long long Delta(const Domain& d, unsigned long long now) {
+    if (now >= d.last) return now - d.last;
+    if (d.range > d.last && d.last - now > d.range / 2) return d.range - d.last + now;
+    ++glitches_;
+    return 0;
+  }
   std::optional<double> ReadJoules() override {
     for (Domain& d : domains_) {
       const auto now = ReadNumber(d.energy);
       if (!now) return std::nullopt;
-      // A counter below its last value went round once (reads are seconds
-      // apart; a package takes minutes to wrap).
-      total_uj_ += *now >= d.last ? *now - d.last : d.range - d.last + *now;
+      total_uj_ += Delta(d, *now);
       d.last = *now;
     }
     return static_cast<double>(total_uj_) / 1e6;
@@ -46,6 +55,7 @@ class Rapl : public EnergyMeter {
  private:
   std::vector<Domain> domains_;
   unsigned long long total_uj_ = 0;
+  int64_t glitches_ = 0;
 };
 
 // NVML's total energy since the driver loaded, in millijoules (Volta and

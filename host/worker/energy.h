@@ -21,6 +21,9 @@ class EnergyMeter {
   /// Joules since an arbitrary origin (counter wrap-around handled), or none
   /// when this read failed.
   virtual std::optional<double> ReadJoules() = 0;
+  /// Reads where the counter stepped back by less than a wrap would: each
+  /// added nothing (never a whole range).
+  virtual int64_t glitches() const { return 0; }
 };
 
 /// A meter, or why there is none.

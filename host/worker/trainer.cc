@@ -220,6 +220,7 @@ class CellRun {
       result.energy_source = energy_->source();
       result.energy_joules = joules;
       result.epoch_energy_joules = epoch_energy_joules_;
+      if (energy_->glitches() > 0) result.energy_counter_glitches = energy_->glitches();
       result.joules_per_sample = joules / static_cast<double>(steps_done_ * s_.training.batch_size);
       if (seconds > 0) result.average_power_watts = joules / seconds;
     } else {

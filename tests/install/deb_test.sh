@@ -31,7 +31,8 @@ dpkg-deb -x "$DEV" "$TMP/devroot"
 for f in usr/bin/trainbench usr/bin/trainbench-worker usr/share/trainbench/configs/paper.yaml \
          usr/share/trainbench/example.yaml usr/share/trainbench/dashboards/grafana/trainbench.json \
          usr/lib/systemd/system/trainbench@.service usr/share/doc/trainbench/embedding.md \
-         usr/share/doc/trainbench/slurm.md usr/share/doc/trainbench/config-reference.md; do
+         usr/share/doc/trainbench/slurm.md usr/share/doc/trainbench/config-reference.md \
+         usr/lib/tmpfiles.d/trainbench.conf; do
   [ -e "$TMP/root/$f" ] || { dpkg-deb -c "$DEB" | head -60; fail "trainbench lacks /$f"; }
 done
 [ -z "$(find "$TMP/root" -name '*.h' -o -name '*.cmake')" ] || fail "trainbench holds headers or CMake files"

@@ -54,6 +54,7 @@ void Fields(R& c, V&& v) {
   v("epoch_energy_joules", c.epoch_energy_joules);
   v("energy_source", c.energy_source);
   v("energy_reason", c.energy_reason);
+  v("energy_counter_glitches", c.energy_counter_glitches);
   v("energy_ratio", c.energy_ratio);
   v("time_to_train_seconds", c.time_to_train_seconds);
   v("wall_seconds", c.wall_seconds);

@@ -109,6 +109,7 @@ void Fields(Result& e, V&& v) {
   v("epoch_energy_joules", e.epoch_energy_joules);
   v("energy_source", e.energy_source);
   v("energy_reason", e.energy_reason);
+  v("energy_counter_glitches", e.energy_counter_glitches);
   v("train_loss", e.train_loss);
   v("test_accuracy", e.test_accuracy);
   v("projected", e.projected);

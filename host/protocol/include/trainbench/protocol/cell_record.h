@@ -45,6 +45,9 @@ struct CellRecord {
   std::optional<double> energy_joules, joules_per_sample, average_power_watts;
   std::optional<std::vector<double>> epoch_energy_joules;
   std::optional<std::string> energy_source, energy_reason;
+  /// The counter's backward steps too small to be a wrap, ignored (set only
+  /// when there were some).
+  std::optional<int64_t> energy_counter_glitches;
   /// The baseline's joules per sample over this cell's.
   std::optional<double> energy_ratio;
   /// What the study measured: the cell's whole training, setup_seconds +

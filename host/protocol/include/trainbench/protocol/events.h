@@ -80,6 +80,9 @@ struct Result {
   std::optional<double> energy_joules, joules_per_sample, average_power_watts;
   std::vector<double> epoch_energy_joules;
   std::optional<std::string> energy_source, energy_reason;
+  /// Backward steps of the energy counter too small to be a wrap (a
+  /// firmware glitch), counted as no energy rather than as a whole range.
+  std::optional<int64_t> energy_counter_glitches;
   bool projected = false;
   int64_t peak_memory_bytes = 0;
   int ranks = 1, rank = 0;
