@@ -278,7 +278,8 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
   speedups.close();
   script << (plot.empty()
                  ? "set label 'no speedups (only the baseline device ran)' at graph 0.5,0.5 center\nplot 1 notitle\n"
-                 : plot + ", 1 with lines dashtype 2 linecolor 'gray' title '1x: as fast as " + baseline + "'\n");
+                 : plot + ", 1 with lines dashtype 2 linecolor 'gray' title " + Quote("1x: as fast as " + baseline) +
+                       "\n");
   script << "unset label\nunset format\nunset yrange\n";
   script
       << "unset logscale x\nset title 'Throughput per cell'\nset xlabel ''\nset ylabel 'samples/s'\n"
