@@ -538,6 +538,9 @@ void InstallSignalHandlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A file-size limit reached (a quota, ulimit -f) fails the write with
+  // EFBIG, reported like a full disk, instead of killing the run.
+  signal(SIGXFSZ, SIG_IGN);
   // A closed terminal or a dropped ssh session: stop as for SIGTERM, keeping
   // what finished; unless started under nohup, which asked to ignore it.
   struct sigaction hup {};
