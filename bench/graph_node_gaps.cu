@@ -5,7 +5,7 @@
 // engine puts before its kernel (between a batch norm and a convolution),
 // against about 0.85 us between two kernels (docs/results/h200-resnets-issue16.md,
 // section 22). This program measures that alone, and the two ways around it:
-// the same bytes written by a kernel node (plugins/common/graph_fill.h's
+// the same bytes written by a kernel node (host/worker/graph_fill.h's
 // rewrite of the whole graph: the host worker's TRAINBENCH_GRAPH_FILL).
 // Session 27 measured child graphs too (a cuDNN execution captured into a
 // graph of its own, its memset rewritten): no cost here, but about 0.2 us a
@@ -31,7 +31,7 @@
 
 namespace {
 
-namespace graph_fill = trainbench::plugins::graph_fill;
+namespace graph_fill = trainbench::worker::graph_fill;
 
 #define CHECK(call)                                                                                        \
   do {                                                                                                     \

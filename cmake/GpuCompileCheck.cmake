@@ -43,7 +43,7 @@ file(WRITE ${_generated}/c10/cuda/impl/cuda_cmake_macros.h
 set(_src ${PROJECT_SOURCE_DIR})
 # Every .cu file, as the CUDA build compiles them (sm_90, the H200's).
 add_library(trainbench_gpu_check_kernels OBJECT
-  ${_src}/plugins/common/graph_fill.cu
+  ${_src}/host/worker/graph_fill.cu
   ${_src}/plugins/models/simple_cnn/bias_relu_pool_kernels.cu
   ${_src}/plugins/models/resnet/batch_norm_act_kernels.cu
   ${_src}/plugins/models/resnet/classifier_kernels.cu
@@ -54,7 +54,7 @@ add_library(trainbench_gpu_check_kernels OBJECT
   ${_src}/bench/graph_node_gaps.cu)
 set_target_properties(trainbench_gpu_check_kernels PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                                               CUDA_ARCHITECTURES 90 CUDA_VISIBILITY_PRESET hidden)
-target_include_directories(trainbench_gpu_check_kernels PRIVATE ${_src}/plugins/common)
+target_include_directories(trainbench_gpu_check_kernels PRIVATE ${_src}/plugins/common ${_src}/host/worker)
 
 # Every C++ translation unit with CUDA code, with the definitions a CUDA
 # build gives it.
@@ -94,6 +94,7 @@ target_include_directories(trainbench_gpu_check_units PRIVATE
 target_link_libraries(trainbench_gpu_check_units PRIVATE trainbench::training trainbench::sdk CUDA::cudart
                       nlohmann_json::nlohmann_json)
 if(TRAINBENCH_BUILD_TESTS)
+  find_package(GTest REQUIRED)
   target_link_libraries(trainbench_gpu_check_units PRIVATE GTest::gtest trainbench_test_paths)
 endif()
 set_target_properties(trainbench_gpu_check_units PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)

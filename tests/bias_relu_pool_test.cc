@@ -56,7 +56,9 @@ TEST_P(BiasReluMaxPool, EqualsTheCompositeForwardAndBackward) {
   EXPECT_EQ(fused.grad_fn()->name().find("Fused") != std::string::npos, c.fused) << fused.grad_fn()->name();
   EXPECT_EQ(fused.scalar_type(), c.dtype);
   EXPECT_EQ(fused.sizes(), ref.sizes());
-  if (c.fused) EXPECT_TRUE(fused.is_contiguous(format));
+  if (c.fused) {
+    EXPECT_TRUE(fused.is_contiguous(format));
+  }
   EXPECT_TRUE(torch::equal(fused, ref)) << "max difference "
                                         << (fused.to(torch::kFloat) - ref.to(torch::kFloat)).abs().max().item<double>();
 

@@ -756,33 +756,39 @@ TEST_F(EndToEnd, ADatasetPathThatLoopsIsAConfigError) {
 // `trainbench cache`: the engine caches a machine keeps, listed from the
 // cache folder of the environment, and cleared; a machine without one says
 // what to do.
-TEST_F(EndToEnd, TheCacheCommandListsAndClearsTheEngineCaches) {
+// Any plugin's per-machine caches, as the SDK declares them
+// (trainbench/sdk/cache.h): the host knows no plugin's format.
+TEST_F(EndToEnd, TheCacheCommandListsAndClearsThePluginCaches) {
   const fs::path folder = dir_ / "xdg" / "trainbench";
   fs::create_directories(folder);
   const std::string env = "XDG_CACHE_HOME=" + (dir_ / "xdg").string() + " ";
   const Outcome empty = Shell(env + (BinDir() / "trainbench").string() + " cache 2>&1");
   EXPECT_EQ(empty.exit_code, 0) << empty.output;
-  EXPECT_EQ(empty.output, "no engine caches in " + folder.string() + "\n");
+  EXPECT_EQ(empty.output, "no plugin caches in " + folder.string() + "\n");
   std::ofstream(folder / "cudnn-engines-NVIDIA_H200-sm90-132mp.json")
       << R"({"format": "trainbench-engine-cache", "version": 1, "machine": {"gpu": "NVIDIA H200", "cudnn": "91900"},
             "entries": {"fwd a": {"engine": 3, "knobs": [[1, 2]], "ms": 0.5}}})";
   std::ofstream(folder / "cudnn-engines-Other-sm80-108mp.json") << "\x01\x02 not json";
-  std::ofstream(folder / "results.json") << "{}";
+  std::ofstream(folder / "acme-npu-kernels.json") << R"({"machine": {"npu": "X1"}, "entries": {"a": 1, "b": 2}})";
+  std::ofstream(folder / "notes.txt") << "not a cache";
   const Outcome listed = Shell(env + (BinDir() / "trainbench").string() + " cache 2>&1");
   EXPECT_EQ(listed.exit_code, 0) << listed.output;
-  EXPECT_NE(listed.output.find("cudnn-engines-NVIDIA_H200-sm90-132mp.json: 1 choice(s)"), std::string::npos)
+  EXPECT_NE(listed.output.find("cudnn-engines-NVIDIA_H200-sm90-132mp.json: 1 entry, "), std::string::npos)
       << listed.output;
+  EXPECT_NE(listed.output.find("KiB (trainbench-engine-cache); cudnn 91900, gpu NVIDIA H200"), std::string::npos)
+      << listed.output;
+  EXPECT_NE(listed.output.find("acme-npu-kernels.json: 2 entries"), std::string::npos) << listed.output;
   EXPECT_NE(listed.output.find("cudnn 91900, gpu NVIDIA H200"), std::string::npos) << listed.output;
   EXPECT_NE(listed.output.find("cudnn-engines-Other-sm80-108mp.json: unusable: it is not valid JSON"),
             std::string::npos)
       << listed.output;
-  EXPECT_EQ(listed.output.find("results.json"), std::string::npos) << listed.output;
+  EXPECT_EQ(listed.output.find("notes.txt"), std::string::npos) << listed.output;
   const Outcome cleared = Trainbench("cache --clear --dir " + folder.string());
   EXPECT_EQ(cleared.exit_code, 0) << cleared.output;
-  EXPECT_NE(cleared.output.find("removed 2 engine cache file(s) from " + folder.string()), std::string::npos)
+  EXPECT_NE(cleared.output.find("removed 3 plugin cache file(s) from " + folder.string()), std::string::npos)
       << cleared.output;
   EXPECT_FALSE(fs::exists(folder / "cudnn-engines-NVIDIA_H200-sm90-132mp.json"));
-  EXPECT_TRUE(fs::exists(folder / "results.json"));
+  EXPECT_TRUE(fs::exists(folder / "notes.txt"));
   const Outcome nowhere = Shell("env -u HOME -u XDG_CACHE_HOME " + (BinDir() / "trainbench").string() + " cache 2>&1");
   EXPECT_EQ(nowhere.exit_code, 2) << nowhere.output;
   EXPECT_NE(nowhere.output.find("error: no cache folder: neither XDG_CACHE_HOME nor HOME"), std::string::npos)
@@ -1353,6 +1359,40 @@ measurement: {warmup_steps: 1, max_steps: 3}
   EXPECT_EQ(kept["experiment"], first["experiment"]);
   // `report` reads the side file as any results file.
   EXPECT_EQ(Trainbench("report " + side.string()).exit_code, 0);
+}
+
+// Settings from the environment are part of what a cell measured: recorded,
+// part of --resume's key, and named by `report` where two runs differ.
+TEST_F(EndToEnd, EnvironmentSettingsAreRecordedResumedOnAndReported) {
+  const std::string config = Config(R"(name: env
+models: [simple_cnn]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  const std::string out = (dir_ / "out").string();
+  const Outcome first =
+      Shell("TRAINBENCH_STEM_BLOCKS=pixel " + (BinDir() / "trainbench").string() + " run " + config + " --out " + out +
+            Plugins() + " 2>&1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const json before = Results();
+  EXPECT_EQ(before["cells"][0]["config"]["environment"], json({{"TRAINBENCH_STEM_BLOCKS", "pixel"}}));
+  EXPECT_FALSE(before["cells"][0]["config"]["environment"].contains("TRAINBENCH_MACHINE_LOCK"));  // the host's own
+  // Resumed without it: not the same work, so run again, the old cell kept aside.
+  const Outcome resumed = Trainbench("run " + config + " --out " + out + " --resume" + Plugins());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("(simple_cnn on cpu: environment.TRAINBENCH_STEM_BLOCKS differ)"), std::string::npos)
+      << resumed.output;
+  EXPECT_FALSE(Results()["cells"][0].contains("resumed"));
+  fs::path side;
+  for (const auto& entry : fs::directory_iterator(dir_ / "out"))
+    if (entry.path().filename().string().rfind("results.dropped-", 0) == 0) side = entry.path();
+  ASSERT_FALSE(side.empty());
+  const Outcome report = Trainbench("report " + side.string() + " " + out + "/results.json");
+  EXPECT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_NE(report.output.find("- simple_cnn on cpu, #1 and #2: environment.TRAINBENCH_STEM_BLOCKS (\"pixel\" / unset)"),
+            std::string::npos)
+      << report.output;
 }
 
 TEST_F(EndToEnd, AResumedRunOfOtherCellsKeepsTheFinishedOnes) {

@@ -15,7 +15,7 @@
 
 namespace {
 
-namespace graph_fill = trainbench::plugins::graph_fill;
+namespace graph_fill = trainbench::worker::graph_fill;
 
 struct GraphOwner {
   cudaGraph_t graph = nullptr;

@@ -12,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "engine_cache.h"
+#include "plugin_caches.h"
+#include "trainbench/sdk/cache.h"
 #include "trainbench/engine.h"
 
 namespace fs = std::filesystem;
@@ -77,7 +78,7 @@ int Fail(const std::string& log_format, const std::string& message, int exit_cod
 // `trainbench cache`: the per-machine autotuning caches the CUDA plugins keep
 // (cuDNN's engine choices), listed, or removed with --clear.
 int CacheCommand(fs::path dir, bool clear, const std::string& log_format) {
-  if (dir.empty()) dir = plugins::DefaultCacheDirectory();
+  if (dir.empty()) dir = sdk::CacheDirectory();
   if (dir.empty()) {
     return Fail(log_format,
                 "no cache folder: neither XDG_CACHE_HOME nor HOME is an absolute path; name the folder with --dir",
@@ -85,30 +86,31 @@ int CacheCommand(fs::path dir, bool clear, const std::string& log_format) {
   }
   if (clear) {
     std::vector<std::string> errors;
-    const std::size_t removed = plugins::RemoveCacheFiles(dir, &errors);
-    std::printf("removed %zu engine cache file(s) from %s: the next run on this machine times every engine again\n",
+    const std::size_t removed = ClearPluginCaches(dir, &errors);
+    std::printf("removed %zu plugin cache file(s) from %s: the next run on this machine times every choice again\n",
                 removed, dir.c_str());
     for (const std::string& error : errors) spdlog::error("not removed: {}", error);
     return errors.empty() ? kExitOk : kExitError;
   }
-  const std::vector<plugins::CacheFileSummary> files = plugins::ListCacheFiles(dir);
+  const std::vector<PluginCacheFile> files = ListPluginCaches(dir);
   if (files.empty()) {
-    std::printf("no engine caches in %s\n", dir.c_str());
+    std::printf("no plugin caches in %s\n", dir.c_str());
     return kExitOk;
   }
   std::printf(
-      "engine caches in %s (cuDNN's autotuned engine choices, one file per GPU model; `trainbench cache "
-      "--clear` removes them):\n",
+      "plugin caches in %s (per-machine choices such as autotuned cuDNN engines; `trainbench cache --clear` "
+      "removes them):\n",
       dir.c_str());
   for (const auto& f : files) {
     const std::string name = f.file.filename().string();
     if (!f.problem.empty()) {
-      std::printf("  %s: unusable: it %s (a run on its GPU rebuilds it)\n", name.c_str(), f.problem.c_str());
+      std::printf("  %s: unusable: it %s (the plugin rebuilds it)\n", name.c_str(), f.problem.c_str());
       continue;
     }
     std::string machine;
     for (const auto& [key, value] : f.machine) machine += (machine.empty() ? "" : ", ") + key + " " + value;
-    std::printf("  %s: %zu choice(s), %.1f KiB; %s\n", name.c_str(), f.choices, static_cast<double>(f.bytes) / 1024.0,
+    std::printf("  %s: %zu entr%s, %.1f KiB%s; %s\n", name.c_str(), f.entries, f.entries == 1 ? "y" : "ies",
+                static_cast<double>(f.bytes) / 1024.0, f.format.empty() ? "" : (" (" + f.format + ")").c_str(),
                 machine.c_str());
   }
   return kExitOk;

@@ -171,6 +171,45 @@ std::vector<LoadedResults> LoadResults(const std::vector<std::string>& files) {
   return runs;
 }
 
+namespace {
+
+// A cell's settings as its record has them: the resolved configuration
+// (with the recorded environment), else, for older records, the options.
+json SettingsOf(const protocol::CellRecord& c) {
+  if (c.config.is_object()) return c.config;
+  return {{"model", {{"options", c.model_options}}}, {"device", {{"options", c.device_options}}}};
+}
+
+}  // namespace
+
+std::string SettingsThatDiffer(const std::vector<LoadedResults>& runs) {
+  // The first run's cells against the same model and device label in each
+  // other run: what was measured differently.
+  std::ostringstream out;
+  if (runs.size() < 2) return "";
+  for (const auto& first : runs[0].cells) {
+    for (size_t k = 1; k < runs.size(); ++k) {
+      for (const auto& other : runs[k].cells) {
+        if (other.model != first.model || other.device != first.device) continue;
+        const json a = SettingsOf(first), b = SettingsOf(other);
+        std::string listed;
+        for (const std::string& key : DifferingSettings(a, b)) {
+          // Where each run's data lay is not a difference in what ran.
+          if (key == "dataset.path") continue;
+          listed += fmt::format("{}{} ({} / {})", listed.empty() ? "" : ", ", key, SettingValue(a, key),
+                                SettingValue(b, key));
+        }
+        if (!listed.empty()) {
+          if (out.tellp() == 0) out << "\nSettings that differ between compared cells (run #1 / the other):\n\n";
+          out << fmt::format("- {} on {}, #1 and #{}: {}\n", first.model, first.device, k + 1, listed);
+        }
+        break;
+      }
+    }
+  }
+  return out.str();
+}
+
 std::string ReportMarkdown(const std::vector<LoadedResults>& runs) {
   std::ostringstream out;
   // "speedup" is of the steady-state rate; "speedup (time)" of the time to
@@ -196,6 +235,7 @@ std::string ReportMarkdown(const std::vector<LoadedResults>& runs) {
         optional(r.speedup_time, "{:.2f}x"), ok && r.mfu ? fmt::format("{:.1f}%", 100 * *r.mfu) : "-",
         ok ? optional(r.joules_per_sample, "{:.4g}") : "-", optional(r.energy_ratio, "{:.2f}x"), r.status);
   }
+  out << SettingsThatDiffer(runs);
   return out.str();
 }
 

@@ -25,6 +25,10 @@ std::vector<LoadedResults> LoadResults(const std::vector<std::string>& files);
 /// One row per cell of every run: run, model, params, device, samples/s,
 /// median epoch seconds (projected marked), final test accuracy, speedup.
 std::string ReportMarkdown(const std::vector<LoadedResults>& runs);
+/// For several runs, a Markdown list of the settings (dotted keys with both
+/// values) that differ between the first run's cells and the cells of the
+/// same model and device label in each other run; "" when none do.
+std::string SettingsThatDiffer(const std::vector<LoadedResults>& runs);
 std::string ReportCsv(const std::vector<LoadedResults>& runs);
 
 /// Draws speedup against parameters (log scale) and samples/s per device to

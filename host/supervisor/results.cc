@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -83,6 +84,51 @@ ReadCells CellsOf(const json& doc) {
     }
   }
   return read;
+}
+
+namespace {
+void Differ(const json& a, const json& b, const std::string& prefix, std::vector<std::string>* out) {
+  if (a.is_object() && b.is_object()) {
+    std::set<std::string> keys;
+    for (const auto& [k, v] : a.items()) keys.insert(k);
+    for (const auto& [k, v] : b.items()) keys.insert(k);
+    for (const auto& k : keys) {
+      const std::string key = prefix.empty() ? k : prefix + "." + k;
+      // A mapping set on one side only: its members, each unset on the other.
+      static const json kEmpty = json::object();
+      if (!a.contains(k) && b[k].is_object())
+        Differ(kEmpty, b[k], key, out);
+      else if (!b.contains(k) && a[k].is_object())
+        Differ(a[k], kEmpty, key, out);
+      else if (!a.contains(k) || !b.contains(k))
+        out->push_back(key);
+      else
+        Differ(a[k], b[k], key, out);
+    }
+  } else if (a != b) {
+    out->push_back(prefix.empty() ? "(the whole configuration)" : prefix);
+  }
+}
+}  // namespace
+
+std::vector<std::string> DifferingSettings(const json& a, const json& b) {
+  std::vector<std::string> out;
+  Differ(a, b, "", &out);
+  return out;
+}
+
+std::string SettingValue(const json& config, const std::string& dotted) {
+  const json* at = &config;
+  size_t start = 0;
+  while (start <= dotted.size()) {
+    const size_t dot = dotted.find('.', start);
+    const std::string key = dotted.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!at->is_object() || !at->contains(key)) return "unset";
+    at = &(*at)[key];
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return at->dump();
 }
 
 Results::Results(fs::path out_dir, json experiment, json system, std::string baseline)

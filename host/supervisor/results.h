@@ -32,6 +32,15 @@ struct ReadCells {
 };
 ReadCells CellsOf(const nlohmann::json& doc);
 
+/// The settings whose values differ between two cells' configurations (their
+/// `config`), as dotted keys ("training.batch_size",
+/// "environment.TRAINBENCH_BN_PDL"), in order; objects are compared member by
+/// member, a member set on one side only differs. Thread-safe.
+std::vector<std::string> DifferingSettings(const nlohmann::json& a, const nlohmann::json& b);
+
+/// The value at a dotted key of DifferingSettings, as JSON text, or "unset".
+std::string SettingValue(const nlohmann::json& config, const std::string& dotted);
+
 /// The results document of one run. Not thread-safe.
 class Results {
  public:

@@ -7,6 +7,9 @@
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
+#include <set>
+
+extern char** environ;
 
 #include "logging.h"
 #include "net.h"
@@ -276,12 +279,21 @@ std::string Stamp() {
 // Writes an earlier run's finished cells that this run no longer plans
 // (their config changed) to results.dropped-STAMP.json beside results.json,
 // a results document `report` reads, and names them in a warning.
-void KeepDroppedCells(const fs::path& out_dir, const json& earlier_doc, const std::vector<CellRecord>& dropped) {
+void KeepDroppedCells(const fs::path& out_dir, const json& earlier_doc, const std::vector<CellRecord>& dropped,
+                      const std::vector<CellRecord>& planned) {
   json cells = json::array();
   std::string names;
   for (const auto& c : dropped) {
     cells.push_back(protocol::ToJson(c));
     names += (names.empty() ? "" : ", ") + c.model + " on " + c.device;
+    // What changed, where this run plans a cell of the same labels.
+    for (const auto& p : planned) {
+      if (p.model != c.model || p.device != c.device) continue;
+      std::string keys;
+      for (const auto& key : DifferingSettings(c.config, p.config)) keys += (keys.empty() ? "" : ", ") + key;
+      if (!keys.empty()) names += ": " + keys + " differ";
+      break;
+    }
   }
   json doc = {{"format", "trainbench-results/1"},
               {"experiment", earlier_doc.value("experiment", json::object())},
@@ -312,11 +324,34 @@ void SetEfficiency(CellRecord& cell, const MeasurementSpec& m) {
 
 }  // namespace
 
+// The TRAINBENCH_* variables set here that the worker and its plugins see,
+// by name: settings that may change what a cell measures, so they are part
+// of its recorded configuration (and of --resume's key). Those that only
+// steer this process are left out.
+json RecordedEnvironment() {
+  static const std::set<std::string> kHostOnly = {
+      "TRAINBENCH_DATA",           // resolved into dataset.path
+      "TRAINBENCH_DESCRIBE_TIMEOUT", "TRAINBENCH_MACHINE_LOCK", "TRAINBENCH_PLUGIN_PATH",
+      "TRAINBENCH_RANK",  // set per rank by this process
+      "TRAINBENCH_SUPERVISOR_PID", "TRAINBENCH_TEST_DATA", "TRAINBENCH_WORKER", "TRAINBENCH_WORLD_SIZE"};
+  json recorded = json::object();
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const auto eq = entry.find('=');
+    const std::string name = entry.substr(0, eq);
+    if (eq == std::string::npos || name.rfind("TRAINBENCH_", 0) != 0 || kHostOnly.count(name) != 0) continue;
+    recorded[name] = entry.substr(eq + 1);
+  }
+  return recorded;
+}
+
 // The resolved configuration of a cell: what makes two cells the same work
 // (for --resume). Plugin files may move between builds; names and options
 // may not.
 json CellConfig(const protocol::CellSpec& spec, const PluginUse& device) {
   json config = protocol::ToJson(spec);
+  // Only when some are set, so that records of runs without any still match.
+  if (json environment = RecordedEnvironment(); !environment.empty()) config["environment"] = environment;
   config.erase("protocol");
   config.erase("cell_index");
   config["model"].erase("path");
@@ -403,7 +438,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
   }
   // Finished cells no planned cell matches any more (the config changed) go
   // to a side file before the first write, never lost.
-  if (!earlier.empty()) KeepDroppedCells(out_dir, earlier_doc, earlier);
+  if (!earlier.empty()) KeepDroppedCells(out_dir, earlier_doc, earlier, results.cells());
   results.ComputeSpeedups();
   results.Write();
 

@@ -8,7 +8,6 @@
 #include <string>
 #include <type_traits>
 
-#include "env_switch.h"  // plugins/common: on/off settings from the environment
 
 #ifdef TRAINBENCH_WORKER_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -18,7 +17,7 @@
 #include <cuda_runtime_api.h>
 #endif
 #ifdef TRAINBENCH_GRAPH_FILL_KERNEL
-#include "graph_fill.h"  // plugins/common: a graph's memsets as kernels
+#include "graph_fill.h"  // a graph's memsets as kernels
 #endif
 
 namespace trainbench::worker {
@@ -122,7 +121,7 @@ cudaGraph_t RawGraph(G&, long) {
 }
 
 // Whether the captured step's memset nodes become kernel nodes writing the
-// same bytes (plugins/common/graph_fill.h) before the graph is instantiated:
+// same bytes (graph_fill.h) before the graph is instantiated:
 // TRAINBENCH_GRAPH_FILL=1 always, =0 never, otherwise where a step trains on
 // at least 512 x 32 x 32 image pixels (batch x height x width; ResNet at
 // 32 px: batch 512 and up; GraphFillWanted). Session 27's traces of the ResNets' captured
@@ -142,18 +141,6 @@ bool FillMemsets(int64_t pixels_per_step) {
   return false;
 #endif
 }
-
-// Whether the step is captured on a high-priority stream:
-// TRAINBENCH_GRAPH_PRIORITY=1 (read at each capture; off until measured on a
-// GPU). LibTorch's graphs run each kernel at the priority of the stream it
-// was captured on (cudaGraphInstantiateFlagUseNodePriority), so the step
-// then takes free multiprocessors before the updates forked onto side streams
-// of the default priority (the ResNets' SGD updates, the host optimizer's;
-// the ResNets' weight gradients and branches fork at the step's priority): on
-// an H200 at batch 1024 the ResNet50 update of layer 4 ran 58 of its 84 us
-// alone, the backward's next kernels queued behind its blocks (session 25's
-// trace).
-bool HighPriorityCapture() { return trainbench::plugins::OnIfOne("TRAINBENCH_GRAPH_PRIORITY"); }
 
 class CudaGraphedStep : public GraphedStep {
  public:
@@ -176,7 +163,7 @@ class CudaGraphedStep : public GraphedStep {
   // As torch.cuda.graph does: warm up on a side stream, then capture there.
   // The warm-up steps are real training steps.
   void Capture() {
-    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(HighPriorityCapture());
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
     cudaDeviceSynchronize();
     {
       c10::cuda::CUDAStreamGuard guard(side);
@@ -208,7 +195,7 @@ class CudaGraphedStep : public GraphedStep {
       return;
     }
     int replaced = 0;
-    const cudaError_t e = trainbench::plugins::graph_fill::MemsetsAsKernels(graph, &replaced);
+    const cudaError_t e = trainbench::worker::graph_fill::MemsetsAsKernels(graph, &replaced);
     if (e != cudaSuccess)
       throw std::runtime_error(std::string("graph fill: the captured step's memsets could not be rewritten: ") +
                                cudaGetErrorString(e));
@@ -227,7 +214,10 @@ class CudaGraphedStep : public GraphedStep {
 
 bool GraphFillWanted(const char* setting, int64_t pixels_per_step) {
   constexpr int64_t kFillFromPixels = 512 * 32 * 32;
-  return trainbench::plugins::OneOrZero(setting).value_or(pixels_per_step >= kFillFromPixels);
+  const std::string value = setting != nullptr ? setting : "";
+  if (value == "1") return true;
+  if (value == "0") return false;
+  return pixels_per_step >= kFillFromPixels;
 }
 
 bool WorkerHasCuda() {

@@ -32,6 +32,7 @@
 
 #include "cudnn_backend.h"
 #include "engine_cache.h"
+#include "trainbench/sdk/cache.h"
 #include "env_switch.h"
 #include "side_stream.h"
 #include "stream_gate.h"
@@ -446,7 +447,7 @@ std::unique_ptr<EngineCache> OpenCache(int device) {
       // bump it when that changes, and older files are retired as stale.
       {"choice_format", "2"},
   };
-  const std::filesystem::path directory = DefaultCacheDirectory();
+  const std::filesystem::path directory = sdk::CacheDirectory();
   std::filesystem::path file;
   // Named by the multiprocessor count too: MIG slices of one GPU model with
   // different sizes on one host keep a file each, instead of finding one

@@ -4,7 +4,7 @@
 // (cuDNN's candidates timed when at::globalContext().benchmarkCuDNN(), at most
 // benchmarkLimitCuDNN() of them; else cuDNN's first heuristic choice), and an
 // autotuned choice is kept per machine in an EngineCache file under
-// DefaultCacheDirectory(), so a repeat run on the same machine times nothing.
+// sdk::CacheDirectory() (trainbench/sdk/cache.h), so a repeat run on the same machine times nothing.
 // Built where this build has CUDA and cuDNN's headers (TRAINBENCH_CUDNN_CONV);
 // Built() says whether it was.
 

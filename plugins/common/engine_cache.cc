@@ -107,48 +107,7 @@ ParseResult ParseFile(const std::filesystem::path& file, std::map<std::string, s
   return ParseResult::kParsed;
 }
 
-bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// A cache file's name: the prefix, then anything, then ".json".
-bool IsCacheFileName(const std::string& name) {
-  return StartsWith(name, kEngineCacheFilePrefix) && EndsWith(name, ".json") &&
-         name.size() > std::string(kEngineCacheFilePrefix).size() + 5;
-}
-
-// What a writer leaves beside a cache file: NAME.json.lock, NAME.json.tmp.PID.
-bool IsCacheCompanion(const std::string& name) {
-  if (!StartsWith(name, kEngineCacheFilePrefix)) return false;
-  if (EndsWith(name, ".json.lock")) return true;
-  const auto at = name.rfind(".json.tmp.");
-  return at != std::string::npos && at + 10 < name.size() &&
-         name.find_first_not_of("0123456789", at + 10) == std::string::npos;
-}
-
-// The entries of `directory` whose names `wanted` accepts; `ec` says why the
-// listing stopped early (a missing folder: no such file or directory).
-std::vector<std::filesystem::path> EntriesNamed(const std::filesystem::path& directory,
-                                                bool (*wanted)(const std::string&), std::error_code& ec) {
-  std::vector<std::filesystem::path> out;
-  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
-    if (wanted(it->path().filename().string())) out.push_back(it->path());
-  }
-  return out;
-}
-
 }  // namespace
-
-std::filesystem::path DefaultCacheDirectory() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg != nullptr && *xdg != '\0' && std::filesystem::path(xdg).is_absolute())
-    return std::filesystem::path(xdg) / "trainbench";
-  const char* home = std::getenv("HOME");
-  if (home != nullptr && *home != '\0' && std::filesystem::path(home).is_absolute())
-    return std::filesystem::path(home) / ".cache" / "trainbench";
-  return {};
-}
 
 std::string FileNameSafe(const std::string& name) {
   std::string out = name;
@@ -158,47 +117,6 @@ std::string FileNameSafe(const std::string& name) {
     if (!keep) c = '_';
   }
   return out.empty() ? "_" : out;
-}
-
-std::vector<CacheFileSummary> ListCacheFiles(const std::filesystem::path& directory) {
-  std::vector<CacheFileSummary> out;
-  std::error_code ec;
-  for (const auto& path : EntriesNamed(directory, IsCacheFileName, ec)) {
-    CacheFileSummary summary;
-    summary.file = path;
-    std::error_code size_ec;
-    const std::uintmax_t bytes = std::filesystem::file_size(path, size_ec);
-    summary.bytes = size_ec ? 0 : bytes;
-    std::map<std::string, EngineChoice> entries;
-    if (ParseFile(path, &summary.machine, &entries, &summary.problem) == ParseResult::kMissing)
-      summary.problem = "vanished while being read";
-    summary.choices = summary.problem.empty() ? entries.size() : 0;
-    if (!summary.problem.empty()) summary.machine.clear();
-    out.push_back(std::move(summary));
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.file < b.file; });
-  return out;
-}
-
-std::size_t RemoveCacheFiles(const std::filesystem::path& directory, std::vector<std::string>* errors) {
-  std::size_t removed = 0;
-  std::error_code ec;
-  const std::vector<std::filesystem::path> doomed = EntriesNamed(
-      directory, [](const std::string& name) { return IsCacheFileName(name) || IsCacheCompanion(name); }, ec);
-  if (ec && errors != nullptr && ec != std::errc::no_such_file_or_directory)
-    errors->push_back(directory.string() + ": " + ec.message());
-  for (const auto& path : doomed) {
-    // Links and folders of such a name are left alone: only files this
-    // program writes go.
-    std::error_code type_ec;
-    if (std::filesystem::symlink_status(path, type_ec).type() != std::filesystem::file_type::regular) continue;
-    if (::unlink(path.c_str()) != 0) {
-      if (errors != nullptr) errors->push_back(path.string() + ": " + std::generic_category().message(errno));
-      continue;
-    }
-    removed += IsCacheFileName(path.filename().string()) ? 1 : 0;
-  }
-  return removed;
 }
 
 EngineCache::EngineCache(std::filesystem::path file, std::map<std::string, std::string> machine, Warn warn)

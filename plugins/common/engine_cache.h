@@ -32,11 +32,6 @@ struct EngineChoice {
   bool operator==(const EngineChoice& other) const { return engine == other.engine && knobs == other.knobs; }
 };
 
-/// Where per-machine caches live: $XDG_CACHE_HOME/trainbench, else
-/// $HOME/.cache/trainbench (the XDG default); empty when neither is set (or
-/// either is a relative path, which the XDG specification says to ignore).
-std::filesystem::path DefaultCacheDirectory();
-
 /// `name` with everything but letters, digits, '.', '-' and '_' made '_'
 /// (for file names made from a GPU's name).
 std::string FileNameSafe(const std::string& name);
@@ -44,25 +39,6 @@ std::string FileNameSafe(const std::string& name);
 /// How every engine-cache file's name starts (then the GPU, its compute
 /// capability and multiprocessors: cudnn-engines-NVIDIA_H200-sm90-132mp.json).
 inline constexpr const char* kEngineCacheFilePrefix = "cudnn-engines-";
-
-/// An engine-cache file as `trainbench cache` lists it.
-struct CacheFileSummary {
-  std::filesystem::path file;
-  std::uintmax_t bytes = 0;
-  std::map<std::string, std::string> machine;  ///< the machine it was made for
-  std::size_t choices = 0;
-  std::string problem;  ///< why no run would use it ("is not valid JSON", ...); empty if readable
-};
-
-/// The engine-cache files (kEngineCacheFilePrefix*.json) in `directory`, by
-/// name; none when it does not exist.
-std::vector<CacheFileSummary> ListCacheFiles(const std::filesystem::path& directory);
-
-/// Removes the engine-cache files in `directory` with their lock files and
-/// any temporary file a writer left; no other file, nothing below it, no
-/// link's target. Returns the cache files removed; `errors` gets a line per
-/// file that could not be.
-std::size_t RemoveCacheFiles(const std::filesystem::path& directory, std::vector<std::string>* errors);
 
 class EngineCache {
  public:

@@ -50,8 +50,7 @@ bool SideStreamsApply(const c10::Device& device, Fork fork);
 /// `priority`: kAsHere, a stream of the current stream's priority class
 /// (LibTorch's pools: high or default); kDefault, one of the default priority
 /// whatever the current stream's, so that work of its own (the SGD updates)
-/// takes only the multiprocessors a high-priority step leaves
-/// (TRAINBENCH_GRAPH_PRIORITY=1 captures the step on a high-priority stream).
+/// takes only the multiprocessors a step on a high-priority stream leaves.
 enum class SidePriority { kAsHere, kDefault };
 class SideStream {
  public:

@@ -425,11 +425,7 @@ for stage in $STAGES; do
     # first to last: TRAINBENCH_BN_REVERSE_ROWS=1), forward (every pass first
     # to last, the order before session 26: TRAINBENCH_BN_REVERSE_ROWS=0;
     # by default the reductions walk last to first, into what the convolution
-    # wrote last: reversereduction names that explicitly), priority
-    # (the step captured on a high-priority stream, its side streams below
-    # it: TRAINBENCH_GRAPH_PRIORITY=1).
-    # fp32sgdpriority (the two together: each gained 0.2-0.4% for ResNet18
-    # fp32 at batch 1024 in session 26, 0.8% short of issue 16's 1.15x).
+    # wrote last: reversereduction names that explicitly).
     # norelumask (each block's output keeps y itself for its backward, not
     # y's ReLU mask, a byte per 16-byte pack: TRAINBENCH_BN_RELU_MASK=0; the
     # mask by default since session 27; relumask names it explicitly).
@@ -481,8 +477,7 @@ for stage in $STAGES; do
         [poolgeneral]="TRAINBENCH_MAXPOOL_BLOCKS=0" [onegrad]="TRAINBENCH_BN_SPLIT_GRADIENT=0"
         [before25]="TRAINBENCH_CLASSIFIER_MAX_ROWS=256 TRAINBENCH_MAXPOOL_BLOCKS=0 TRAINBENCH_BN_SPLIT_GRADIENT=0"
         [fp32sgd]="TRAINBENCH_FUSED_SGD_FP32=1" [reverse]="TRAINBENCH_BN_REVERSE_ROWS=1"
-        [reversereduction]="TRAINBENCH_BN_REVERSE_ROWS=reduction" [forward]="TRAINBENCH_BN_REVERSE_ROWS=0" [priority]="TRAINBENCH_GRAPH_PRIORITY=1"
-        [fp32sgdpriority]="TRAINBENCH_FUSED_SGD_FP32=1 TRAINBENCH_GRAPH_PRIORITY=1"
+        [reversereduction]="TRAINBENCH_BN_REVERSE_ROWS=reduction" [forward]="TRAINBENCH_BN_REVERSE_ROWS=0"
         [relumask]="TRAINBENCH_BN_RELU_MASK=1" [norelumask]="TRAINBENCH_BN_RELU_MASK=0"
         [stemgeneric]="TRAINBENCH_STEM_BLOCKS=generic"
         [stempixel]="TRAINBENCH_STEM_BLOCKS=pixel" [stempack]="TRAINBENCH_STEM_BLOCKS=pack"

@@ -115,8 +115,8 @@ void SgdWeights::State::Update(size_t g, const std::vector<torch::Tensor>& grads
                                          args, c10::cuda::getCurrentCUDAStream(device.index())));
     };
     if (trainbench::plugins::SideStreamsApply(device, Fork::kUpdates)) {
-      // Below a step captured at high priority: the update fills the
-      // multiprocessors the backward leaves (TRAINBENCH_GRAPH_PRIORITY=1).
+      // Below a step on a high-priority stream: the update fills the
+      // multiprocessors the backward leaves.
       trainbench::plugins::SideStream side(device, trainbench::plugins::SidePriority::kDefault);
       side.Run(launch);
       side.Leave(read, kJoinGroup);

@@ -5,7 +5,7 @@
 
 #include "graph_fill.h"
 
-namespace trainbench::plugins::graph_fill {
+namespace trainbench::worker::graph_fill {
 namespace {
 
 constexpr int kThreads = 256;
@@ -128,4 +128,4 @@ cudaError_t MemsetsAsKernels(cudaGraph_t graph, int* replaced) noexcept {
   return cudaSuccess;
 }
 
-}  // namespace trainbench::plugins::graph_fill
+}  // namespace trainbench::worker::graph_fill

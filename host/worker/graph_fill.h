@@ -8,7 +8,7 @@
 // measures the two alone). Host code; the kernel is in graph_fill.cu.
 #include <cuda_runtime_api.h>
 
-namespace trainbench::plugins::graph_fill {
+namespace trainbench::worker::graph_fill {
 
 /// Replaces every memset node of `graph` (not of its child graphs) by a
 /// kernel node with the same dependencies and dependents that writes the same
@@ -16,4 +16,4 @@ namespace trainbench::plugins::graph_fill {
 /// half rewritten: the caller drops it.
 cudaError_t MemsetsAsKernels(cudaGraph_t graph, int* replaced) noexcept;
 
-}  // namespace trainbench::plugins::graph_fill
+}  // namespace trainbench::worker::graph_fill
