@@ -91,7 +91,9 @@ TEST_P(Classifier, MatchesTheExactValues) {
   // The same values again (fixed order of every sum).
   const auto [y2, dx2, dw2, db2] = Step(in, [](auto& x, auto& w, auto& b) { return resnet::Classifier(x, w, b); });
   EXPECT_TRUE(torch::equal(y, y2) && torch::equal(dx, dx2) && torch::equal(dw, dw2)) << Name(c);
-  if (c.bias) EXPECT_TRUE(torch::equal(db, db2)) << Name(c);
+  if (c.bias) {
+    EXPECT_TRUE(torch::equal(db, db2)) << Name(c);
+  }
 }
 
 // Under autocast LibTorch's linear rounds the weight, the logits and the

@@ -597,8 +597,10 @@ void ExpectCapturedResNetStepUnchanged(bool bf16) {
       loss.backward();
     };
     // The whole map's convolutions (fp32: 7 in ResNet18, 8 in ResNet50) join
-    // at once unless TRAINBENCH_CONV_WHOLE_MAP_LATE=1 (WholeMapLate.*).
-    const int64_t joined_at_once = bf16 || resnet::WholeMapLateSetting() ? 0 : bottleneck ? 8 : 7;
+    // late too at this batch (below resnet::kWholeMapLateBelowRows); in bf16
+    // the whole map does not run here.
+    static_assert(64 < resnet::kWholeMapLateBelowRows);
+    const int64_t joined_at_once = 0;
     // One replay of a captured step: every gradient, then the running means.
     auto replayed = [&](const char* side_streams) {
       const cudnn_conv::Counts before = cudnn_conv::GetCounts();

@@ -138,9 +138,8 @@ TEST_F(WholeMapKernel, RunsInsideACapturedGraph) {
 }
 
 // The whole map's autograd against the plain convolution, in fp32 on the
-// GPU, with the fold WholeMapKernelSetting() picks (read once a process from
-// TRAINBENCH_CONV_WHOLE_MAP_KERNEL: ctest runs this case again with it on,
-// WholeMapKernelOn.*, and the whole ResNets, WholeMapKernelModels.*).
+// GPU, its filter gradient folded by the kernel (the whole ResNets with it:
+// Models.* in engine_tests).
 TEST_F(WholeMapKernel, TheWholeMapsAutogradMatchesThePlainConvolution) {
   torch::manual_seed(35);
   // Full fp32 convolutions on both sides (LibTorch lets cuDNN use TF32 by
@@ -162,7 +161,7 @@ TEST_F(WholeMapKernel, TheWholeMapsAutogradMatchesThePlainConvolution) {
   (ya * up).sum().backward();
   (yb * up).sum().backward();
   EXPECT_TRUE(torch::allclose(ya, yb, 1e-4, 1e-4));
-  EXPECT_TRUE(torch::allclose(wa.grad(), wb.grad(), 1e-4, 1e-4)) << "kernel " << resnet::WholeMapKernelSetting();
+  EXPECT_TRUE(torch::allclose(wa.grad(), wb.grad(), 1e-4, 1e-4));
   EXPECT_TRUE(wb.grad().is_contiguous(torch::MemoryFormat::ChannelsLast));
   context.setAllowTF32CuDNN(tf32);
 }

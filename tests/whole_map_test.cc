@@ -126,7 +126,7 @@ TEST(WholeMap, TheWholeMapProductIsTheSameFunction) {
 
 // The fold asked for with the kernel on a CPU tensor (or in a build without
 // the kernels) is LibTorch's ops': the same values, channels_last strides.
-TEST(WholeMap, TheFoldOnTheCpuIsTheOpsWhateverTheKernelSetting) {
+TEST(WholeMap, TheFoldOnTheCpuIsTheOpsEvenWithTheKernelAskedFor) {
   torch::manual_seed(32);
   const resnet::WholeMap map{2, 2, 2, 2, 1, 1};
   const torch::Tensor g = torch::randn({4 * 3, 2 * 2 * 8, 1, 1});
@@ -141,6 +141,19 @@ TEST(WholeMap, TheFoldOnTheCpuIsTheOpsWhateverTheKernelSetting) {
   torch::Tensor centre = torch::zeros({3, 8});
   for (int64_t p = 0; p < 4; ++p) centre += blocks[p].select(1, p / 2).select(1, p % 2);
   EXPECT_TRUE(torch::allclose(ops.select(3, 1).select(2, 1), centre));
+}
+
+// The measured rule of the late join: below 512 images a step, where the
+// filter reaches the convolution in the type it computes in.
+TEST(WholeMap, ItJoinsLateBelowTheMeasuredBatchWhereItsFilterIsUncast) {
+  using c10::ScalarType;
+  EXPECT_TRUE(resnet::WholeMapJoinsLate(128, ScalarType::Float, ScalarType::Float));
+  EXPECT_TRUE(resnet::WholeMapJoinsLate(511, ScalarType::Float, ScalarType::Float));
+  EXPECT_FALSE(resnet::WholeMapJoinsLate(512, ScalarType::Float, ScalarType::Float));
+  EXPECT_FALSE(resnet::WholeMapJoinsLate(1024, ScalarType::Float, ScalarType::Float));
+  // Under autocast the fp32 filter is cast first: never late.
+  EXPECT_FALSE(resnet::WholeMapJoinsLate(128, ScalarType::Float, ScalarType::BFloat16));
+  EXPECT_TRUE(resnet::WholeMapJoinsLate(128, ScalarType::BFloat16, ScalarType::BFloat16));
 }
 
 // The map as channels is a view of a channels_last input: no copy.

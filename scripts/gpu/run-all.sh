@@ -116,7 +116,7 @@ for stage in $STAGES; do
     # their tests alone (a subset of `test`).
     # KERNEL_TESTS: another ctest regex (a rerun of a few); KERNEL_BENCH=0:
     # without the batch norm micro-benchmark.
-    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|SideStream|OptimizerOverlap|StreamGate|Models\.|PoolGeneral|OneGradient|ForwardRows|ReverseRows|ReluMask|Stem|GraphFill|GraphCost|NoPdlReduction|EveryBlock|SixtyFourBlocks|WholeMap|SideStreams}" > "$OUT/kernels.log" 2>&1
+    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|SideStream|OptimizerOverlap|StreamGate|Models\.|PoolGeneral|OneGradient|ForwardRows|ReverseRows|ReluMask|Stem|GraphFill|GraphCost|NoPdlReduction|SixtyFourBlocks|WholeMap|SideStreams}" > "$OUT/kernels.log" 2>&1
       echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60
       # The ResNets' batch norm alone, fused vs composite, per shape.
       [ "${KERNEL_BENCH:-1}" = 0 ] || build-gpu/bin/batch_norm_act_bench 1024 | tee "$OUT/batch-norm-bench.md" ;;
@@ -441,24 +441,14 @@ for stage in $STAGES; do
     # kernels always or never: TRAINBENCH_GRAPH_FILL=1 or 0; by default from
     # 512 x 32 x 32 pixels a step). Session 28 measured the cuDNN path's
     # child-graph form of it too (graphfill, graphboth, childfill: gone).
-    # everyblock (the one-pass kernels' blocks waiting through global memory,
-    # each finishing its channel tile itself, not as clusters:
-    # TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK=1; against globalwait, the last block
-    # finishing for all), splits64 (up to 64 blocks a channel tile, clusters
-    # up to 16 and the last-block wait beyond: TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=64)
-    # and splits64every (the same with every block finishing; no clusters).
+    # splits64 (up to 64 blocks a channel tile, clusters up to 16 and the
+    # last-block wait beyond: TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=64).
     # wholemap (the convolutions over maps smaller than their filter as one
     # matrix product over the whole map, layer 3's 3x3 over 2x2 maps at 32 px,
     # 16 blocks of work for 36, and layer 4's over 1x1 maps: forced on in
     # every type at every batch, TRAINBENCH_CONV_WHOLE_MAP=1; by default since
     # session 31 in fp32 and from batch 512) and nowholemap (off:
-    # TRAINBENCH_CONV_WHOLE_MAP=0). foldkernel (the whole map's filter
-    # gradient folded back onto the taps in one kernel, not a zeroed gradient
-    # and one add per output pixel: TRAINBENCH_CONV_WHOLE_MAP_KERNEL=1),
-    # foldlate (its filter gradient and the fold joined late, as the other
-    # convolutions' are, not at once: TRAINBENCH_CONV_WHOLE_MAP_LATE=1) and
-    # foldboth (both); prepared in session 32. Session 29's trim (trim,
-    # trimwholemap) went in session 32.
+    # TRAINBENCH_CONV_WHOLE_MAP=0).
     # pdlreduce and nopdlreduce (the batch norm's NHWC reductions launched
     # as programmatic dependents of the kernel before them or the ordinary
     # way: TRAINBENCH_BN_PDL_REDUCTION=1 or 0; dependents by default since
@@ -483,11 +473,8 @@ for stage in $STAGES; do
         [stempixel]="TRAINBENCH_STEM_BLOCKS=pixel" [stempack]="TRAINBENCH_STEM_BLOCKS=pack"
         [graphcost]="TRAINBENCH_CUDNN_GRAPH_COST=1" [fill]="TRAINBENCH_GRAPH_FILL=1" [nofill]="TRAINBENCH_GRAPH_FILL=0"
         [pdlreduce]="TRAINBENCH_BN_PDL_REDUCTION=1" [nopdlreduce]="TRAINBENCH_BN_PDL_REDUCTION=0"
-        [everyblock]="TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK=1" [splits64]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=64"
-        [splits64every]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=64 TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK=1"
-        [wholemap]="TRAINBENCH_CONV_WHOLE_MAP=1" [nowholemap]="TRAINBENCH_CONV_WHOLE_MAP=0"
-        [foldkernel]="TRAINBENCH_CONV_WHOLE_MAP_KERNEL=1" [foldlate]="TRAINBENCH_CONV_WHOLE_MAP_LATE=1"
-        [foldboth]="TRAINBENCH_CONV_WHOLE_MAP_KERNEL=1 TRAINBENCH_CONV_WHOLE_MAP_LATE=1")
+        [splits64]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=64"
+        [wholemap]="TRAINBENCH_CONV_WHOLE_MAP=1" [nowholemap]="TRAINBENCH_CONV_WHOLE_MAP=0")
       # Settings of the experiment itself: an edit of its YAML.
       declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
         [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"

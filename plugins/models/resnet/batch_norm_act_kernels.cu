@@ -121,7 +121,6 @@ struct Params {
   float* partials;    // [splits][C][2]
   int* counters;      // the stream's: one per channel tile, zero between kernels
   bool first_stream;  // host only: the stream holds the device's first counters (LaunchOnePass)
-  bool every_block;   // OnePassNhwc waiting through global memory: FinishTileInEveryBlock, not FinishTileTogether
   int64_t* batches;   // forward: num_batches_tracked, counted once per launch (null: not tracked)
   float eps, momentum;
   int64_t rows;  // elements per channel: N * H * W
@@ -703,29 +702,6 @@ __device__ void FinishTileTogether(const Params& p, int first, int count) {
   });
 }
 
-// The other way to wait through global memory (TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK=1,
-// Params::every_block): the last block to arrive sets the tile's counter back
-// and releases the others at once, finishing nothing, and then every
-// block adds the tile's partial sums itself into `coef` (its shared memory,
-// as a cluster's blocks do), the tile's first block writing the statistics or
-// gradients. Against FinishTileTogether, two steps leave the path every block
-// waits on: the last block's finishing (the constants' and the partial sums'
-// loads, the arithmetic, the coefficients' stores and a fence) and each
-// block's load of the coefficients it wrote; each block loads splits x count
-// partial sums instead, from L2. Session 15 saw the one-pass kernels lose
-// about 0.17 us per block of a tile beyond 8 (cause not found); this wait is
-// the candidate to measure against it.
-template <typename T, bool kBackward>
-__device__ void FinishTileInEveryBlock(const Params& p, int first, int count, float* coef) {
-  WaitTogether(p, [&] {
-    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;  // every block has arrived: the counter is the next kernel's
-  });
-  const bool outputs = blockIdx.y == 0;
-  FinishTile<T, kBackward>(p, first, count, gridDim.y, /*ref_stride=*/1, coef, outputs);
-  if (outputs && threadIdx.x == 0) CountBatch<kBackward>(p, blockIdx.x);
-  __syncthreads();  // coef complete
-}
-
 // The blocks of one channel tile as one thread block cluster (sm_90): each
 // block's sums per channel in its shared memory, read by every block of the
 // cluster (distributed shared memory, in rank order: the same sums in the same
@@ -843,14 +819,9 @@ __global__ void __launch_bounds__(kThreads, kOnePassBlocksPerSm) OnePassNhwc(Par
   constexpr int kK = kBackward ? 4 : kForwardCoefficients;  // backward: k1, k2, k3, mean
   constexpr int kStride = Coefficients(kBackward);
   float k[kVec][kK];
-  if (kCluster || p.every_block) {  // the tile's coefficients in this block's shared memory
+  if constexpr (kCluster) {  // the tile's coefficients in this block's shared memory
     __shared__ float coef[kReduceTileChannels * kStride];
-    if constexpr (kCluster) {
-      FinishTileInCluster<T, kVec, kBackward>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first), coef);
-    } else {
-      WriteBlockSums<kVec>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first));
-      FinishTileInEveryBlock<T, kBackward>(p, first, min(tile_c, p.c - first), coef);
-    }
+    FinishTileInCluster<T, kVec, kBackward>(p, a0, a1, ty, tile_c, first, min(tile_c, p.c - first), coef);
     if (!active) return;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
@@ -1165,25 +1136,11 @@ int ElementwiseRowBlocks(const Geometry& g) {
   return static_cast<int>(std::clamp<int64_t>(int64_t{per_sm} * SmCount() / g.elem_tiles, 1, g.rows_blocks));
 }
 
-// How the one-pass kernels' blocks that wait through global memory get the
-// tile's coefficients: the last to arrive finishes the tile for all
-// (FinishTileTogether), or, with TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK=1, each
-// finishes it itself (FinishTileInEveryBlock), every one-pass kernel then
-// waiting through global memory, not as a cluster (one switch for a
-// side-by-side against TRAINBENCH_BN_ONE_PASS_CLUSTER=0). Prepared in session
-// 29, off until measured: the wait matters where a tile has more blocks than
-// a cluster holds (TRAINBENCH_BN_ONE_PASS_MAX_SPLITS above 16).
-bool EveryBlockSetting() {
-  static const bool value = OnIfOne("TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK");
-  return value;
-}
-
 // Whether the one-pass kernels' blocks of a channel tile may be one thread
-// block cluster: unless TRAINBENCH_BN_ONE_PASS_CLUSTER=0 or
-// TRAINBENCH_BN_ONE_PASS_EVERY_BLOCK=1 (the blocks then wait for each other
-// through global memory, for a side-by-side).
+// block cluster: unless TRAINBENCH_BN_ONE_PASS_CLUSTER=0 (the blocks then wait
+// for each other through global memory, as on GPUs without clusters).
 bool ClusterSetting() {
-  static const bool value = OnUnlessZero("TRAINBENCH_BN_ONE_PASS_CLUSTER") && !EveryBlockSetting();
+  static const bool value = OnUnlessZero("TRAINBENCH_BN_ONE_PASS_CLUSTER");
   return value;
 }
 
@@ -1262,9 +1219,7 @@ bool LaunchOnePass(const Geometry& g, const Params& p, cudaStream_t stream) {
   if (static_cast<int64_t>(ResidentBlocks<kernel>(kShared)) * SmCount() <
       static_cast<int64_t>(g.one_pass_tiles) * g.one_pass_splits)
     return false;
-  Params q = p;
-  q.every_block = EveryBlockSetting();
-  kernel<<<dim3(g.one_pass_tiles, g.one_pass_splits), kThreads, kShared, stream>>>(q, g.one_pass_tx);
+  kernel<<<dim3(g.one_pass_tiles, g.one_pass_splits), kThreads, kShared, stream>>>(p, g.one_pass_tx);
   return true;
 }
 

@@ -59,16 +59,14 @@ class ConvImpl : public sdk::CountedConv2dImpl {
       // the filter (by WholeMapApplies' rule of the type the cuDNN path
       // computes in and the batch, or TRAINBENCH_CONV_WHOLE_MAP=1 or 0;
       // channels_last, where the map's pixels as channels are a view). Its
-      // filter gradient and the fold of it onto the taps are joined at once,
-      // or with TRAINBENCH_CONV_WHOLE_MAP_LATE=1 both late, as below (the
-      // convolution and the fold take the group together).
+      // filter gradient and the fold of it onto the taps join late below
+      // resnet::kWholeMapLateBelowRows images, as below (the convolution and
+      // the fold take the group together), else at once.
       const at::ScalarType type = cudnn_conv::ComputeType(x);
       if (x.is_contiguous(c10::MemoryFormat::ChannelsLast) &&
           resnet::WholeMapApplies(resnet::WholeMapForced(), x.size(0), type)) {
         if (const auto map = resnet::WholeMapPlan(x.size(2), x.size(3), w.size(2), w.size(3), stride_, padding_)) {
-          // Late only where the filter reaches the convolution uncast: an
-          // autocast cast's backward would read its gradient before the join.
-          const bool late = resnet::WholeMapLateSetting() && w.scalar_type() == type;
+          const bool late = resnet::WholeMapJoinsLate(x.size(0), w.scalar_type(), type);
           cudnn_conv::Settings settings = settings_;
           settings.late_join_group = late ? late_join_group_ : -1;
           const torch::Tensor filter = resnet::WholeMapFilter(w, *map, settings.late_join_group);

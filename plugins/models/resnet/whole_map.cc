@@ -109,11 +109,11 @@ struct WholeMapFunction : public torch::autograd::Function<WholeMapFunction> {
       const torch::Tensor dtaps = EmptyTaps(g, shape);
       SideStream side(g.device());
       side.AfterLeft(group);
-      side.Run([&] { FoldInto(g, map, WholeMapKernelSetting(), dtaps); });
+      side.Run([&] { FoldInto(g, map, /*kernel=*/true, dtaps); });
       side.Leave({g, dtaps}, group);
       dw = TapsAsFilter(dtaps);
     } else {
-      dw = FoldWholeMapGrad(g, shape, map, WholeMapKernelSetting());
+      dw = FoldWholeMapGrad(g, shape, map, /*kernel=*/true);
       if (!channels_last) dw = dw.contiguous();
     }
     variable_list result(8);  // w's, and none for the map's seven integers
@@ -154,14 +154,8 @@ bool WholeMapKernelBuilt() {
 #endif
 }
 
-bool WholeMapKernelSetting() {
-  static const bool value = trainbench::plugins::OnIfOne("TRAINBENCH_CONV_WHOLE_MAP_KERNEL");
-  return value;
-}
-
-bool WholeMapLateSetting() {
-  static const bool value = trainbench::plugins::OnIfOne("TRAINBENCH_CONV_WHOLE_MAP_LATE");
-  return value;
+bool WholeMapJoinsLate(int64_t rows, c10::ScalarType filter_type, c10::ScalarType compute_type) {
+  return rows < kWholeMapLateBelowRows && filter_type == compute_type;
 }
 
 torch::Tensor MapAsChannels(const torch::Tensor& x) { return AsChannelsLastPixel(x.permute({0, 2, 3, 1}), x.size(0)); }
