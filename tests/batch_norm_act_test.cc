@@ -367,7 +367,7 @@ TEST(BatchNormActStreams, SeveralStreamsAtOnceKeepTheirOwnSums) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto cl = torch::MemoryFormat::ChannelsLast;
   const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
-  for (const std::vector<int64_t> shape : {std::vector<int64_t>{256, 64, 8, 8}, std::vector<int64_t>{8, 64, 8, 8}}) {
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{256, 64, 8, 8}, std::vector<int64_t>{8, 64, 8, 8}}) {
     constexpr int kStreams = 4, kRounds = 8;
     torch::manual_seed(11);
     std::vector<BatchNorm2d> bns;
