@@ -10,4 +10,5 @@ scripts/setup.sh
 if [ -z "${TRAINBENCH_DATA:-}" ]; then
   export TRAINBENCH_DATA=$(realpath -m ../shared/data/cifar-10-mini)
 fi
-exec "${BUILD_DIR:-build}"/bin/trainbench run configs/quickstart.yaml --out "${OUT:-results/quickstart}" "$@"
+# A folder of its own each time: trainbench never writes over earlier results.
+exec "${BUILD_DIR:-build}"/bin/trainbench run configs/quickstart.yaml --out "${OUT:-results/quickstart-$(date +%Y%m%d-%H%M%S)}" "$@"
