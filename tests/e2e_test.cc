@@ -950,7 +950,7 @@ measurement: {warmup_steps: 1, max_steps: 30}
   const pid_t pid = StartRun(config);
   ASSERT_GE(pid, 0);
   ASSERT_TRUE(WaitForFirstCell());
-  const struct rlimit full{3000, 3000};
+  const struct rlimit full { 3000, 3000 };
   ASSERT_EQ(::prlimit(pid, RLIMIT_FSIZE, &full, nullptr), 0) << std::strerror(errno);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -1344,7 +1344,7 @@ measurement: {warmup_steps: 1, max_steps: 3}
   const Outcome resumed = Trainbench("run " + Config(changed) + " --out " + out + " --resume" + Plugins());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("1 finished cell(s) of the earlier run no longer match this config (simple_cnn on "
-                                "cpu); kept in " +
+                                "cpu: training.batch_size differ); kept in " +
                                 out + "/results.dropped-"),
             std::string::npos)
       << resumed.output;
@@ -1371,9 +1371,8 @@ training: {epochs: 1, batch_size: 100}
 measurement: {warmup_steps: 1, max_steps: 3}
 )");
   const std::string out = (dir_ / "out").string();
-  const Outcome first =
-      Shell("TRAINBENCH_STEM_BLOCKS=pixel " + (BinDir() / "trainbench").string() + " run " + config + " --out " + out +
-            Plugins() + " 2>&1");
+  const Outcome first = Shell("TRAINBENCH_STEM_BLOCKS=pixel " + (BinDir() / "trainbench").string() + " run " + config +
+                              " --out " + out + Plugins() + " 2>&1");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const json before = Results();
   EXPECT_EQ(before["cells"][0]["config"]["environment"], json({{"TRAINBENCH_STEM_BLOCKS", "pixel"}}));
@@ -1390,8 +1389,9 @@ measurement: {warmup_steps: 1, max_steps: 3}
   ASSERT_FALSE(side.empty());
   const Outcome report = Trainbench("report " + side.string() + " " + out + "/results.json");
   EXPECT_EQ(report.exit_code, 0) << report.output;
-  EXPECT_NE(report.output.find("- simple_cnn on cpu, #1 and #2: environment.TRAINBENCH_STEM_BLOCKS (\"pixel\" / unset)"),
-            std::string::npos)
+  EXPECT_NE(
+      report.output.find("- simple_cnn on cpu, #1 and #2: environment.TRAINBENCH_STEM_BLOCKS (\"pixel\" / unset)"),
+      std::string::npos)
       << report.output;
 }
 

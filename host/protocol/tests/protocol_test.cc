@@ -156,6 +156,7 @@ Result FullResult() {
   r.epoch_energy_joules = {60.0, 40.0};
   r.energy_source = "rapl";
   r.energy_reason = "none";
+  r.energy_counter_glitches = 1;
   r.projected = true;
   r.peak_memory_bytes = 1 << 20;
   r.ranks = 2;
