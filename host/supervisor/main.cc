@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "plugin_caches.h"
-#include "trainbench/sdk/cache.h"
 #include "trainbench/engine.h"
+#include "trainbench/sdk/cache.h"
 
 namespace fs = std::filesystem;
 using namespace trainbench;

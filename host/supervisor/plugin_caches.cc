@@ -96,8 +96,8 @@ std::vector<PluginCacheFile> ListPluginCaches(const fs::path& directory) {
 std::size_t ClearPluginCaches(const fs::path& directory, std::vector<std::string>* errors) {
   std::size_t removed = 0;
   std::error_code ec;
-  const std::vector<fs::path> doomed =
-      EntriesNamed(directory, [](const std::string& name) { return IsCacheName(name) || IsCompanion(name); }, ec);
+  const std::vector<fs::path> doomed = EntriesNamed(
+      directory, [](const std::string& name) { return IsCacheName(name) || IsCompanion(name); }, ec);
   if (ec && errors != nullptr && ec != std::errc::no_such_file_or_directory)
     errors->push_back(directory.string() + ": " + ec.message());
   for (const auto& path : doomed) {

@@ -329,11 +329,15 @@ void SetEfficiency(CellRecord& cell, const MeasurementSpec& m) {
 // of its recorded configuration (and of --resume's key). Those that only
 // steer this process are left out.
 json RecordedEnvironment() {
-  static const std::set<std::string> kHostOnly = {
-      "TRAINBENCH_DATA",           // resolved into dataset.path
-      "TRAINBENCH_DESCRIBE_TIMEOUT", "TRAINBENCH_MACHINE_LOCK", "TRAINBENCH_PLUGIN_PATH",
-      "TRAINBENCH_RANK",  // set per rank by this process
-      "TRAINBENCH_SUPERVISOR_PID", "TRAINBENCH_TEST_DATA", "TRAINBENCH_WORKER", "TRAINBENCH_WORLD_SIZE"};
+  static const std::set<std::string> kHostOnly = {"TRAINBENCH_DATA",  // resolved into dataset.path
+                                                  "TRAINBENCH_DESCRIBE_TIMEOUT",
+                                                  "TRAINBENCH_MACHINE_LOCK",
+                                                  "TRAINBENCH_PLUGIN_PATH",
+                                                  "TRAINBENCH_RANK",  // set per rank by this process
+                                                  "TRAINBENCH_SUPERVISOR_PID",
+                                                  "TRAINBENCH_TEST_DATA",
+                                                  "TRAINBENCH_WORKER",
+                                                  "TRAINBENCH_WORLD_SIZE"};
   json recorded = json::object();
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;

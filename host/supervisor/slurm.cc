@@ -166,7 +166,10 @@ SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, co
     script << "export NCCL_NVLS_ENABLE=0\n"
            << "exec " << Quote(trainbench.string()) << " run " << Quote(config.string())
            << " --cells \"$SLURM_ARRAY_TASK_ID\" --out " << Quote((out / "tasks").string())
-           << "/cell-\"$SLURM_ARRAY_TASK_ID\"";
+           << "/cell-\"$SLURM_ARRAY_TASK_ID\""
+           // A resubmitted task runs in its earlier folder: resumed, never
+           // written over.
+           << " --resume";
     for (const auto& d : engine.plugin_dirs()) script << " --plugin-dir " << Quote(fs::absolute(d).string());
     if (engine.allow_insecure_plugins()) script << " --allow-insecure-plugins";
     if (!options.metrics_file_sd.empty()) {

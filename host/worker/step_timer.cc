@@ -8,7 +8,6 @@
 #include <string>
 #include <type_traits>
 
-
 #ifdef TRAINBENCH_WORKER_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>

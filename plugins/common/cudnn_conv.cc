@@ -32,11 +32,11 @@
 
 #include "cudnn_backend.h"
 #include "engine_cache.h"
-#include "trainbench/sdk/cache.h"
 #include "env_switch.h"
 #include "side_stream.h"
 #include "stream_gate.h"
 #include "trainbench/sdk/autocast.h"
+#include "trainbench/sdk/cache.h"
 #endif
 
 namespace trainbench::plugins::cudnn_conv {
