@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -1532,6 +1533,53 @@ measurement: {warmup_steps: 1, max_steps: 3, stall_timeout_seconds: 600}
   waitpid(first, &first_status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 143);  // 128 + SIGTERM, as at every other stage
+}
+
+// The weaker spots a hostile review found, each a one-line message or a
+// warning that says what is wrong.
+TEST_F(EndToEnd, WeakSpotsSayWhatIsWrongInOneLine) {
+  const std::string quick = Config(R"(name: weak
+models: [simple_cnn]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  // A folder given as the config.
+  const Outcome folder = Trainbench("validate " + dir_.string() + Plugins());
+  EXPECT_EQ(folder.exit_code, 2) << folder.output;
+  EXPECT_NE(folder.output.find(dir_.string() + ": not a regular file"), std::string::npos) << folder.output;
+  // A results file with a field of the wrong type: no JSON library's words.
+  const fs::path odd = dir_ / "odd.json";
+  std::ofstream(odd) << R"({"format": "trainbench-results/1", "experiment": {"name": "x"}, "system": "a string",
+                          "cells": [{"model": 3}]})";
+  const Outcome report = Trainbench("report " + odd.string());
+  EXPECT_EQ(report.exit_code, 1) << report.output;
+  EXPECT_NE(report.output.find(odd.string() + ": "), std::string::npos) << report.output;
+  EXPECT_EQ(report.output.find("[json.exception"), std::string::npos) << report.output;
+  EXPECT_EQ(std::count(report.output.begin(), report.output.end(), '\n'), 1) << report.output;
+  // A TLS certificate that is not there.
+  const Outcome missing = Trainbench("run " + quick + " --out " + (dir_ / "m").string() + Plugins() +
+                                     " --metrics-addr 127.0.0.1:0 --metrics-tls-cert " + (dir_ / "none.pem").string() +
+                                     " --metrics-tls-key " + (dir_ / "none.key").string());
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find((dir_ / "none.pem").string() + ": cannot read (No such file or directory)"),
+            std::string::npos)
+      << missing.output;
+  // Every interface without authentication, behind an expired certificate:
+  // it runs, and says so.
+  const std::string key = (dir_ / "key.pem").string(), cert = (dir_ / "cert.pem").string();
+  ASSERT_EQ(Shell("openssl req -new -newkey rsa:2048 -nodes -keyout " + key + " -out " + (dir_ / "r.csr").string() +
+                  " -subj /CN=localhost >/dev/null 2>&1 && openssl x509 -req -in " + (dir_ / "r.csr").string() +
+                  " -signkey " + key + " -days -1 -out " + cert + " >/dev/null 2>&1")
+                .exit_code,
+            0);
+  const Outcome open = Trainbench("run " + quick + " --concurrent --out " + (dir_ / "open").string() + Plugins() +
+                                  " --metrics-addr 0.0.0.0:0 --metrics-tls-cert " + cert + " --metrics-tls-key " + key);
+  EXPECT_EQ(open.exit_code, 0) << open.output;
+  EXPECT_NE(open.output.find(cert + ": the TLS certificate has expired"), std::string::npos) << open.output;
+  EXPECT_NE(open.output.find("without authentication: anyone who can reach this machine can read them"),
+            std::string::npos)
+      << open.output;
 }
 
 }  // namespace
