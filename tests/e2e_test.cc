@@ -83,17 +83,43 @@ class EndToEnd : public ::testing::Test {
     std::ifstream in(dir_ / "out" / "results.json");
     return json::parse(in);
   }
-  // Starts `trainbench run CONFIG --out DIR/out` in the background, output
-  // to DIR/log; returns its pid.
-  pid_t StartRun(const std::string& config) {
+  // Starts `trainbench run CONFIG --out DIR/OUT` in the background, output
+  // to DIR/LOG; returns its pid.
+  pid_t StartRun(const std::string& config, const std::string& out = "out", const std::string& log = "log") {
     const std::string command = (BinDir() / "trainbench").string() + " run " + config + " --out " +
-                                (dir_ / "out").string() + Plugins() + " > " + (dir_ / "log").string() + " 2>&1";
+                                (dir_ / out).string() + Plugins() + " > " + (dir_ / log).string() + " 2>&1";
     const pid_t pid = fork();
     if (pid == 0) {
       execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
     return pid;
+  }
+  // Starts a run into DIR/out whose cell hangs, so that it holds the
+  // folder's and the machine's locks until killed (whatever the machine's
+  // speed); returns its pid once both are held (results.json written), or -1.
+  // `config` gets its config file.
+  pid_t StartHolder(std::string* config) {
+    *config = Config(R"(name: holder
+models: [{plugin: faulty_model, label: hang, options: {fault: hang}}]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3, stall_timeout_seconds: 600}
+)");
+    const pid_t pid = StartRun(*config);
+    for (int i = 0; i < 1200 && !fs::exists(dir_ / "out" / "results.json"); ++i) usleep(50000);
+    return fs::exists(dir_ / "out" / "results.json") ? pid : -1;
+  }
+  // Waits (up to a minute) until DIR/LOG holds `text`.
+  bool LogShows(const std::string& log, const std::string& text) const {
+    for (int i = 0; i < 1200; ++i) {
+      usleep(50000);
+      std::ifstream in(dir_ / log);
+      std::stringstream read;
+      read << in.rdbuf();
+      if (read.str().find(text) != std::string::npos) return true;
+    }
+    return false;
   }
   // Waits (up to four minutes) until results.json, written after each cell,
   // shows the first cell finished ok. Not one: under ctest -j 8 on the GPU
@@ -660,17 +686,9 @@ measurement: {warmup_steps: 1, time_budget_seconds: 6}
 }
 
 TEST_F(EndToEnd, RunsAreKeptApartPerFolderAndPerMachine) {
-  // The holder: a run whose cell hangs, so it holds both locks until killed
-  // (whatever the machine's speed).
-  const std::string holder = Config(R"(name: holder
-models: [{plugin: faulty_model, label: hang, options: {fault: hang}}]
-devices: [cpu]
-training: {epochs: 1, batch_size: 100}
-measurement: {warmup_steps: 1, max_steps: 3, stall_timeout_seconds: 600}
-)");
-  const pid_t first = StartRun(holder);
-  for (int i = 0; i < 1200 && !fs::exists(dir_ / "out" / "results.json"); ++i) usleep(50000);
-  ASSERT_TRUE(fs::exists(dir_ / "out" / "results.json"));  // written once both locks are held
+  std::string holder;
+  const pid_t first = StartHolder(&holder);
+  ASSERT_GT(first, 0);
   // The same folder: refused at once, naming the run that holds it.
   const Outcome same = Trainbench("run " + holder + " --out " + (dir_ / "out").string() + Plugins());
   EXPECT_EQ(same.exit_code, 1) << same.output;
@@ -688,23 +706,8 @@ measurement: {warmup_steps: 1, max_steps: 3, stall_timeout_seconds: 600}
   EXPECT_EQ(beside.output.find("waiting for the machine's benchmark lock"), std::string::npos) << beside.output;
   // Another folder without it: waits for the machine's lock, and runs once
   // the holder is gone (killed outright: the kernel drops its locks).
-  const std::string log = (dir_ / "other.log").string();
-  const pid_t other = fork();
-  if (other == 0) {
-    const std::string command = (BinDir() / "trainbench").string() + " run " + quick + " --out " +
-                                (dir_ / "other").string() + Plugins() + " > " + log + " 2>&1";
-    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  bool waiting = false;
-  for (int i = 0; i < 1200 && !waiting; ++i) {
-    usleep(50000);
-    std::ifstream in(log);
-    std::stringstream text;
-    text << in.rdbuf();
-    waiting = text.str().find("waiting for the machine's benchmark lock") != std::string::npos;
-  }
-  EXPECT_TRUE(waiting);
+  const pid_t other = StartRun(quick, "other", "other.log");
+  EXPECT_TRUE(LogShows("other.log", "waiting for the machine's benchmark lock"));
   kill(first, SIGKILL);
   int status = 0;
   waitpid(first, &status, 0);
@@ -1496,35 +1499,14 @@ TEST_F(EndToEnd, ControlCharactersInNamesAreRefusedAtValidate) {
 }
 
 TEST_F(EndToEnd, SigtermWhileWaitingForTheMachineLockExits143) {
-  const std::string holder = Config(R"(name: holder
-models: [{plugin: faulty_model, label: hang, options: {fault: hang}}]
-devices: [cpu]
-training: {epochs: 1, batch_size: 100}
-measurement: {warmup_steps: 1, max_steps: 3, stall_timeout_seconds: 600}
-)");
-  const pid_t first = StartRun(holder);
-  for (int i = 0; i < 1200 && !fs::exists(dir_ / "out" / "results.json"); ++i) usleep(50000);
-  ASSERT_TRUE(fs::exists(dir_ / "out" / "results.json"));
+  std::string holder;
+  const pid_t first = StartHolder(&holder);
+  ASSERT_GT(first, 0);
   const fs::path quick = dir_ / "quick.yaml";
   std::ofstream(quick) << "name: quick\ndataset: {kind: cifar10, path: " << MiniData().string()
                        << "}\nmodels: [simple_cnn]\ndevices: [cpu]\n";
-  const std::string log = (dir_ / "waiter.log").string();
-  const pid_t waiter = fork();
-  if (waiter == 0) {
-    const std::string command = (BinDir() / "trainbench").string() + " run " + quick.string() + " --out " +
-                                (dir_ / "waiter").string() + Plugins() + " > " + log + " 2>&1";
-    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  bool waiting = false;
-  for (int i = 0; i < 1200 && !waiting; ++i) {
-    usleep(50000);
-    std::ifstream in(log);
-    std::stringstream text;
-    text << in.rdbuf();
-    waiting = text.str().find("waiting for the machine's benchmark lock") != std::string::npos;
-  }
-  EXPECT_TRUE(waiting);
+  const pid_t waiter = StartRun(quick.string(), "waiter", "waiter.log");
+  EXPECT_TRUE(LogShows("waiter.log", "waiting for the machine's benchmark lock"));
   kill(waiter, SIGTERM);
   int status = 0;
   waitpid(waiter, &status, 0);

@@ -17,6 +17,14 @@ int64_t CheckedRecordCount(const fs::path& file) {
   }
   return static_cast<int64_t>(size / kRecordBytes);
 }
+
+// A record's label byte, refused outside 0-9 with the file and record named.
+void CheckLabel(const std::string& name, int64_t record, uint8_t label) {
+  if (label >= kNumClasses) {
+    throw DataError(name + ": record " + std::to_string(record) + " has label " + std::to_string(label) +
+                    ", outside 0-9 (corrupt file?)");
+  }
+}
 }  // namespace
 
 std::vector<fs::path> SplitFiles(const fs::path& dir, Split split) {
@@ -75,10 +83,7 @@ void DecodeRecords(const uint8_t* data, size_t size, const std::string& name, in
   out->labels.reserve(out->labels.size() + static_cast<size_t>(records));
   for (int64_t r = 0; r < records; ++r) {
     const uint8_t* rec = data + r * kRecordBytes;
-    if (rec[0] >= kNumClasses) {
-      throw DataError(name + ": record " + std::to_string(r) + " has label " + std::to_string(rec[0]) +
-                      ", outside 0-9 (corrupt file?)");
-    }
+    CheckLabel(name, r, rec[0]);
     out->labels.push_back(rec[0]);
     std::copy(rec + 1, rec + kRecordBytes, out->pixels.begin() + static_cast<long>(base + r * kImageBytes));
   }
@@ -99,13 +104,8 @@ void CheckLabels(const fs::path& dir, Split split, std::optional<int64_t> limit)
       in.read(reinterpret_cast<char*>(buffer.data()), static_cast<std::streamsize>(n * kRecordBytes));
       if (in.gcount() != static_cast<std::streamsize>(n * kRecordBytes))
         throw DataError(file.string() + ": short read (file changed or truncated while reading)");
-      for (int64_t r = 0; r < n; ++r) {
-        const uint8_t label = buffer[static_cast<size_t>(r * kRecordBytes)];
-        if (label >= kNumClasses) {
-          throw DataError(file.string() + ": record " + std::to_string(first + r) + " has label " +
-                          std::to_string(label) + ", outside 0-9 (corrupt file?)");
-        }
-      }
+      for (int64_t r = 0; r < n; ++r)
+        CheckLabel(file.string(), first + r, buffer[static_cast<size_t>(r * kRecordBytes)]);
     }
     remaining -= records;
   }

@@ -95,9 +95,8 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
              "'" + use.label.substr(0, 40) + "...' is " + std::to_string(use.label.size()) + " bytes; the limit is " +
                  std::to_string(kMaxLabelBytes) + " (give a shorter 'label')");
     }
-    if (use.label == "." || use.label == ".." || std::any_of(use.label.begin(), use.label.end(), [](char c) {
-          return c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-        })) {
+    if (use.label == "." || use.label == ".." || use.label.find('/') != std::string::npos ||
+        HasControlCharacter(use.label)) {
       v.Fail(label_at, item_path + ".label",
              "'" + use.label + "' cannot name a file: no '/', control characters, '.' or '..' (give a plain 'label')");
     }

@@ -80,9 +80,7 @@ std::string BarLabel(const Row& r, size_t runs) {
   return r.model + " " + r.device + (runs > 1 ? " #" + std::to_string(r.run_number) : "");
 }
 
-}  // namespace
-
-std::string GnuplotQuote(const std::string& s) {
+std::string Quote(const std::string& s) {
   // One argument for gnuplot's string syntax. Names come from results files,
   // which anyone may have written: a newline would end the string and start
   // a command (a line beginning with '!' is a shell escape), so every
@@ -99,10 +97,6 @@ std::string GnuplotQuote(const std::string& s) {
   }
   return out + "'";
 }
-
-namespace {
-
-std::string Quote(const std::string& s) { return GnuplotQuote(s); }
 
 // Runs `gnuplot SCRIPT` with stderr to `log`; its exit code (-1 when it
 // could not start or died).
@@ -123,10 +117,6 @@ int RunGnuplot(const fs::path& script, const fs::path& log) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
-
-}  // namespace
-
-namespace {
 
 LoadedResults LoadOne(const std::string& file) {
   std::ifstream in(file);

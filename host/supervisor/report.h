@@ -36,8 +36,4 @@ std::string ReportCsv(const std::vector<LoadedResults>& runs);
 /// gnuplot is missing (saying how to install it) or fails.
 void PlotReport(const std::vector<LoadedResults>& runs, const std::string& output);
 
-/// `s` as one gnuplot single-quoted string, every control character (a
-/// newline would end the string and start a command) replaced by '?'.
-std::string GnuplotQuote(const std::string& s);
-
 }  // namespace trainbench

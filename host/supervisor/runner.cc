@@ -468,7 +468,6 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
     }
     cell.index = static_cast<int64_t>(index);
     const protocol::CellSpec spec = BuildCellSpec(e, model, device, index);
-    cell.config = CellConfig(spec, device);
     if (!only.empty() && std::find(only.begin(), only.end(), index) == only.end()) {
       cell.status = "skipped";
       cell.reason = "not selected in this run (--cells)";

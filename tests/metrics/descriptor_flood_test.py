@@ -7,17 +7,13 @@ send half a TLS ClientHello and stop, while two cells train. The run must end
 with exit 0 and both cells ok, and /metrics must answer once the flood is gone.
 Usage: descriptor_flood_test.py BIN_DIR DATA_DIR
 """
-import json, os, resource, socket, ssl, subprocess, sys, tempfile, time, unittest, urllib.request
+import json, os, resource, socket, subprocess, sys, tempfile, time, unittest, urllib.request
+
+from metrics_run import free_port, run_args, wait_until_served
 
 BIN, DATA = sys.argv[1], os.path.abspath(sys.argv[2])
 del sys.argv[1:3]
 IDLE, HALF_OPEN, LIMIT = 1300, 200, 1024
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def limit_descriptors():
@@ -58,27 +54,14 @@ class IdleClientsCannotEndARun(unittest.TestCase):
             f.write(f"name: flood\ndataset: {{kind: cifar10, path: {DATA}}}\n"
                     "models: [simple_cnn, {plugin: simple_cnn, label: again}]\ndevices: [cpu]\n"
                     "training: {epochs: 1, batch_size: 50}\nmeasurement: {warmup_steps: 1, max_steps: 20}\n")
-        args = [os.path.join(BIN, "trainbench"), "run", config, "--out", os.path.join(tmp, "out"), "--concurrent",
-                "--metrics-addr", f"127.0.0.1:{port}", "--metrics-linger", "60"]
-        if tls:
-            key, cert = os.path.join(tmp, "key.pem"), os.path.join(tmp, "cert.pem")
-            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
-                            "-days", "1", "-subj", "/CN=localhost"], check=True, capture_output=True)
-            args += ["--metrics-tls-cert", cert, "--metrics-tls-key", key]
+        args, url, context = run_args(BIN, config, os.path.join(tmp, "out"), port, tls, 60, tmp)
         log = open(os.path.join(tmp, "run.log"), "w")
         run = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit_descriptors)
         scheme = "https" if tls else "http"
-        context = ssl._create_unverified_context() if tls else None
-        url = f"{scheme}://127.0.0.1:{port}/metrics"
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url, timeout=5, context=context).read()
-                break
-            except OSError:
-                self.assertIsNone(run.poll(), open(os.path.join(tmp, "run.log")).read())
-                self.assertLess(time.time(), deadline, "/metrics never answered")
-                time.sleep(0.3)
+        try:
+            wait_until_served(url, context, lambda: run.poll() is None)
+        except OSError:
+            self.fail("/metrics never answered: " + open(os.path.join(tmp, "run.log")).read())
         held = self.flood(port)
         try:
             # The cells train (and results files are written) under the flood.

@@ -8,15 +8,11 @@ Usage: slow_clients_test.py BIN_DIR DATA_DIR
 """
 import os, socket, ssl, subprocess, sys, tempfile, threading, time, unittest, urllib.request
 
+from metrics_run import free_port, run_args, wait_until_served
+
 BIN, DATA = sys.argv[1], os.path.abspath(sys.argv[2])
 del sys.argv[1:3]
 SLOW_CLIENTS = 50
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SlowClients:
@@ -61,27 +57,11 @@ class SlowClientsCannotStarveMetrics(unittest.TestCase):
         with open(config, "w") as f:
             f.write(f"name: slow\ndataset: {{kind: cifar10, path: {DATA}}}\nmodels: [simple_cnn]\ndevices: [cpu]\n"
                     "measurement: {warmup_steps: 1, max_steps: 2}\n")
-        args = [os.path.join(BIN, "trainbench"), "run", config, "--out", os.path.join(tmp, "out"), "--concurrent",
-                "--metrics-addr", f"127.0.0.1:{port}", "--metrics-linger", "90"]
-        if tls:
-            key, cert = os.path.join(tmp, "key.pem"), os.path.join(tmp, "cert.pem")
-            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
-                            "-days", "1", "-subj", "/CN=localhost"], check=True, capture_output=True)
-            args += ["--metrics-tls-cert", cert, "--metrics-tls-key", key]
+        args, url, context = run_args(BIN, config, os.path.join(tmp, "out"), port, tls, 90, tmp)
         run = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         scheme = "https" if tls else "http"
-        context = ssl._create_unverified_context() if tls else None
-        url = f"{scheme}://127.0.0.1:{port}/metrics"
         try:
-            deadline = time.time() + 60
-            while True:
-                try:
-                    urllib.request.urlopen(url, timeout=5, context=context).read()
-                    break
-                except OSError:
-                    if time.time() > deadline:
-                        raise
-                    time.sleep(0.3)
+            wait_until_served(url, context, lambda: True)
             slow = SlowClients(port, tls)
             try:
                 time.sleep(3)  # they now hold their connections
