@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Sums up an interleaved side-by-side of settings (run-all.sh geometry: the
-runs geometry-b<batch>-<n>-<setting>/results.json in one folder): per batch
+"""Sums up an interleaved side-by-side of settings (run-all.sh aba: this tree,
+"head", against another, "base"; the runs
+geometry-b<batch>-<n>-<setting>/results.json in one folder): per batch
 size, every run's samples/s per cell, then each setting's mean against the
 baseline's mean, and whether its runs and the baseline's are apart (every run
 of one above every run of the other), since the machines here are noisy: a
 change whose runs overlap the baseline's is not shown by this side-by-side.
 
-  python3 bench/aba.py OUT [--baseline default]
+  python3 bench/aba.py OUT [--baseline base]
 """
 import argparse
 import collections

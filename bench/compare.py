@@ -105,7 +105,7 @@ print()
 print("Both sides' TFLOP/s count each model's nominal work, every tap of every convolution. PyTorch computes "
       "every tap; trainbench's ResNets, where a map is smaller than its filter (layers 3 and 4 at 32 px), by "
       "default in fp32 and from batch 512 skip the products of taps that read only padding (the whole-map "
-      "form, TRAINBENCH_CONV_WHOLE_MAP), the same function with less work: compare samples/s.")
+      "form), the same function with less work: compare samples/s.")
 
 # The issue's goal: trainbench's best figure at least the best Python figure,
 # per model, batch and precision. Python's best is the best of this run's rows

@@ -1,15 +1,15 @@
 // What a CUDA graph adds between two kernels, per kind of node between them.
 //
-// Session 27's traces of the ResNets' captured steps on an H200 showed the
+// Kernel traces of the ResNets' captured steps on an H200 showed the
 // GPU idle about 4.4 us before and 3-4 us after each memset node that a cuDNN
 // engine puts before its kernel (between a batch norm and a convolution),
-// against about 0.85 us between two kernels (docs/results/h200-resnets-issue16.md,
+// against about 0.85 us between two kernels (docs/results/raw/h200-resnets-log.md,
 // section 22). This program measures that alone, and the two ways around it:
 // the same bytes written by a kernel node (host/worker/graph_fill.h's
-// rewrite of the whole graph: the host worker's TRAINBENCH_GRAPH_FILL).
-// Session 27 measured child graphs too (a cuDNN execution captured into a
-// graph of its own, its memset rewritten): no cost here, but about 0.2 us a
-// node in the ResNets' steps (session 28); that form is gone.
+// rewrite of the whole graph: the host worker's graph fill).
+// Child graphs were measured too (a cuDNN execution captured into a graph of
+// its own, its memset rewritten): no cost here, but about 0.2 us a node in
+// the ResNets' steps; that form is gone.
 //
 // Each graph is R rounds of [work kernel, then the node(s) under test], all
 // on one stream; the work kernel fills the device for a few microseconds. The
@@ -96,7 +96,7 @@ cudaGraphExec_t Build(const Setup& s, Between between, int rounds, cudaStream_t 
   LaunchWork(s, stream);  // every node under test between two work kernels
   CHECK(cudaStreamEndCapture(stream, &graph));
   // The whole captured graph's memsets as kernels (the host's rewrite of a
-  // captured step, TRAINBENCH_GRAPH_FILL=1).
+  // captured step).
   if (between == Between::kFill) CHECK(graph_fill::MemsetsAsKernels(graph, nullptr));
   cudaGraphExec_t exec = nullptr;
   CHECK(cudaGraphInstantiate(&exec, graph, 0));

@@ -3,7 +3,7 @@
 Plain PyTorch: profiles the same step as bench/pytorch_reference.py
 (synthetic CIFAR-shaped data on the GPU, SGD momentum 0.9, forward + backward
 + optimizer) with torch.profiler, eager or under torch.compile.
-trainbench: sums a Chrome trace a cell wrote with TRAINBENCH_KERNEL_TRACE
+trainbench: sums a Chrome trace a cell wrote with `trainbench run --kernel-trace`
 (host/worker/kernel_trace.h), graph replays included. Either way it prints
 the GPU time per step by kind of work (convolutions and matrix products,
 batch norm, element-wise, ...) and kernel by kernel, with the step's total;
@@ -27,8 +27,8 @@ CATEGORIES = [
     # Autocast's weight casts: trainbench's one kernel each way, Inductor's cast-only kernels
     # (both under another kind before: batch norm and element-wise).
     ("weight casts", r"resnet::kernels::.*CastKernel|^triton_poi_fused__to_copy_\d+$"),
-    # trainbench's other kernels in resnet::kernels (before session 24 all but
-    # these two counted as batch norm): the fused SGD update, the stem's
+    # trainbench's other kernels in resnet::kernels (listed before the batch
+    # norm's patterns, which would take them): the fused SGD update, the stem's
     # space-to-depth rearrangements, the classifier (fc layer).
     ("optimizer", r"resnet::kernels::.*::SgdKernel"),
     ("copy / layout", r"nchwToNhwc|nhwcToNchw|[Tt]ranspose|convert.*[Ll]ayout|copy_kernel|CatArrayBatched|"
@@ -250,7 +250,7 @@ def main():
     p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--steps", type=int, default=10, help="steps profiled (with --trace: steps in the trace)")
-    p.add_argument("--trace", help="sum this Chrome trace (TRAINBENCH_KERNEL_TRACE) instead of profiling PyTorch")
+    p.add_argument("--trace", help="sum this Chrome trace (trainbench run --kernel-trace) instead of profiling PyTorch")
     p.add_argument("--title", help="the report's heading (default: what was profiled)")
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--json", help="also write the table here")

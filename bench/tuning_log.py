@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Sums up the cuDNN path's tuning lines (TRAINBENCH_CUDNN_TUNE_LOG=1) in
+"""Sums up the cuDNN path's tuning lines (the ResNets' cudnn_tune_log option) in
 cell logs: where a first run's warm-up goes (building plans, timing them, the
 rest: heuristics and descriptors), and what cuDNN's runtime-compiled engines
 cost and win.
@@ -27,7 +27,7 @@ def summarise(paths):
         with open(path, errors="replace") as log:
             rows += [m for m in (LINE.search(line) for line in log) if m]
     if not rows:
-        return "  no tuning lines (was TRAINBENCH_CUDNN_TUNE_LOG=1 set, and anything tuned?)"
+        return "  no tuning lines (was the ResNets' cudnn_tune_log option on, and anything tuned?)"
     total = lambda i: sum(float(r.group(i)) for r in rows)
     out = [f"  {len(rows)} operations tuned: {total(1):.0f} candidates, {total(2):.0f} built; building "
            f"{total(3) / 1e3:.2f} s, timing {total(4) / 1e3:.2f} s, other {(total(5) - total(3) - total(4)) / 1e3:.2f} s, "

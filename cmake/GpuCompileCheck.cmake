@@ -60,6 +60,8 @@ target_include_directories(trainbench_gpu_check_kernels PRIVATE ${_src}/plugins/
 # build gives it.
 set(_plugin_units
   ${_src}/plugins/common/cudnn_conv.cc
+  ${_src}/plugins/common/cudnn_plans.cc
+  ${_src}/plugins/common/cudnn_tuner.cc
   ${_src}/plugins/common/side_stream.cc
   ${_src}/plugins/models/simple_cnn/bias_relu_pool.cc
   ${_src}/plugins/models/resnet/batch_norm_act.cc

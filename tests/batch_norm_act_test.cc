@@ -217,9 +217,7 @@ std::vector<Case> Cases() {
   }
   for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
     cases.push_back({dtype, true, {256, 64, 8, 8}, Act::kAddRelu});  // too many blocks per tile: two kernels
-    // 8 blocks per tile of 4 rows per thread by default; with
-    // TRAINBENCH_BN_ONE_PASS_MAX_ROWS=8 (the ctest entries named EightRows.*)
-    // 8 rows per thread, x in shared memory backward: 2048 rows in bf16, 1024 in fp32.
+    // 8 blocks per tile of 4 rows per thread: 2048 rows in bf16, 1024 in fp32.
     cases.push_back({dtype, true, {dtype == torch::kFloat ? 16 : 32, 64, 8, 8}, Act::kAddRelu});
     cases.push_back({dtype, true, {8, 512, 4, 4}, Act::kRelu});    // eight channel tiles
     cases.push_back({dtype, true, {3, 40, 7, 5}, Act::kAddRelu});  // rows not a multiple of a block's
@@ -282,13 +280,11 @@ TEST(BatchNormActPaths, OnePassWhereTheTensorFits) {
   EXPECT_FALSE(resnet::OnePassApplies(torch::empty({8, 64, 8, 8}, torch::kFloat).contiguous(cl), true, false));  // CPU
 }
 
-// y's ReLU mask in place of y for the backward of a block's output: unless
-// TRAINBENCH_BN_RELU_MASK=0 (ctest's NoReluMask.* cases, which run the value
-// tests with it), channels_last, channels of whole 16-byte packs.
-TEST(BatchNormActPaths, ReluMaskOnlyWhereAsked) {
+// y's ReLU mask in place of y for the backward of a block's output:
+// channels_last, channels of whole 16-byte packs.
+TEST(BatchNormActPaths, ReluMaskWhereTheLayoutAllows) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const char* setting = std::getenv("TRAINBENCH_BN_RELU_MASK");
-  const bool on = setting == nullptr || std::string(setting) != "0";
+  const bool on = true;
   const auto cl = torch::MemoryFormat::ChannelsLast;
   const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
   EXPECT_EQ(resnet::ReluMaskApplies(torch::empty({8, 64, 8, 8}, bf16).contiguous(cl)), on);

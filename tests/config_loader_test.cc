@@ -53,6 +53,18 @@ TEST(ConfigLoader, ParsesAGoodFile) {
   EXPECT_EQ(e.dataset.train_size.value(), 256);
 }
 
+TEST(ConfigLoader, ReadsAdamwsSettings) {
+  const Experiment e =
+      ParseExperiment(Replace(kGood, "{name: sgd, lr: 0.1}",
+                              "{name: adamw, lr: 0.001, betas: [0.8, 0.99], eps: 1e-6, weight_decay: 0.05}"),
+                      "exp.yaml", "/tmp");
+  EXPECT_EQ(e.training.optimizer.name, "adamw");
+  EXPECT_EQ(e.training.optimizer.betas[0], 0.8);
+  EXPECT_EQ(e.training.optimizer.betas[1], 0.99);
+  EXPECT_EQ(e.training.optimizer.eps, 1e-6);
+  EXPECT_EQ(e.training.optimizer.weight_decay, 0.05);
+}
+
 TEST(ConfigLoader, UnknownKeyGivesPositionAndSuggestion) {
   const std::string error = ErrorOf(Replace(kGood, "  epochs: 2", "  epohcs: 2"));
   EXPECT_EQ(error.rfind("exp.yaml:9:3: training.epohcs: unknown key; did you mean 'epochs'?", 0), 0u) << error;
@@ -76,7 +88,7 @@ TEST(ConfigLoader, OutOfRangeValue) {
 
 TEST(ConfigLoader, BadChoiceSuggestsTheClosest) {
   const std::string error = ErrorOf(Replace(kGood, "name: sgd", "name: sdg"));
-  EXPECT_NE(error.find("training.optimizer.name: 'sdg' is not one of sgd, adam; did you mean 'sgd'?"),
+  EXPECT_NE(error.find("training.optimizer.name: 'sdg' is not one of sgd, adam, adamw; did you mean 'sgd'?"),
             std::string::npos)
       << error;
 }
@@ -94,6 +106,18 @@ TEST(ConfigLoader, ContradictionsAreErrors) {
             std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "{name: sgd, lr: 0.1}", "{name: adam, lr: 0.1, overlap: false}"))
                 .find("training.optimizer.overlap: applies to sgd only"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "{name: sgd, lr: 0.1}", "{name: adamw, lr: 0.1, momentum: 0.8}"))
+                .find("training.optimizer.momentum: applies to sgd only; remove it for adamw"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "{name: sgd, lr: 0.1}", "{name: sgd, lr: 0.1, betas: [0.9, 0.99]}"))
+                .find("training.optimizer.betas: applies to adam and adamw only"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "{name: sgd, lr: 0.1}", "{name: adamw, lr: 0.1, betas: [0.9]}"))
+                .find("training.optimizer.betas: takes a list of two numbers"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Replace(kGood, "{name: sgd, lr: 0.1}", "{name: adamw, lr: 0.1, betas: [0.9, 1.5]}"))
+                .find("training.optimizer.betas[1]"),
             std::string::npos);
   EXPECT_NE(ErrorOf(Replace(kGood, "{name: sgd, lr: 0.1}", "{name: sgd, lr: 0.1, overlap: sometimes}"))
                 .find("training.optimizer.overlap"),

@@ -308,58 +308,28 @@ TEST(CudnnConvWarmStart, ARepeatRunReadsItsEnginesAndTimesNothing) {
   EXPECT_LE(RelativeError(heuristic, first), 1e-2);
 }
 
-// With TRAINBENCH_CUDNN_GRAPH_COST=1 (ctest's GraphCost.* cases, which run
-// this file's other tests with it too) the autotuning counts each timed
-// candidate's graph nodes, and its choices are stored under keys of their
-// own; without it, neither. The choice still gives LibTorch's results.
-TEST(CudnnConvGraphCost, CountsTheCandidatesNodesOnlyWhereAsked) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const char* setting = std::getenv("TRAINBENCH_CUDNN_GRAPH_COST");
-  const bool on = setting != nullptr && std::string(setting) == "1";
-  ScopedCacheHome home;
-  Autotuning autotuning;
-  const Stack stack = Stack::Random(4, 32, 64, 128);
-  const torch::Tensor x = stack.Input(32);
-  const torch::Tensor y = stack.Step(x);
-  const auto counts = cudnn_conv::GetCounts();
-  EXPECT_EQ(counts.tuned, 5);
-  if (on)
-    EXPECT_GE(counts.graph_counted, 5) << "at least each tuned operation's fastest candidate";
-  else
-    EXPECT_EQ(counts.graph_counted, 0);
-  const nlohmann::json j = nlohmann::json::parse(std::ifstream(cudnn_conv::CacheFile()));
-  ASSERT_EQ(j["entries"].size(), 5u);
-  for (const auto& [key, entry] : j["entries"].items())
-    EXPECT_EQ(key.find(" graphcost") != std::string::npos, on) << key;
-  at::globalContext().setBenchmarkCuDNN(false);  // Autotuning turns it back
-  cudnn_conv::ResetForTesting();
-  EXPECT_LE(RelativeError(y, stack.Step(x)), 1e-2) << "against cuDNN's heuristic choice";
-}
-
-// The prefetch (on unless TRAINBENCH_CUDNN_PREFETCH=0): while a forward
-// convolution is tuned, a helper thread gathers cuDNN's candidates for its
-// two backward problems; their tunings take those lists (three of the four
-// gathered here: the first convolution's input needs no gradient), choose
-// among the same candidates, and give LibTorch's results.
+// The prefetch: while a forward convolution is tuned, a helper thread
+// gathers cuDNN's candidates for its two backward problems; their tunings
+// take those lists (three of the four gathered here: the first
+// convolution's input needs no gradient) and give LibTorch's results.
 TEST(CudnnConvPrefetch, GathersTheBackwardCandidatesAhead) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
   Autotuning autotuning;
   const Stack stack = Stack::Random(7, 32, 64, 128);
   const torch::Tensor x = stack.Input(32);
-  ASSERT_EQ(setenv("TRAINBENCH_CUDNN_PREFETCH", "0", 1), 0);
-  cudnn_conv::ResetForTesting();
-  const torch::Tensor without = stack.Step(x);
-  unsetenv("TRAINBENCH_CUDNN_PREFETCH");
-  EXPECT_EQ(cudnn_conv::GetCounts().gathered_ahead, 0);
-
-  fs::remove(cudnn_conv::CacheFile());
   cudnn_conv::ResetForTesting();
   const torch::Tensor with = stack.Step(x);
   const auto counts = cudnn_conv::GetCounts();
   EXPECT_EQ(counts.tuned, 5);
   EXPECT_EQ(counts.gathered_ahead, 3);
-  EXPECT_LE(RelativeError(with, without), 1e-2);
+  // Against cuDNN's heuristic choices (nothing tuned, nothing gathered).
+  at::globalContext().setBenchmarkCuDNN(false);
+  cudnn_conv::ResetForTesting();
+  const torch::Tensor heuristic = stack.Step(x);
+  at::globalContext().setBenchmarkCuDNN(true);
+  EXPECT_EQ(cudnn_conv::GetCounts().gathered_ahead, 0);
+  EXPECT_LE(RelativeError(with, heuristic), 1e-2);
 }
 
 // cuDNN's runtime-compiled engines are candidates only when asked
@@ -388,17 +358,10 @@ TEST(CudnnConvRuntimeCompiled, AreCandidatesOnlyWhenAskedAndKeptApart) {
 }
 
 // `step` captured in a CUDA graph on a pool stream, after one run outside the
-// capture (the engines are chosen there), with TRAINBENCH_SIDE_STREAMS set to
-// `side_streams` while it is captured (null: unset, every side stream).
-std::unique_ptr<at::cuda::CUDAGraph> CaptureWithSideStreams(const std::function<void()>& step,
-                                                            const char* side_streams) {
-  if (side_streams == nullptr)
-    unsetenv("TRAINBENCH_SIDE_STREAMS");
-  else
-    setenv("TRAINBENCH_SIDE_STREAMS", side_streams, 1);
+// capture (the engines are chosen there; outside a capture nothing forks).
+std::unique_ptr<at::cuda::CUDAGraph> Capture(const std::function<void()>& step) {
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
   trainbench::testing::WarmUpAndCapture(*graph, step);
-  unsetenv("TRAINBENCH_SIDE_STREAMS");
   return graph;
 }
 
@@ -434,7 +397,7 @@ TEST(CudnnConvGraph, ReplaysInACudaGraph) {
   auto step = [&] { conv.Step(); };
   step();  // eager: engines chosen, the gradients to expect
   const std::vector<torch::Tensor> expected = {conv.x.grad().clone(), conv.w.grad().clone()};
-  const auto graph = CaptureWithSideStreams(step, nullptr);  // the default
+  const auto graph = Capture(step);
   const torch::Tensor x_grad = conv.x.grad(), w_grad = conv.w.grad();
   for (int replay = 0; replay < 3; ++replay) {
     x_grad.zero_();
@@ -506,8 +469,8 @@ TEST(HostGraphFill, RewritesTheCapturedStepsMemsetsInPlace) {
 }
 
 // Inside a capture the backward's two convolutions are two branches of the
-// graph (the filter's gradient on a side stream), with the gradients of the
-// two in order; TRAINBENCH_SIDE_STREAMS=0 keeps them on one stream.
+// graph (the filter's gradient on a side stream), with the gradients of an
+// eager step (where nothing forks).
 TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
@@ -516,24 +479,24 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
   const torch::Tensor dy =
       torch::randn({32, 128, 8, 8}, conv.x.options()).contiguous(torch::MemoryFormat::ChannelsLast);
   auto step = [&] { conv.Step(dy); };
-  // Replays of a captured step, with the side stream or without: the
-  // gradients, and how many backward passes used the side stream.
-  auto replayed = [&](bool parallel) {
-    // The warm-up run is outside the capture: it never forks.
-    const int64_t before = cudnn_conv::GetCounts().side_stream_grads;
-    const auto graph = CaptureWithSideStreams(step, parallel ? nullptr : "0");
-    const int64_t side = cudnn_conv::GetCounts().side_stream_grads - before;
-    const torch::Tensor x_grad = conv.x.grad(), w_grad = conv.w.grad();
-    x_grad.fill_(7);
-    w_grad.fill_(7);
-    graph->replay();
-    torch::cuda::synchronize();
-    return std::make_tuple(x_grad.clone(), w_grad.clone(), side);
-  };
-  const auto [x_side, w_side, side] = replayed(true);
-  const auto [x_one, w_one, none] = replayed(false);
+  // A replay of the captured step: the gradients, and how many backward
+  // passes used the side stream (the warm-up run is outside the capture).
+  const int64_t before = cudnn_conv::GetCounts().side_stream_grads;
+  const auto graph = Capture(step);
+  const int64_t side = cudnn_conv::GetCounts().side_stream_grads - before;
+  const torch::Tensor x_grad = conv.x.grad(), w_grad = conv.w.grad();
+  x_grad.fill_(7);
+  w_grad.fill_(7);
+  graph->replay();
+  torch::cuda::synchronize();
+  const torch::Tensor x_side = x_grad.clone(), w_side = w_grad.clone();
   EXPECT_EQ(side, 1);
-  EXPECT_EQ(none, 0);
+  // An eager step (new gradient tensors): one stream.
+  const int64_t eager_before = cudnn_conv::GetCounts().side_stream_grads;
+  step();
+  torch::cuda::synchronize();
+  const torch::Tensor x_one = conv.x.grad(), w_one = conv.w.grad();
+  EXPECT_EQ(cudnn_conv::GetCounts().side_stream_grads, eager_before);
   // The same engines either way (a split reduction may add in another order).
   EXPECT_LE(RelativeError(x_side, x_one), 1e-3);
   EXPECT_LE(RelativeError(w_side, w_one), 1e-3);
@@ -571,18 +534,17 @@ void StepLoss(sdk::Model& model, const torch::Tensor& x, const torch::Tensor& la
   *loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
 }
 
-// A whole ResNet training step captured in a CUDA graph, with side streams
-// and without: the same gradients and running statistics after a replay.
-// Each fork alone and all of them (the default): the convolutions' two
-// gradients, the downsampling branch beside the main path, the filter
-// gradients joined late (before the weight casts' backward). A missing wait
-// between the branches would let a kernel read a tensor before it is
-// written, or free it early; kernels with shared state on two streams at
-// once would corrupt each other (with the downsampling branch on a side
-// stream and the batch norm's counters per device, session 18: ResNet50's
-// gradients 1.0-35x off); a branch never joined fails the capture. In bf16
-// (`bf16`) or fp32, where the whole map (whole_map.h) takes layer 3's and
-// 4's 3x3 convolutions at every batch.
+// A whole ResNet training step captured in a CUDA graph, where every fork
+// runs (the convolutions' two gradients, the downsampling branch beside the
+// main path, the filter gradients joined late, before the weight casts'
+// backward), against an eager step, where none does: the same gradients and
+// running statistics. A missing wait between the branches would let a
+// kernel read a tensor before it is written, or free it early; kernels with
+// shared state on two streams at once would corrupt each other (with the
+// downsampling branch on a side stream and the batch norm's counters per
+// device: ResNet50's gradients 1.0-35x off); a branch never joined fails the
+// capture. In bf16 (`bf16`) or fp32, where the whole map (whole_map.h)
+// takes layer 3's and 4's 3x3 convolutions at every batch.
 void ExpectCapturedResNetStepUnchanged(bool bf16) {
   ScopedCacheHome home;
   Autotuning autotuning;
@@ -597,44 +559,46 @@ void ExpectCapturedResNetStepUnchanged(bool bf16) {
       loss.backward();
     };
     // The whole map's convolutions (fp32: 7 in ResNet18, 8 in ResNet50) join
-    // late too at this batch (below resnet::kWholeMapLateBelowRows); in bf16
-    // the whole map does not run here.
+    // late too at this batch (below resnet::kWholeMapLateBelowRows).
     static_assert(64 < resnet::kWholeMapLateBelowRows);
-    const int64_t joined_at_once = 0;
-    // One replay of a captured step: every gradient, then the running means.
-    auto replayed = [&](const char* side_streams) {
-      const cudnn_conv::Counts before = cudnn_conv::GetCounts();
-      const auto graph = CaptureWithSideStreams(step, side_streams);
-      const cudnn_conv::Counts after = cudnn_conv::GetCounts();
-      const std::string setting = side_streams == nullptr ? "all" : side_streams;
-      const int64_t forked = after.side_stream_grads - before.side_stream_grads;
-      const int64_t late = after.late_filter_grads - before.late_filter_grads;
-      // Every convolution but the stem's (no input gradient) forks in the
-      // capture, none in the run before it; only the default joins late.
-      EXPECT_EQ(forked, setting == "0" ? 0 : bottleneck ? 52 : 19) << setting;
-      EXPECT_EQ(late, setting == "all" ? forked - joined_at_once : 0) << setting;
-      std::vector<torch::Tensor> state;
-      {
-        torch::NoGradGuard no_grad;
-        for (auto& b : model->module().named_buffers())
-          if (b.key().find("running_mean") != std::string::npos) b.value().zero_();
-        for (auto& p : model->module().parameters()) p.grad().fill_(7);
-      }
-      graph->replay();
-      torch::cuda::synchronize();
-      for (auto& p : model->module().parameters()) state.push_back(p.grad().clone());
+    auto zero_running_means = [&] {
+      torch::NoGradGuard no_grad;
       for (auto& b : model->module().named_buffers())
-        if (b.key().find("running_mean") != std::string::npos) state.push_back(b.value().clone());
-      return state;
+        if (b.key().find("running_mean") != std::string::npos) b.value().zero_();
     };
-    const std::vector<torch::Tensor> one = replayed("0");
-    for (const char* setting : {"grads", "grads,branches", static_cast<const char*>(nullptr)}) {
-      const std::vector<torch::Tensor> side = replayed(setting);
-      ASSERT_EQ(side.size(), one.size());
-      for (size_t i = 0; i < side.size(); ++i)
-        EXPECT_LE(RelativeError(side[i], one[i]), 1e-2) << (bottleneck ? "ResNet50" : "ResNet18") << " tensor " << i
-                                                        << ", side streams " << (setting == nullptr ? "all" : setting);
+    auto state = [&] {
+      std::vector<torch::Tensor> s;
+      for (auto& p : model->module().parameters()) s.push_back(p.grad().clone());
+      for (auto& b : model->module().named_buffers())
+        if (b.key().find("running_mean") != std::string::npos) s.push_back(b.value().clone());
+      return s;
+    };
+    // One replay of a captured step: every gradient, then the running means.
+    const cudnn_conv::Counts before = cudnn_conv::GetCounts();
+    const auto graph = Capture(step);
+    const cudnn_conv::Counts after = cudnn_conv::GetCounts();
+    // Every convolution but the stem's (no input gradient) forks in the
+    // capture, none in the run before it, and joins late.
+    const int64_t forked = after.side_stream_grads - before.side_stream_grads;
+    EXPECT_EQ(forked, bottleneck ? 52 : 19);
+    EXPECT_EQ(after.late_filter_grads - before.late_filter_grads, forked);
+    zero_running_means();
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->module().parameters()) p.grad().fill_(7);
     }
+    graph->replay();
+    torch::cuda::synchronize();
+    const std::vector<torch::Tensor> side = state();
+    // An eager step: nothing forks.
+    zero_running_means();
+    step();
+    torch::cuda::synchronize();
+    EXPECT_EQ(cudnn_conv::GetCounts().side_stream_grads, after.side_stream_grads);
+    const std::vector<torch::Tensor> one = state();
+    ASSERT_EQ(side.size(), one.size());
+    for (size_t i = 0; i < side.size(); ++i)
+      EXPECT_LE(RelativeError(side[i], one[i]), 1e-2) << (bottleneck ? "ResNet50" : "ResNet18") << " tensor " << i;
   }
 }
 
@@ -681,7 +645,7 @@ TEST(OptimizerOverlap, UpdatesACapturedResNetStepAsAfterItsBackward) {
         loss.backward();
         optimizer->Step();
       };
-      const auto graph = CaptureWithSideStreams(step, nullptr);
+      const auto graph = Capture(step);
       for (int replay = 0; replay < 2; ++replay) graph->replay();
       torch::cuda::synchronize();
       std::vector<torch::Tensor> state;
@@ -765,7 +729,6 @@ torch::Tensor Bf16Logits(sdk::Model& model, const torch::Tensor& x) {
 // parameter and the host's gradients as close as two runs of one path (the
 // arithmetic is torch.optim.SGD's; later steps at this learning rate
 // amplify the last bit of bf16 rounding, so one step is what is compared).
-// In fp32 the model takes the updates only with TRAINBENCH_FUSED_SGD_FP32=1.
 void ExpectOneStepAsTheHosts(bool bf16) {
   ScopedCacheHome home;
   Autotuning autotuning;
@@ -781,11 +744,7 @@ void ExpectOneStepAsTheHosts(bool bf16) {
     torch::manual_seed(14);
     SgdRun host = MakeSgdRun(bottleneck, false, 0.2, bf16);
     torch::manual_seed(14);
-    if (!bf16) {
-      ASSERT_EQ(::setenv("TRAINBENCH_FUSED_SGD_FP32", "1", 1), 0);
-    }
     SgdRun fused = MakeSgdRun(bottleneck, true, 0.2, bf16);
-    ::unsetenv("TRAINBENCH_FUSED_SGD_FP32");
     size_t taken = 0;
     for (const bool t : fused.taken) taken += t;
     EXPECT_EQ(taken, bottleneck ? 53u : 20u) << "every convolution's weight";
@@ -809,16 +768,10 @@ TEST(FusedSgd, OneStepAsTheHostsOptimizer) {
   ExpectOneStepAsTheHosts(/*bf16=*/true);
 }
 
-TEST(FusedSgd, OneStepAsTheHostsOptimizerInFp32) {
+// Without autocast the model leaves the updates to the host (there is no
+// cast to save).
+TEST(FusedSgd, Fp32TakesNothing) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  ExpectOneStepAsTheHosts(/*bf16=*/false);
-}
-
-// Without autocast the model leaves the updates to the host unless
-// TRAINBENCH_FUSED_SGD_FP32=1.
-TEST(FusedSgd, Fp32TakesNothingByDefault) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  ::unsetenv("TRAINBENCH_FUSED_SGD_FP32");
   const SgdRun run = MakeSgdRun(/*bottleneck=*/false, /*take=*/true, 0.1, /*bf16=*/false);
   for (const bool t : run.taken) EXPECT_FALSE(t);
 }
@@ -843,7 +796,7 @@ TEST(FusedSgd, TheNextForwardReadsTheUpdatedWeights) {
       std::vector<torch::Tensor> before;
       for (const auto& p : fused.params) before.push_back(p.detach().clone());
       if (captured) {
-        const auto graph = CaptureWithSideStreams([&] { SgdStep(fused, x, labels); }, nullptr);  // a step, captured
+        const auto graph = Capture([&] { SgdStep(fused, x, labels); });  // a step, captured
         for (int replay = 0; replay < 2; ++replay) graph->replay();
       } else {
         for (int s = 0; s < 3; ++s) SgdStep(fused, x, labels);

@@ -179,7 +179,7 @@ measurement: {warmup_steps: 2, progress_interval_seconds: 0.5}
   ASSERT_EQ(cpu["plugins"].size(), 2u);
   EXPECT_EQ(cpu["plugins"][0]["name"], "simple_cnn");
   EXPECT_EQ(cpu["plugins"][0]["sha256"].get<std::string>().size(), 64u);
-  EXPECT_EQ(cpu["plugins"][1]["abi"], "1.3");
+  EXPECT_EQ(cpu["plugins"][1]["abi"], "1.4");
   EXPECT_FALSE(r["system"]["cpu_model"].get<std::string>().empty());
   EXPECT_FALSE(r["system"]["torch_version"].get<std::string>().empty());
   EXPECT_TRUE(fs::exists(dir_ / "out" / "results.csv"));
@@ -250,7 +250,10 @@ measurement: {warmup_steps: 2, progress_interval_seconds: 0.2}
 
   // A config error is a JSON line with the exit code, nothing else on stderr.
   std::ofstream(dir_ / "bad.yaml") << "name: bad\nmodels: [simple_cnn]\n";
-  const Outcome bad = Shell((BinDir() / "trainbench").string() + " validate " + (dir_ / "bad.yaml").string() +
+  // (Without the TRAINBENCH_* variables of the tests' own environment, which
+  // trainbench would name in a warning line of its own.)
+  const std::string unset = "env $(env | grep -o '^TRAINBENCH_[A-Z0-9_]*' | sed 's/^/-u /') ";
+  const Outcome bad = Shell(unset + (BinDir() / "trainbench").string() + " validate " + (dir_ / "bad.yaml").string() +
                             " --log-format json 2>&1 >/dev/null");
   EXPECT_EQ(bad.exit_code, 2);
   const json error = json::parse(bad.output, nullptr, false);
@@ -834,7 +837,7 @@ TEST_F(EndToEnd, APluginThatHangsWhileLoadingIsReported) {
 }
 
 TEST_F(EndToEnd, ReportComparesRunsAndDrawsTheFigure) {
-  // The study's first H200 run, kept as it was (docs/results/h200-paper.md has the latest).
+  // The study's first H200 run, kept as it was (docs/results/h200.md has the latest).
   const std::string a = (SourceDir() / "docs/results/raw/h200-paper-10k-run1.results.json").string();
   const std::string b = (SourceDir() / "docs/results/raw/h200-paper-synthetic50k-run1.results.json").string();
   const std::string png = (dir_ / "figure.png").string();
@@ -938,7 +941,7 @@ TEST_F(EndToEnd, PluginsListsRejectionsAndSurvivesACrashingPlugin) {
 }
 
 // Data parallelism on the CPU (Gloo): the same code path as several GPUs
-// with NCCL, which docs/results/h200-data-parallel.md measures.
+// with NCCL, which docs/results/raw/h200-data-parallel.md measures.
 // A disk that fills up mid-run: after the first cell the run may write no
 // file larger than 3,000 bytes (RLIMIT_FSIZE, set from outside as a quota
 // would be), so the next results.json write fails in the kernel. (A link
@@ -1375,16 +1378,16 @@ training: {epochs: 1, batch_size: 100}
 measurement: {warmup_steps: 1, max_steps: 3}
 )");
   const std::string out = (dir_ / "out").string();
-  const Outcome first = Shell("TRAINBENCH_STEM_BLOCKS=pixel " + (BinDir() / "trainbench").string() + " run " + config +
+  const Outcome first = Shell("TRAINBENCH_GRAPH_FILL=0 " + (BinDir() / "trainbench").string() + " run " + config +
                               " --out " + out + Plugins() + " 2>&1");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const json before = Results();
-  EXPECT_EQ(before["cells"][0]["config"]["environment"], json({{"TRAINBENCH_STEM_BLOCKS", "pixel"}}));
+  EXPECT_EQ(before["cells"][0]["config"]["environment"], json({{"TRAINBENCH_GRAPH_FILL", "0"}}));
   EXPECT_FALSE(before["cells"][0]["config"]["environment"].contains("TRAINBENCH_MACHINE_LOCK"));  // the host's own
   // Resumed without it: not the same work, so run again, the old cell kept aside.
   const Outcome resumed = Trainbench("run " + config + " --out " + out + " --resume" + Plugins());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("(simple_cnn on cpu: environment.TRAINBENCH_STEM_BLOCKS differ)"), std::string::npos)
+  EXPECT_NE(resumed.output.find("(simple_cnn on cpu: environment.TRAINBENCH_GRAPH_FILL differ)"), std::string::npos)
       << resumed.output;
   EXPECT_FALSE(Results()["cells"][0].contains("resumed"));
   fs::path side;
@@ -1393,10 +1396,42 @@ measurement: {warmup_steps: 1, max_steps: 3}
   ASSERT_FALSE(side.empty());
   const Outcome report = Trainbench("report " + side.string() + " " + out + "/results.json");
   EXPECT_EQ(report.exit_code, 0) << report.output;
-  EXPECT_NE(
-      report.output.find("- simple_cnn on cpu, #1 and #2: environment.TRAINBENCH_STEM_BLOCKS (\"pixel\" / unset)"),
-      std::string::npos)
+  EXPECT_NE(report.output.find("- simple_cnn on cpu, #1 and #2: environment.TRAINBENCH_GRAPH_FILL (\"0\" / unset)"),
+            std::string::npos)
       << report.output;
+}
+
+// The environment's table is the whole story: a value a variable does not
+// take is refused before anything runs, naming the variable and what it
+// takes; a TRAINBENCH_* variable trainbench does not read (a leftover switch)
+// is named in a warning; diagnostics asked on the command line are recorded
+// in each cell's configuration (the folder aside) and leave their files.
+TEST_F(EndToEnd, TheEnvironmentIsCheckedAndDiagnosticsRecorded) {
+  const std::string config = Config(R"(name: env-check
+models: [simple_cnn]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  const std::string bin = (BinDir() / "trainbench").string();
+  for (const std::string& command : {" validate " + config, " run " + config + " --out " + (dir_ / "never").string()}) {
+    const Outcome bad = Shell("TRAINBENCH_GRAPH_FILL=yes " + bin + command + Plugins() + " 2>&1");
+    EXPECT_EQ(bad.exit_code, 2) << bad.output;
+    EXPECT_NE(bad.output.find("TRAINBENCH_GRAPH_FILL='yes' is not understood: it takes `0` or `1`"), std::string::npos)
+        << bad.output;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "never" / "results.json"));
+  const std::string out = (dir_ / "out").string();
+  const Outcome run = Shell("TRAINBENCH_BN_PDL=0 " + bin + " run " + config + " --out " + out +
+                            " --kernel-trace --kernel-trace-steps 2" + Plugins() + " 2>&1");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const size_t warned = run.output.find("set but not read by trainbench, so they change nothing: ");
+  ASSERT_NE(warned, std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("TRAINBENCH_BN_PDL", warned), std::string::npos) << run.output;
+  const json cell = Results()["cells"][0];
+  EXPECT_EQ(cell["config"]["diagnostics"], json({{"kernel_trace_steps", 2}, {"graph_dump", false}})) << cell.dump();
+  EXPECT_FALSE(cell["config"].contains("environment")) << "an unknown variable is not a setting";
+  EXPECT_TRUE(fs::is_directory(dir_ / "out" / "diagnostics"));
 }
 
 TEST_F(EndToEnd, AResumedRunOfOtherCellsKeepsTheFinishedOnes) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "epoch_energy.h"
 #include "remove_tree.h"
 #include "test_env.h"
 
@@ -103,6 +104,62 @@ TEST(FakeNvml, TheGpuCounterIsReadByItsUuid) {
   EXPECT_LT(after - before, 0.2 * 250 * 10);   // and not wildly more (a slow machine may sleep longer)
   EXPECT_EQ(unknown.meter, nullptr);
   EXPECT_NE(unknown.reason.find("NVML does not know the device GPU-0000"), std::string::npos) << unknown.reason;
+}
+
+// A meter that reads `joules` in turn, then fails (none).
+class ScriptedMeter : public EnergyMeter {
+ public:
+  explicit ScriptedMeter(std::vector<double> joules) : joules_(std::move(joules)) {}
+  std::string source() const override { return "rapl"; }
+  std::optional<double> ReadJoules() override {
+    if (next_ >= joules_.size()) return std::nullopt;
+    return joules_[next_++];
+  }
+
+ private:
+  std::vector<double> joules_;
+  size_t next_ = 0;
+};
+
+EnergyChoice Scripted(std::vector<double> joules) { return {std::make_unique<ScriptedMeter>(std::move(joules)), ""}; }
+
+// What an evaluation inside an epoch reads is left out; each epoch's joules,
+// their sum, per sample and the average power over the training time.
+TEST(EpochEnergy, CountsTheEpochsTrainingAlone) {
+  EpochEnergy energy(Scripted({10, 15, 40, 50, 100, 130}));
+  energy.StartEpoch();  // 10
+  energy.Pause();       // 15: 5 J
+  energy.Resume();      // 40 (the evaluation's 25 J left out)
+  energy.EndEpoch();    // 50: 10 J more
+  energy.StartEpoch();  // 100
+  energy.EndEpoch();    // 130: 30 J
+  protocol::Result result;
+  energy.Fill(result, /*trained_seconds=*/2.0, /*samples=*/90);
+  ASSERT_TRUE(result.energy_joules.has_value());
+  EXPECT_DOUBLE_EQ(*result.energy_joules, 45.0);
+  EXPECT_EQ(result.epoch_energy_joules, (std::vector<double>{15.0, 30.0}));
+  EXPECT_DOUBLE_EQ(result.joules_per_sample.value(), 0.5);
+  EXPECT_DOUBLE_EQ(result.average_power_watts.value(), 22.5);
+  EXPECT_EQ(result.energy_source.value_or(""), "rapl");
+}
+
+// A meter that stops answering leaves no figure, and says why.
+TEST(EpochEnergy, AMeterThatStopsAnsweringLeavesTheReason) {
+  EpochEnergy energy(Scripted({10, 20}));
+  energy.StartEpoch();
+  energy.EndEpoch();
+  energy.StartEpoch();  // fails
+  energy.EndEpoch();
+  protocol::Result result;
+  energy.Fill(result, 1.0, 10);
+  EXPECT_FALSE(result.energy_joules.has_value());
+  EXPECT_EQ(result.energy_reason.value_or(""), "the rapl energy counter stopped answering during training");
+  EpochEnergy none(EnergyChoice{nullptr, "no RAPL here"});
+  none.StartEpoch();
+  none.EndEpoch();
+  protocol::Result without;
+  none.Fill(without, 1.0, 10);
+  EXPECT_EQ(without.energy_reason.value_or(""), "no RAPL here");
 }
 
 }  // namespace

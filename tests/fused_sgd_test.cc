@@ -162,7 +162,6 @@ TEST(FusedSgd, UpdatesAsTorchOptimSgd) {
 // a gradient before it is copied in.
 TEST(FusedSgd, UpdatesFromACapturedStepOnSideStreams) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  unsetenv("TRAINBENCH_SIDE_STREAMS");
   ExpectUpdatesAsSgd({0.1, 0.9, 5e-4, false}, at::kBFloat16, /*captured=*/true);
   ExpectUpdatesAsSgd({0.1, 0.9, 0, false}, std::nullopt, /*captured=*/true);
 }

@@ -53,8 +53,8 @@ void Check(size_t offset, size_t bytes, int value) {
   torch::Tensor before = torch::empty({size}, opts), after = torch::empty({size}, opts);
   const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool();
   // buf's fill ran on the current stream, the graph runs on a pool stream
-  // that does not wait for it (session 28: a copy before the memset read
-  // buf before the fill had written all of it, once).
+  // that does not wait for it (once, on an H200, a copy before the memset
+  // read buf before the fill had written all of it).
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   GraphOwner g;
   auto* base = static_cast<uint8_t*>(buf.data_ptr());

@@ -94,7 +94,7 @@ TEST(Models, CifarStemKeepsResolution) {
 // add keep them): an out-of-place op writes NCHW strides there, and cuDNN's
 // weight gradient for such an input comes out NCHW, so every step transposed
 // and re-strided the gradients of layer4's three 512x512 convolutions
-// (docs/results/gpu-optimisation-notes.md, change 12). CUDA only: on the CPU
+// (docs/results/raw/gpu-optimisation-notes.md, change 12). CUDA only: on the CPU
 // LibTorch's batch norm itself writes NCHW strides for 1x1 maps.
 TEST(Models, ChannelsLastStridesSurviveOneByOneMapsOnCuda) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
@@ -332,14 +332,13 @@ TEST(Models, ResNetStemSpaceToDepthOnCudaMatchesTheSevenBySeven) {
       // fp32 without TF32, within 5% of fp64 where the seven by seven is
       // within 1/1.5 of that (a wrong stem is off by its whole gradient).
       // The two stems are different convolutions: in TF32 their errors
-      // against fp64 differ by chance (session 28's first call on the H200,
-      // after passing in session 27's: ResNet18's layer4.1.bn2.weight
+      // against fp64 differ by chance (one call on the H200, after passing in
+      // an earlier one: ResNet18's layer4.1.bn2.weight
       // gradient 2.3% off against the seven by seven's 1.4%). Without TF32
       // the space-to-depth model is still 0.1-0.2% off in ResNet18's layer 1
       // bias gradients (the seven by seven's: 3e-6) and up to 2.3% in
       // ResNet50's layer 4 (its: 0.15-1.2%), the same figures with each of
-      // the three block kernels (TRAINBENCH_STEM_BLOCKS): not their
-      // rearrangement; the 4x4 convolution's engine, by the sizes, not
+      // the block kernels: not their rearrangement; the 4x4 convolution's engine, by the sizes, not
       // confirmed (the stem's own test, its convolution alone, is within
       // 1e-5 of the seven by seven).
       struct NoTf32 {

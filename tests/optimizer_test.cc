@@ -79,5 +79,50 @@ TEST(Optimizer, SgdLeavesAParameterWithoutAGradientAlone) {
   }
 }
 
+// AdamW: PyTorch's semantics (decoupled weight decay: the weights shrunk by
+// lr x weight_decay before the bias-corrected Adam step), against the figures
+// of its update rule worked out in double precision outside LibTorch (Python,
+// three steps of gradients t x [0.5, -0.25], lr 0.1, betas (0.9, 0.999), eps
+// 1e-8, weight decay 0.1), and Adam (the decay added to the gradient) against
+// its own: the two differ, so a mix-up fails one of them.
+TEST(Optimizer, AdamwAndAdamStepAsPyTorchsFigures) {
+  struct Expected {
+    const char* name;
+    double w0, w1;
+  };
+  for (const Expected& e : {Expected{"adamw", 0.6809358610891806, -1.6512348651445434},
+                            Expected{"adam", 0.7056952879647671, -1.7025510105384787}}) {
+    protocol::OptimizerSettings settings;
+    settings.name = e.name;
+    settings.lr = 0.1;
+    settings.betas = {0.9, 0.999};
+    settings.eps = 1e-8;
+    settings.weight_decay = 0.1;
+    torch::Tensor w = torch::tensor({1.0, -2.0}, torch::kDouble).requires_grad_();
+    const auto optimizer = MakeOptimizer(settings, {w});
+    for (int t = 1; t <= 3; ++t) {
+      w.mutable_grad() = torch::tensor({0.5 * t, -0.25 * t}, torch::kDouble);
+      optimizer->Step();
+    }
+    EXPECT_NEAR(w[0].item<double>(), e.w0, 1e-12) << e.name;
+    EXPECT_NEAR(w[1].item<double>(), e.w1, 1e-12) << e.name;
+  }
+}
+
+// The learning rate a schedule sets reaches the next step: a step at lr 0
+// leaves the weights as they were (AdamW's decay is lr x weight_decay too).
+TEST(Optimizer, AdamwFollowsTheLearningRateItIsGiven) {
+  protocol::OptimizerSettings settings;
+  settings.name = "adamw";
+  settings.lr = 0.1;
+  torch::Tensor w = torch::tensor({1.0, -2.0}, torch::kDouble).requires_grad_();
+  const auto optimizer = MakeOptimizer(settings, {w});
+  w.mutable_grad() = torch::tensor({0.5, -0.25}, torch::kDouble);
+  optimizer->SetLearningRate(0.0);
+  optimizer->Step();
+  EXPECT_EQ(w[0].item<double>(), 1.0);
+  EXPECT_EQ(w[1].item<double>(), -2.0);
+}
+
 }  // namespace
 }  // namespace trainbench::worker

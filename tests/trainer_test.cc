@@ -133,6 +133,26 @@ TEST(Trainer, AResNetTrainsOnImagesOfAnotherSize) {
   EXPECT_GT(std::get<protocol::Result>(events.back()).flops_per_sample, 0);
 }
 
+// The result says what the model's rules chose (SDK 1.4's PathTaken): on
+// the CPU the ResNet's batch norms are LibTorch's composite and its
+// convolutions LibTorch's, counted as the host ran them; no SGD updates
+// taken; no captured graph, so nothing of the worker's.
+TEST(Trainer, TheResultSaysWhatTheResNetsRulesChose) {
+  const auto [code, events] = RunInProcess(SmallCell("resnet18", 24));
+  ASSERT_EQ(code, 0);
+  ASSERT_TRUE(std::holds_alternative<protocol::Result>(events.back()));
+  const auto& path = std::get<protocol::Result>(events.back()).path_taken;
+  ASSERT_TRUE(path.has_value());
+  ASSERT_TRUE(path->contains("model")) << path->dump();
+  const nlohmann::json& model = (*path)["model"];
+  EXPECT_GT(model["batch_norm"].value("composite", 0), 0) << model.dump();
+  EXPECT_FALSE(model["batch_norm"].contains("two_kernels_nhwc")) << model.dump();
+  EXPECT_GT(model["convolution"].value("libtorch", 0), 0) << model.dump();
+  EXPECT_GT(model["classifier"].value("libtorch", 0), 0) << model.dump();
+  EXPECT_EQ(model.value("fused_sgd_parameters", -1), 0) << model.dump();
+  EXPECT_FALSE(path->contains("worker")) << path->dump();
+}
+
 // The fixture model's faults in the SGD updates a model may take
 // (sdk::Model::TakeSgdUpdates), on the CPU with SGD: the cell fails with one
 // error naming the model and what it did, and no result.
@@ -142,6 +162,29 @@ CellSpec FaultyCell(const std::string& fault) {
   spec.model = {"faulty_model", plugin.string(), {{"fault", fault}}};
   spec.model.options = testing::WithDefaults(LoadPlugin(plugin), spec.model.options);
   return spec;
+}
+
+// A model's path that lies (not JSON, not an object, too large, a refusal
+// with bytes that are not UTF-8) is recorded as an error, never as a
+// choice, and costs the cell nothing; an honest one is recorded as it is.
+TEST(Trainer, AModelsPathThatIsNoJsonObjectIsAnErrorNotAChoice) {
+  const std::pair<const char*, const char*> cases[] = {{"path_not_json", "gave no JSON object"},
+                                                       {"path_array", "gave no JSON object"},
+                                                       {"path_huge", "bytes (at most 64 KiB)"},
+                                                       {"path_error", "failed: fixture: no path ?? on purpose"}};
+  for (const auto& [fault, said] : cases) {
+    const auto [code, events] = RunInProcess(FaultyCell(fault));
+    ASSERT_EQ(code, 0) << fault;
+    ASSERT_TRUE(std::holds_alternative<protocol::Result>(events.back())) << fault;
+    const auto& path = std::get<protocol::Result>(events.back()).path_taken;
+    ASSERT_TRUE(path.has_value()) << fault;
+    EXPECT_FALSE(path->contains("model")) << fault << ": " << path->dump();
+    EXPECT_NE(path->value("model_error", "").find(said), std::string::npos) << fault << ": " << path->dump();
+  }
+  const auto [code, events] = RunInProcess(FaultyCell("none"));
+  ASSERT_EQ(code, 0);
+  EXPECT_EQ(std::get<protocol::Result>(events.back()).path_taken.value_or(nullptr)["model"],
+            nlohmann::json({{"layers", "linear"}}));
 }
 
 std::string ErrorOf(const std::vector<protocol::Event>& events) {
@@ -200,46 +243,40 @@ TEST(Trainer, NoOfferWithoutOverlapOrWithAdam) {
   }
 }
 
-// TRAINBENCH_KERNEL_TRACE (a diagnostic) never costs a cell its result: the
-// trace is written where LibTorch has Kineto, and where it has not (Debian's
-// LibTorch) the cell trains on without it.
-class KernelTraceEnv : public ::testing::Test {
- protected:
-  void TearDown() override {
-    ::unsetenv("TRAINBENCH_KERNEL_TRACE");
-    ::unsetenv("TRAINBENCH_KERNEL_TRACE_STEPS");
-  }
-};
-
-TEST_F(KernelTraceEnv, ACellTracedStillEndsInItsResult) {
+// A kernel trace (trainbench run --kernel-trace, a diagnostic) never costs a
+// cell its result: the trace is written where LibTorch has Kineto, and where
+// it has not (Debian's LibTorch) the cell trains on without it.
+TEST(KernelTrace, ACellTracedStillEndsInItsResult) {
   char folder[] = "/tmp/trainbench-trace.XXXXXX";
   ASSERT_NE(::mkdtemp(folder), nullptr);
-  const std::string prefix = std::string(folder) + "/trace";
-  ::setenv("TRAINBENCH_KERNEL_TRACE", prefix.c_str(), 1);
+  CellSpec spec = SmallCell("simple_cnn", 32);
   // Five steps asked, three timed steps left in the first epoch: its end
   // stops the recording (two steps written).
-  ::setenv("TRAINBENCH_KERNEL_TRACE_STEPS", "5", 1);
-  const auto [code, events] = RunInProcess(SmallCell("simple_cnn", 32));
+  spec.diagnostics = protocol::Diagnostics{5, false, folder};
+  const auto [code, events] = RunInProcess(spec);
   EXPECT_EQ(code, 0);
   ASSERT_FALSE(events.empty());
   EXPECT_TRUE(std::holds_alternative<protocol::Result>(events.back()));
-  const std::string file = prefix + "-" + std::to_string(::getpid()) + ".json";
+  const std::string file = std::string(folder) + "/kernel-trace-cell" + std::to_string(spec.cell_index) + ".json";
   if (::access(file.c_str(), F_OK) == 0) {
     EXPECT_EQ(::unlink(file.c_str()), 0);
   }
   EXPECT_EQ(::rmdir(folder), 0) << "the trace wrote something other than " << file;
 }
 
-TEST_F(KernelTraceEnv, AStepCountThatIsNotAPositiveWholeNumberFailsTheCellNamingTheVariable) {
-  ::setenv("TRAINBENCH_KERNEL_TRACE", "/tmp/trainbench-trace-unused", 1);
-  for (const char* bad : {"0", "-3", "ten", "5x", "1000001"}) {
-    ::setenv("TRAINBENCH_KERNEL_TRACE_STEPS", bad, 1);
-    const auto [code, events] = RunInProcess(SmallCell("simple_cnn", 32));
+TEST(KernelTrace, AStepCountOutOfRangeFailsTheCellSayingSo) {
+  for (const int64_t bad : {int64_t{-3}, int64_t{100001}}) {
+    CellSpec spec = SmallCell("simple_cnn", 32);
+    spec.diagnostics = protocol::Diagnostics{bad, false, "/tmp/trainbench-trace-unused"};
+    const auto [code, events] = RunInProcess(spec);
+    if (bad < 0) {  // no trace asked
+      EXPECT_EQ(code, 0);
+      continue;
+    }
     EXPECT_EQ(code, 1) << bad;
     ASSERT_FALSE(events.empty()) << bad;
     ASSERT_TRUE(std::holds_alternative<protocol::Error>(events.back())) << bad;
-    EXPECT_NE(std::get<protocol::Error>(events.back()).reason.find("TRAINBENCH_KERNEL_TRACE_STEPS=" + std::string(bad)),
-              std::string::npos)
+    EXPECT_NE(std::get<protocol::Error>(events.back()).reason.find("kernel trace: 100001 steps"), std::string::npos)
         << std::get<protocol::Error>(events.back()).reason;
   }
 }

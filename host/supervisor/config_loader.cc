@@ -297,10 +297,12 @@ void ParseTraining(Validator& v, const YAML::Node& root, Experiment& e) {
     if (const YAML::Node o = t["optimizer"]) {
       const auto& opt = e.training.optimizer;
       if (opt.nesterov && opt.momentum <= 0) v.Fail(o["nesterov"], "training.optimizer.nesterov", "needs momentum > 0");
-      if (opt.name == "adam" && o["momentum"])
-        v.Fail(o["momentum"], "training.optimizer.momentum", "applies to sgd only; remove it for adam");
-      if (opt.name == "adam" && o["overlap"])
-        v.Fail(o["overlap"], "training.optimizer.overlap", "applies to sgd only; remove it for adam");
+      for (const char* key : {"momentum", "nesterov", "overlap"})
+        if (opt.name != "sgd" && o[key])
+          v.Fail(o[key], std::string("training.optimizer.") + key, "applies to sgd only; remove it for " + opt.name);
+      for (const char* key : {"betas", "eps"})
+        if (opt.name == "sgd" && o[key])
+          v.Fail(o[key], std::string("training.optimizer.") + key, "applies to adam and adamw only; remove it for sgd");
     }
   }
 }

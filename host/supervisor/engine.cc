@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "config_loader.h"
+#include "environment.h"
 #include "file_sd_target.h"
 #include "logging.h"
 #include "net.h"
@@ -62,6 +63,11 @@ PluginRecord ToRecord(const PluginInfo& info) {
 
 template <typename F>
 ExperimentPlan MakePlan(const PluginCatalog& catalog, F&& load) {
+  try {
+    CheckEnvironment();
+  } catch (const std::invalid_argument& e) {
+    throw EngineError(e.what(), kExitConfig);
+  }
   try {
     auto impl = std::make_shared<ExperimentPlan::Impl>();
     impl->experiment = load();
@@ -310,7 +316,20 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
                         sig != 0 ? 128 + sig : kExitInterrupted);
     }
   }
-  RunOutcome outcome = RunExperiment(experiment, options.out_dir, system, observers, options.resume, options.cells);
+  // Once the run is sure to start (a mistake above stays a one-line error).
+  if (const std::vector<std::string> unknown = UnknownEnvironment(); !unknown.empty()) {
+    std::string names;
+    for (const auto& n : unknown) names += (names.empty() ? "" : ", ") + n;
+    spdlog::warn(
+        "set but not read by trainbench, so they change nothing: {} (docs/config-reference.md lists the "
+        "variables it reads)",
+        names);
+  }
+  std::optional<protocol::Diagnostics> diagnostics;
+  if (options.kernel_trace_steps > 0 || options.graph_dump)
+    diagnostics = protocol::Diagnostics{options.kernel_trace_steps, options.graph_dump, ""};
+  RunOutcome outcome =
+      RunExperiment(experiment, options.out_dir, system, observers, options.resume, options.cells, diagnostics);
   machine_lock = RunLock();  // lingering is not benchmarking
   target.reset();
 #ifdef TRAINBENCH_WITH_PROMETHEUS

@@ -175,6 +175,16 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   run->add_option("--metrics-file-sd", run_options.metrics_file_sd,
                   "while serving metrics, write a Prometheus file_sd target file into this folder");
+  bool kernel_trace = false;
+  int64_t kernel_trace_steps = 10;
+  run->add_flag("--kernel-trace", kernel_trace,
+                "diagnostic: record timed steps of each cell through LibTorch's profiler into "
+                "OUT/diagnostics/kernel-trace-cellN.json (the traced steps run slower; recorded in the cell's config)");
+  run->add_option("--kernel-trace-steps", kernel_trace_steps, "steps --kernel-trace records (default 10)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  run->add_flag("--graph-dump", run_options.graph_dump,
+                "diagnostic: write each cell's captured step (training.cuda_graph) as Graphviz into "
+                "OUT/diagnostics/graph-cellN-K.dot");
   auto* slurm = app.add_subcommand("slurm", "run an experiment as Slurm job arrays, one cell per task");
   slurm->require_subcommand(1);
   SlurmOptions slurm_options;
@@ -230,6 +240,7 @@ int main(int argc, char** argv) {
     return e.get_exit_code();
   }
   if (metrics_linger >= 0) run_options.metrics_linger_seconds = metrics_linger;
+  if (kernel_trace) run_options.kernel_trace_steps = kernel_trace_steps;
 
   SetUpLogging(log_format);  // CLI11 admitted only text or json
   try {

@@ -164,10 +164,14 @@ std::vector<LoadedResults> LoadResults(const std::vector<std::string>& files) {
 namespace {
 
 // A cell's settings as its record has them: the resolved configuration
-// (with the recorded environment), else, for older records, the options.
+// (with the recorded environment), else, for older records, the options;
+// and what its rules chose (path_taken), where it says.
 json SettingsOf(const protocol::CellRecord& c) {
-  if (c.config.is_object()) return c.config;
-  return {{"model", {{"options", c.model_options}}}, {"device", {{"options", c.device_options}}}};
+  json settings = c.config.is_object()
+                      ? c.config
+                      : json{{"model", {{"options", c.model_options}}}, {"device", {{"options", c.device_options}}}};
+  if (c.path_taken) settings["path_taken"] = *c.path_taken;
+  return settings;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 extern char** environ;
 
+#include "environment.h"
 #include "logging.h"
 #include "net.h"
 #include "peak_flops.h"
@@ -34,7 +35,8 @@ constexpr double kStopGraceSeconds = 20;
 
 extern "C" void OnSignal(int sig) { RequestStop(sig); }
 
-protocol::CellSpec BuildCellSpec(const Experiment& e, const PluginUse& model, const PluginUse& device, size_t index) {
+protocol::CellSpec BuildCellSpec(const Experiment& e, const PluginUse& model, const PluginUse& device, size_t index,
+                                 const std::optional<protocol::Diagnostics>& diagnostics) {
   protocol::CellSpec spec;
   spec.protocol = protocol::kProtocolVersion;
   spec.experiment = e.name;
@@ -45,6 +47,7 @@ protocol::CellSpec BuildCellSpec(const Experiment& e, const PluginUse& model, co
   spec.dataset = e.dataset;
   spec.training = e.training;
   spec.measurement = e.MeasurementOn(device);
+  spec.diagnostics = diagnostics;
   return spec;
 }
 
@@ -324,31 +327,6 @@ void SetEfficiency(CellRecord& cell, const MeasurementSpec& m) {
 
 }  // namespace
 
-// The TRAINBENCH_* variables set here that the worker and its plugins see,
-// by name: settings that may change what a cell measures, so they are part
-// of its recorded configuration (and of --resume's key). Those that only
-// steer this process are left out.
-json RecordedEnvironment() {
-  static const std::set<std::string> kHostOnly = {"TRAINBENCH_DATA",  // resolved into dataset.path
-                                                  "TRAINBENCH_DESCRIBE_TIMEOUT",
-                                                  "TRAINBENCH_MACHINE_LOCK",
-                                                  "TRAINBENCH_PLUGIN_PATH",
-                                                  "TRAINBENCH_RANK",  // set per rank by this process
-                                                  "TRAINBENCH_SUPERVISOR_PID",
-                                                  "TRAINBENCH_TEST_DATA",
-                                                  "TRAINBENCH_WORKER",
-                                                  "TRAINBENCH_WORLD_SIZE"};
-  json recorded = json::object();
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    const auto eq = entry.find('=');
-    const std::string name = entry.substr(0, eq);
-    if (eq == std::string::npos || name.rfind("TRAINBENCH_", 0) != 0 || kHostOnly.count(name) != 0) continue;
-    recorded[name] = entry.substr(eq + 1);
-  }
-  return recorded;
-}
-
 // The resolved configuration of a cell: what makes two cells the same work
 // (for --resume). Plugin files may move between builds; names and options
 // may not.
@@ -356,6 +334,7 @@ json CellConfig(const protocol::CellSpec& spec, const PluginUse& device) {
   json config = protocol::ToJson(spec);
   // Only when some are set, so that records of runs without any still match.
   if (json environment = RecordedEnvironment(); !environment.empty()) config["environment"] = environment;
+  if (spec.diagnostics) config["diagnostics"].erase("folder");  // where, not what
   config.erase("protocol");
   config.erase("cell_index");
   config["model"].erase("path");
@@ -379,7 +358,8 @@ void RequestStop(int sig) noexcept {
 void ClearStopRequest() noexcept { g_stop_signal.store(0); }
 
 RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const json& system,
-                         std::vector<RunObserver*> observers, bool resume, const std::vector<size_t>& only) {
+                         std::vector<RunObserver*> observers, bool resume, const std::vector<size_t>& only,
+                         std::optional<protocol::Diagnostics> diagnostics) {
   // Every line logged during the run names it (--log-format json), and the
   // run's progress lines come first among the observers.
   const LogScope run_scope(json{{"experiment", e.name}});
@@ -416,6 +396,10 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
     if (!d.index_option.empty()) index_options[d.label] = d.index_option;
   results.SetIndexOptions(index_options);
   MakeRealDirectory(out_dir / "logs");
+  if (diagnostics) {
+    diagnostics->folder = fs::absolute(out_dir / "diagnostics").string();
+    MakeRealDirectory(diagnostics->folder);
+  }
   const std::vector<PlannedCell> plan = e.Cells();
   const size_t total = plan.size();
   for (auto* o : observers) o->OnRunStarted(e, total);
@@ -427,7 +411,8 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
   for (const auto& planned : plan) {
     CellRecord cell = PlannedRecord(planned);
     cell.index = static_cast<int64_t>(planned.index);
-    cell.config = CellConfig(BuildCellSpec(e, planned.model, planned.device, planned.index), planned.device);
+    cell.config =
+        CellConfig(BuildCellSpec(e, planned.model, planned.device, planned.index, diagnostics), planned.device);
     auto done =
         std::find_if(earlier.begin(), earlier.end(), [&](const CellRecord& c) { return c.config == cell.config; });
     if (done != earlier.end()) {
@@ -467,7 +452,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
       continue;
     }
     cell.index = static_cast<int64_t>(index);
-    const protocol::CellSpec spec = BuildCellSpec(e, model, device, index);
+    const protocol::CellSpec spec = BuildCellSpec(e, model, device, index, diagnostics);
     if (!only.empty() && std::find(only.begin(), only.end(), index) == only.end()) {
       cell.status = "skipped";
       cell.reason = "not selected in this run (--cells)";

@@ -44,9 +44,12 @@ struct RunOutcome {
 /// before the next run).
 /// With `only` not empty, just those cells run (by index, model-major); the
 /// others are recorded as skipped ("not selected"), as in a Slurm array task.
+/// `diagnostics` (its folder aside): what each cell writes into
+/// out_dir/diagnostics.
 RunOutcome RunExperiment(const Experiment& experiment, const std::filesystem::path& out_dir,
                          const nlohmann::json& system, std::vector<RunObserver*> observers, bool resume = false,
-                         const std::vector<size_t>& only = {});
+                         const std::vector<size_t>& only = {},
+                         std::optional<protocol::Diagnostics> diagnostics = std::nullopt);
 
 /// The record of a planned cell before it runs: its model and device entries,
 /// their options and plugin records, no status yet. The runner and Slurm's

@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "environment.h"
+
 namespace trainbench {
 namespace {
 
@@ -40,6 +42,9 @@ struct DocWriter {
     Row(f, "number or null", value ? "`" + Number(*value) + "`" : "none");
   }
   void operator()(const Field& f, bool& value) { Row(f, "true/false", value ? "`true`" : "`false`"); }
+  void operator()(const Field& f, std::array<double, 2>& value) {
+    Row(f, "two numbers", "`[" + Number(value[0]) + ", " + Number(value[1]) + "]`");
+  }
   void operator()(const Field& f, std::string& value) {
     Row(f, f.choices ? "choice" : "string", value.empty() ? "empty" : "`" + value + "`");
   }
@@ -101,6 +106,7 @@ std::string GenerateConfigReference() {
                      "Live metrics for Prometheus; the flags `--metrics-addr`, `--metrics-linger`, "
                      "`--metrics-push`, `--metrics-user`, `--metrics-password-file`, `--metrics-tls-cert` and "
                      "`--metrics-tls-key` override these.");
+  out << "\n" << EnvironmentReference();
   return out.str();
 }
 

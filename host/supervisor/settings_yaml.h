@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,14 @@ struct YamlReader {
   void operator()(const Field& f, bool& value) {
     if (Absent(node[f.key])) return;
     value = v.Bool(node[f.key], PathOf(f));
+  }
+  void operator()(const Field& f, std::array<double, 2>& value) {
+    const YAML::Node n = node[f.key];
+    if (Absent(n)) return;
+    if (!n.IsSequence() || n.size() != 2) v.Fail(n, PathOf(f), "takes a list of two numbers, such as [0.9, 0.999]");
+    for (size_t i = 0; i < 2; ++i)
+      value[i] = v.Float(n[i], PathOf(f) + "[" + std::to_string(i) + "]", HasRange(f) ? f.min : -1e300,
+                         HasRange(f) ? f.max : 1e300);
   }
   void operator()(const Field& f, std::string& value) {
     if (Absent(node[f.key])) return;

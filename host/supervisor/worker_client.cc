@@ -137,15 +137,15 @@ Started Spawn(const fs::path& worker, const WorkerLaunch& launch, pid_t pgid) {
   posix_spawn_file_actions_adddup2(&actions, log.fd, 1);
   posix_spawn_file_actions_adddup2(&actions, log.fd, 2);
   posix_spawn_file_actions_adddup2(&actions, events_write.fd, kWorkerEventsFd);
-  std::vector<std::string> argv_storage = {worker.string(), "--events-fd", std::to_string(kWorkerEventsFd)};
+  // Who the worker's supervisor is: it ends when we do.
+  std::vector<std::string> argv_storage = {worker.string(), "--events-fd", std::to_string(kWorkerEventsFd),
+                                           "--supervisor-pid", std::to_string(::getpid())};
   argv_storage.insert(argv_storage.end(), launch.args.begin(), launch.args.end());
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
-  // The environment, plus the launch's own variables (which win), plus who
-  // the worker's supervisor is (it ends when we do).
-  std::vector<std::pair<std::string, std::string>> added = launch.env;
-  added.emplace_back("TRAINBENCH_SUPERVISOR_PID", std::to_string(::getpid()));
+  // The environment, plus the launch's own variables (which win).
+  const std::vector<std::pair<std::string, std::string>>& added = launch.env;
   std::vector<std::string> env_storage;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;

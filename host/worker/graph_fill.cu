@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(kThreads) FillKernel(char* dst, size_t pitch, 
 // A memset as stores as wide as its rows' alignment allows: 16 bytes (the
 // value repeated) where its rows are whole 16-byte words on 16-byte
 // boundaries (cuDNN's workspaces are), else 4, else its own element size.
-// Session 28: with 4-byte stores at most, a fill node of 4 MiB added 3.06
+// With 4-byte stores at most, a fill node of 4 MiB added 3.06
 // us to a graph against a memset node's 1.91 (bench/graph_node_gaps.cu).
 struct Stores {
   unsigned bytes;  // 16, 4, 2 or 1

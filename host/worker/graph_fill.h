@@ -4,7 +4,7 @@
 // host/worker/step_timer.cc). Inside a captured step, a memset node between
 // two kernels (cuDNN zeroing its workspace before its kernel) left the GPU
 // idle about 4.4 us before it and 3-4 us after it on an H200, against about
-// 0.85 us between two kernels (session 27's traces; bench/graph_node_gaps.cu
+// 0.85 us between two kernels (kernel traces; bench/graph_node_gaps.cu
 // measures the two alone). Host code; the kernel is in graph_fill.cu.
 #include <cuda_runtime_api.h>
 

@@ -91,25 +91,17 @@ class KinetoTrace : public KernelTrace {
 
 }  // namespace
 
-std::unique_ptr<KernelTrace> MakeKernelTrace(const c10::Device& device) {
-  const char* prefix = std::getenv("TRAINBENCH_KERNEL_TRACE");
-  if (prefix == nullptr || *prefix == '\0') return nullptr;
-  int64_t steps = KernelTrace::kDefaultSteps;
-  if (const char* s = std::getenv("TRAINBENCH_KERNEL_TRACE_STEPS"); s != nullptr && *s != '\0') {
-    char* end = nullptr;
-    steps = std::strtoll(s, &end, 10);
-    if (*end != '\0' || steps <= 0 || steps > 100000) {
-      throw std::runtime_error("TRAINBENCH_KERNEL_TRACE_STEPS=" + std::string(s) +
-                               " is not a step count: give a whole number from 1 to 100000");
-    }
-  }
+std::unique_ptr<KernelTrace> MakeKernelTrace(const c10::Device& device, const std::string& path, int64_t steps) {
+  if (steps < 1 || steps > KernelTrace::kMaxSteps)
+    throw std::runtime_error("kernel trace: " + std::to_string(steps) + " steps: give a whole number from 1 to " +
+                             std::to_string(KernelTrace::kMaxSteps));
   bool cuda = false;
 #ifdef TRAINBENCH_WORKER_CUDA
   cuda = device.is_cuda();
 #else
-  if (device.is_cuda()) throw std::runtime_error("TRAINBENCH_KERNEL_TRACE on CUDA needs a worker built with CUDA");
+  if (device.is_cuda()) throw std::runtime_error("a kernel trace on CUDA needs a worker built with CUDA");
 #endif
-  return std::make_unique<KinetoTrace>(std::string(prefix) + "-" + std::to_string(getpid()) + ".json", steps, cuda);
+  return std::make_unique<KinetoTrace>(path, steps, cuda);
 }
 
 }  // namespace trainbench::worker

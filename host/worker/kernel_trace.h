@@ -1,8 +1,9 @@
 #pragma once
-// Where a cell's step spends its device time: TRAINBENCH_KERNEL_TRACE=PREFIX
+// Where a cell's step spends its device time: `trainbench run --kernel-trace`
 // records a few timed steps through LibTorch's profiler (Kineto) and writes
-// them as a Chrome trace, PREFIX-<pid>.json, that bench/kernel_profile.py
-// --trace sums kernel by kernel (as it does for plain PyTorch's step).
+// them as a Chrome trace (OUT/diagnostics/kernel-trace-cellN.json) that
+// bench/kernel_profile.py --trace sums kernel by kernel (as it does for plain
+// PyTorch's step).
 // A diagnostic: the profiled steps run a little slower, so a cell traced is
 // not a cell measured.
 
@@ -10,13 +11,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace trainbench::worker {
 
 class KernelTrace {
  public:
-  /// Steps recorded unless TRAINBENCH_KERNEL_TRACE_STEPS says otherwise.
-  static constexpr int64_t kDefaultSteps = 10;
+  /// The most steps a trace records.
+  static constexpr int64_t kMaxSteps = 100000;
   virtual ~KernelTrace() = default;
   /// Called after each timed step: the first call starts recording (after
   /// the device finished what it had queued), the call `steps` later stops
@@ -28,11 +30,10 @@ class KernelTrace {
   virtual void Interrupt() noexcept = 0;
 };
 
-/// A trace for a cell on `device` when TRAINBENCH_KERNEL_TRACE is set, else
-/// null. On a CUDA device it records the GPU's kernels, copies and fills
-/// (CUPTI, CUDA graph replays included); on the CPU the operators.
-/// Throws std::runtime_error on a TRAINBENCH_KERNEL_TRACE_STEPS that is not
-/// a positive integer.
-std::unique_ptr<KernelTrace> MakeKernelTrace(const c10::Device& device);
+/// A trace of `steps` timed steps of a cell on `device`, written to `path`.
+/// On a CUDA device it records the GPU's kernels, copies and fills (CUPTI,
+/// CUDA graph replays included); on the CPU the operators. Throws
+/// std::runtime_error on a step count outside 1 to kMaxSteps.
+std::unique_ptr<KernelTrace> MakeKernelTrace(const c10::Device& device, const std::string& path, int64_t steps);
 
 }  // namespace trainbench::worker

@@ -64,12 +64,11 @@ void Describe(const std::vector<std::string>& files, EventSink& sink) {
 
 // A worker must not outlive the host that started it (an ssh drop, a
 // SIGKILL): the kernel ends it when its parent goes. The host names itself
-// in TRAINBENCH_SUPERVISOR_PID; if it is already gone, end now.
-void EndWithSupervisor() {
-  const char* supervisor = std::getenv("TRAINBENCH_SUPERVISOR_PID");
-  if (supervisor == nullptr) return;
+// (--supervisor-pid); if it is already gone, end now.
+void EndWithSupervisor(pid_t supervisor) {
+  if (supervisor <= 0) return;
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (std::to_string(::getppid()) != supervisor) std::_Exit(1);
+  if (::getppid() != supervisor) std::_Exit(1);
 }
 
 }  // namespace
@@ -85,9 +84,11 @@ int main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "print this worker's LibTorch build");
   int events_fd = -1;
   app.add_option("--events-fd", events_fd, "write framed events to this file descriptor (the host's channel)");
+  pid_t supervisor = 0;
+  app.add_option("--supervisor-pid", supervisor, "end when this process, the parent, has gone");
   CLI11_PARSE(app, argc, argv);
 
-  EndWithSupervisor();
+  EndWithSupervisor(supervisor);
   if (events_fd >= 0) {
     // Off the well-known number, so that a plugin writing to fd 3 reaches
     // nothing; close-on-exec, so that programs a plugin starts do not hold

@@ -1,6 +1,7 @@
 #include "optimizer.h"
 
 #include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -256,23 +257,30 @@ class ForeachSgd : public Optimizer {
   bool nesterov_;
 };
 
-class Adam : public Optimizer {
+// LibTorch's Adam or AdamW (torch.optim's arithmetic): `Options` is
+// AdamOptions or AdamWOptions, `Impl` the optimizer.
+template <class Impl, class Options>
+class AdamFamily : public Optimizer {
  public:
-  Adam(std::vector<torch::Tensor> params, double lr, double weight_decay)
-      : adam_(std::move(params), torch::optim::AdamOptions(lr).weight_decay(weight_decay)) {}
-  void Step() override { adam_.step(); }
+  AdamFamily(std::vector<torch::Tensor> params, const protocol::OptimizerSettings& o)
+      : impl_(std::move(params),
+              Options(o.lr).betas(std::make_tuple(o.betas[0], o.betas[1])).eps(o.eps).weight_decay(o.weight_decay)) {}
+  void Step() override { impl_.step(); }
   void SetLearningRate(double lr) override {
-    for (auto& group : adam_.param_groups()) group.options().set_lr(lr);
+    for (auto& group : impl_.param_groups()) group.options().set_lr(lr);
   }
 
  private:
-  torch::optim::Adam adam_;
+  Impl impl_;
 };
 
 }  // namespace
 
 std::unique_ptr<Optimizer> MakeOptimizer(const protocol::OptimizerSettings& o, std::vector<torch::Tensor> params) {
-  if (o.name == "adam") return std::make_unique<Adam>(std::move(params), o.lr, o.weight_decay);
+  if (o.name == "adam")
+    return std::make_unique<AdamFamily<torch::optim::Adam, torch::optim::AdamOptions>>(std::move(params), o);
+  if (o.name == "adamw")
+    return std::make_unique<AdamFamily<torch::optim::AdamW, torch::optim::AdamWOptions>>(std::move(params), o);
   return std::make_unique<ForeachSgd>(std::move(params), o.lr, o.momentum, o.weight_decay, o.nesterov, o.overlap);
 }
 

@@ -123,13 +123,11 @@ cudaGraph_t RawGraph(G&, long) {
 // same bytes (graph_fill.h) before the graph is instantiated:
 // TRAINBENCH_GRAPH_FILL=1 always, =0 never, otherwise where a step trains on
 // at least 512 x 32 x 32 image pixels (batch x height x width; ResNet at
-// 32 px: batch 512 and up; GraphFillWanted). Session 27's traces of the ResNets' captured
+// 32 px: batch 512 and up; GraphFillWanted). Traces of the ResNets' captured
 // steps on an H200: the GPU idled about 7.6 us around each memset node (cuDNN
-// zeroing a workspace), against 0.85 us between two kernels. Session 28's
-// ABA (two runs each, against the memsets left as they are): at batch 1024
-// ResNet18 bf16 +2.8%, fp32 +3.6%, ResNet50 bf16 +1.0%, fp32 +2.0%; at
-// batch 128 ResNet18 bf16 -0.8%, fp32 +2.5%, ResNet50 bf16 -2.3%, fp32
-// -1.3% (why the short steps lose is not known). Read at each capture.
+// zeroing a workspace), against 0.85 us between two kernels. An ABA (two runs each, against the memsets left as they
+// are): at batch 1024 ResNet18 bf16 +2.8%, fp32 +3.6%, ResNet50 bf16 +1.0%, fp32 +2.0%; at batch 128 ResNet18 bf16
+// -0.8%, fp32 +2.5%, ResNet50 bf16 -2.3%, fp32 -1.3% (why the short steps lose is not known). Read at each capture.
 // Needs a LibTorch whose graphs can be kept after capture (raw_cuda_graph)
 // and the fill kernel built.
 bool FillMemsets(int64_t pixels_per_step) {
@@ -143,8 +141,8 @@ bool FillMemsets(int64_t pixels_per_step) {
 
 class CudaGraphedStep : public GraphedStep {
  public:
-  CudaGraphedStep(std::function<void()> step, int64_t pixels_per_step)
-      : step_(std::move(step)), pixels_per_step_(pixels_per_step) {}
+  CudaGraphedStep(std::function<void()> step, int64_t pixels_per_step, std::string dump)
+      : step_(std::move(step)), pixels_per_step_(pixels_per_step), dump_(std::move(dump)) {}
 
   int Run() override {
     int steps = 1;
@@ -157,6 +155,7 @@ class CudaGraphedStep : public GraphedStep {
   }
 
   void Invalidate() override { graph_.reset(); }
+  Path path() const override { return path_; }
 
  private:
   // As torch.cuda.graph does: warm up on a side stream, then capture there.
@@ -168,17 +167,20 @@ class CudaGraphedStep : public GraphedStep {
       c10::cuda::CUDAStreamGuard guard(side);
       for (int i = 0; i < kCaptureSteps - 1; ++i) step_();
       side.synchronize();
-      // TRAINBENCH_GRAPH_DUMP=PREFIX writes the captured graph as Graphviz
-      // (PREFIX-N.dot), to compare its kernels with another program's.
-      const char* dump = std::getenv("TRAINBENCH_GRAPH_DUMP");
+      // With a dump prefix (trainbench run --graph-dump), the captured graph
+      // as Graphviz (PREFIX-N.dot), to compare its kernels with another
+      // program's.
+      const bool dump = !dump_.empty();
       const bool fill = FillMemsets(pixels_per_step_);
-      graph_ = MakeGraph<at::cuda::CUDAGraph>(/*keep_graph=*/dump != nullptr || fill);
+      graph_ = MakeGraph<at::cuda::CUDAGraph>(/*keep_graph=*/dump || fill);
       graph_->capture_begin();
       step_();
       graph_->capture_end();
+      ++path_.captures;
+      path_.memsets_as_kernels = -1;
       if (fill) RewriteMemsets();
-      if (dump != nullptr) DebugDump(*graph_, std::string(dump) + "-" + std::to_string(captures_++) + ".dot", 0);
-      if (dump != nullptr || fill) Instantiate(*graph_, 0);
+      if (dump) DebugDump(*graph_, dump_ + "-" + std::to_string(captures_++) + ".dot", 0);
+      if (dump || fill) Instantiate(*graph_, 0);
     }
     cudaDeviceSynchronize();
   }
@@ -199,13 +201,16 @@ class CudaGraphedStep : public GraphedStep {
       throw std::runtime_error(std::string("graph fill: the captured step's memsets could not be rewritten: ") +
                                cudaGetErrorString(e));
     std::fprintf(stderr, "graph fill: %d memset nodes of the captured step as kernels\n", replaced);
+    path_.memsets_as_kernels = replaced;
 #endif
   }
 
   std::function<void()> step_;
   int64_t pixels_per_step_;
+  std::string dump_;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
-  int captures_ = 0;
+  int captures_ = 0;  // dumped
+  Path path_;
 };
 #endif
 
@@ -235,11 +240,12 @@ std::unique_ptr<StepTimer> MakeStepTimer(const sdk::DeviceSettings& settings, sd
   return std::make_unique<HostClockTimer>(device);
 }
 
-std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step, int64_t pixels_per_step) {
+std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step, int64_t pixels_per_step,
+                                             const std::string& dump) {
 #ifdef TRAINBENCH_WORKER_CUDA
-  return std::make_unique<CudaGraphedStep>(std::move(step), pixels_per_step);
+  return std::make_unique<CudaGraphedStep>(std::move(step), pixels_per_step, dump);
 #else
-  (void)step, (void)pixels_per_step;
+  (void)step, (void)pixels_per_step, (void)dump;
   throw std::runtime_error("cuda_graph needs a worker built with CUDA");
 #endif
 }

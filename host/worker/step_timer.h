@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "trainbench/sdk/device.h"
@@ -47,21 +48,29 @@ class GraphedStep {
   /// Drops the graph, so the next Run() captures again (after the learning
   /// rate changed, say).
   virtual void Invalidate() = 0;
+  /// What the captures did, for the cell's record.
+  struct Path {
+    int captures = 0;             ///< graphs captured
+    int memsets_as_kernels = -1;  ///< the last capture's memset nodes rewritten as kernels (-1: not rewritten)
+  };
+  virtual Path path() const = 0;
 };
 
 /// Builds a graphed step around `step`, which reads and writes only tensors
 /// whose storage stays put, zeroes gradients in place (not to none) and never
 /// makes the host wait on the device. Throws when this worker has no CUDA.
 /// `pixels_per_step` (images x height x width a step) decides whether the
-/// captured graph's memsets become kernels (TRAINBENCH_GRAPH_FILL, see
-/// step_timer.cc): for steps long enough that it pays.
-std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step, int64_t pixels_per_step = 0);
+/// captured graph's memsets become kernels (GraphFillWanted): for steps long
+/// enough that it pays. `dump`: empty, or a prefix for each captured graph
+/// as Graphviz (PREFIX-N.dot).
+std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step, int64_t pixels_per_step = 0,
+                                             const std::string& dump = "");
 
 /// Whether a captured step's memset nodes should become kernel nodes before
 /// the graph is instantiated (step_timer.cc says why): `setting` is
-/// TRAINBENCH_GRAPH_FILL's value (null when unset), "1" yes, "0" no, and
-/// otherwise yes where the step trains on at least 512 x 32 x 32 image
-/// pixels. Whether this worker can (CUDA, the fill kernel built, a LibTorch
+/// TRAINBENCH_GRAPH_FILL's value (a test hook; null when unset), "1" yes,
+/// "0" no, and otherwise yes where the step trains on at least 512 x 32 x 32
+/// image pixels. Whether this worker can (CUDA, the fill kernel built, a LibTorch
 /// that keeps its graphs) is another matter.
 bool GraphFillWanted(const char* setting, int64_t pixels_per_step);
 

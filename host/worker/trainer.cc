@@ -14,10 +14,11 @@
 #include "autocast_scope.h"
 #include "dataset.h"
 #include "distributed.h"
-#include "energy.h"
+#include "epoch_energy.h"
 #include "interrupt.h"
 #include "kernel_trace.h"
 #include "optimizer.h"
+#include "path_taken.h"
 #include "plugin_loader.h"
 #include "step_timer.h"
 
@@ -82,7 +83,7 @@ double LearningRate(const protocol::TrainingSettings& t, int64_t epoch) {
 // passes as channels_last-contiguous (size-1 dimensions are not checked), so
 // .contiguous(ChannelsLast) would keep its NCHW strides, unlike PyTorch's.
 // (Suspected, wrongly, of the weight-gradient transposes in trainbench's
-// ResNet18 graph: docs/results/gpu-optimisation-notes.md, change 8.)
+// ResNet18 graph: docs/results/raw/gpu-optimisation-notes.md, change 8.)
 void ToChannelsLast(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
   for (auto& p : module.parameters()) {
@@ -169,15 +170,12 @@ class CellRun {
     started.plugins = {{{"name", s_.model.name}, {"version", model_plugin.descriptor->version}},
                        {{"name", s_.device.name}, {"version", device_plugin.descriptor->version}}};
     sink_.Emit(started);
-    EnergyChoice energy = OpenEnergyMeter(hardware);
-    energy_ = std::move(energy.meter);
-    energy_reason_ = energy.reason;
-    if (collective_ && energy_ && energy_->source() != "nvml" && rank_ != 0) {
+    energy_ = std::make_unique<EpochEnergy>(OpenEnergyMeter(hardware));
+    if (collective_ && energy_->measuring() && energy_->source() != "nvml" && rank_ != 0) {
       // A package counter (RAPL) covers every rank on the machine: rank 0
       // reads it for the cell. Each rank reads its own GPU (NVML); the host
       // adds them up.
-      energy_.reset();
-      energy_reason_ = "rank " + std::to_string(rank_) + ": the machine's package counter is read by rank 0";
+      energy_->Drop("rank " + std::to_string(rank_) + ": the machine's package counter is read by rank 0");
     }
     device_->ResetPeakMemory();
 
@@ -213,19 +211,8 @@ class CellRun {
     result.eval_seconds = eval_seconds_;
     result.evaluations = evaluations_;
     result.accuracy_curve = accuracy_curve_;
-    if (energy_ && !epoch_energy_joules_.empty()) {
-      double joules = 0, seconds = 0;
-      for (double j : epoch_energy_joules_) joules += j;
-      seconds = trained_seconds_;  // the same epochs' training time (evaluation excluded)
-      result.energy_source = energy_->source();
-      result.energy_joules = joules;
-      result.epoch_energy_joules = epoch_energy_joules_;
-      if (energy_->glitches() > 0) result.energy_counter_glitches = energy_->glitches();
-      result.joules_per_sample = joules / static_cast<double>(steps_done_ * s_.training.batch_size);
-      if (seconds > 0) result.average_power_watts = joules / seconds;
-    } else {
-      result.energy_reason = energy_reason_.empty() ? "no energy counter was read" : energy_reason_;
-    }
+    // Over the same epochs' training time (evaluation excluded).
+    energy_->Fill(result, trained_seconds_, steps_done_ * s_.training.batch_size);
     if (const auto target = s_.measurement.target_accuracy) {
       result.time_to_target_seconds = time_to_target_;
       result.epochs_to_target = epochs_to_target_;
@@ -246,6 +233,7 @@ class CellRun {
     result.backend = collective_ ? collective_->backend() : std::string();
     result.hardware = json::parse(device_->DescribeJson(), nullptr, false);
     if (collective_) result.sync_batchnorm = cross_rank_sum_ != nullptr;
+    result.path_taken = PathTaken(*model_, model_plugin.descriptor->abi_minor, graphed_.get());
     sink_.Emit(result);
     return 0;
   }
@@ -381,32 +369,6 @@ class CellRun {
   // The energy of each epoch's training: read when it starts, before and
   // after evaluations inside it, and when its last step has finished. A
   // failed read drops the measurement (with the reason), never a guess.
-  void StartEnergy() {
-    epoch_energy_ = 0;
-    ResumeEnergy();
-  }
-  void PauseEnergy() {
-    if (!energy_ || !energy_mark_) return;
-    const auto now = energy_->ReadJoules();
-    if (!now) return EnergyFailed();
-    epoch_energy_ += *now - *energy_mark_;
-    energy_mark_.reset();
-  }
-  void ResumeEnergy() {
-    if (!energy_) return;
-    energy_mark_ = energy_->ReadJoules();
-    if (!energy_mark_) EnergyFailed();
-  }
-  void StopEnergy() {
-    PauseEnergy();
-    if (energy_) epoch_energy_joules_.push_back(epoch_energy_);
-  }
-  void EnergyFailed() {
-    energy_reason_ = "the " + energy_->source() + " energy counter stopped answering during training";
-    energy_.reset();
-    epoch_energy_joules_.clear();
-  }
-
   // Notes an evaluation for the accuracy curve and the time to target;
   // returns whether the cell should stop there (stop_at_target).
   bool RecordEvaluation(double accuracy, double trained_seconds, int64_t steps_per_epoch) {
@@ -523,10 +485,14 @@ class CellRun {
     epoch_labels_ = torch::empty({steps_per_epoch, local_batch_}, i64);
     loss_sum_ = torch::zeros({}, torch::TensorOptions().device(settings_.device));
     timer_ = MakeStepTimer(settings_, *device_);
-    kernel_trace_ = MakeKernelTrace(settings_.device);
+    const protocol::Diagnostics diagnostics = s_.diagnostics.value_or(protocol::Diagnostics{});
+    if (diagnostics.kernel_trace_steps > 0)
+      kernel_trace_ = MakeKernelTrace(settings_.device, DiagnosticPath(diagnostics, "kernel-trace") + ".json",
+                                      diagnostics.kernel_trace_steps);
     if (settings_.cuda_graph)
       graphed_ = MakeGraphedStep([this] { TrainStep(/*for_graph=*/true); },
-                                 local_batch_ * train_->image_size() * train_->image_size());
+                                 local_batch_ * train_->image_size() * train_->image_size(),
+                                 diagnostics.graph_dump ? DiagnosticPath(diagnostics, "graph") : "");
     const Clock::time_point train_start = Clock::now();
     setup_seconds_ = Seconds(train_start - started_);
     Clock::time_point last_report = train_start;
@@ -548,7 +514,7 @@ class CellRun {
       int64_t epoch_steps = 0;
       Check(device_->Synchronize(), "device synchronize");
       const Clock::time_point epoch_start = Clock::now();
-      StartEnergy();
+      energy_->StartEpoch();
       PrepareEpochBatches();
       timer_->Begin();
       while (epoch_steps < steps_per_epoch) {
@@ -579,7 +545,7 @@ class CellRun {
           // the step timer starts again after it (a kernel trace ends).
           if (kernel_trace_) kernel_trace_->Interrupt();
           CollectStepTimes();
-          PauseEnergy();
+          energy_->Pause();
           const double trained = trained_seconds_ + Seconds(Clock::now() - epoch_start) - epoch_eval_seconds_;
           const Clock::time_point eval_start = Clock::now();
           const double accuracy = Evaluate();
@@ -587,7 +553,7 @@ class CellRun {
           eval_seconds_ += Seconds(Clock::now() - eval_start);
           ++evaluations_;
           stop |= RecordEvaluation(accuracy, trained, steps_per_epoch);
-          ResumeEnergy();
+          energy_->Resume();
           timer_->Begin();
         }
         if (const int sig = InterruptSignal(); sig != 0) {
@@ -632,7 +598,7 @@ class CellRun {
       // steady step: a kernel trace ends before it.
       if (kernel_trace_) kernel_trace_->Interrupt();
       CollectStepTimes();  // waits for the epoch's last step
-      StopEnergy();
+      energy_->EndEpoch();
       const double epoch_seconds = Seconds(Clock::now() - epoch_start) - epoch_eval_seconds_;
       epoch_eval_seconds_ = 0;
       trained_seconds_ += epoch_seconds;
@@ -659,6 +625,15 @@ class CellRun {
       if (!complete && stopped_at_target_) measured_epoch_seconds_.push_back(epoch_seconds);
       sink_.Emit(protocol::Epoch{epoch + 1, complete, epoch_seconds, epoch_steps, mean_loss, accuracy});
     }
+  }
+
+  // A diagnostic's file name without its extension: NAME-cellN in the
+  // run's diagnostics folder (a data-parallel rank after the first adds
+  // -rankR).
+  std::string DiagnosticPath(const protocol::Diagnostics& d, const std::string& name) const {
+    std::string path = d.folder + "/" + name + "-cell" + std::to_string(s_.cell_index);
+    if (rank_ > 0) path += "-rank" + std::to_string(rank_);
+    return path;
   }
 
   const CellSpec& s_;
@@ -693,11 +668,7 @@ class CellRun {
   std::optional<double> time_to_target_, epochs_to_target_;
   bool stopped_at_target_ = false;
   int64_t last_eval_step_ = -1;
-  std::unique_ptr<EnergyMeter> energy_;
-  std::string energy_reason_;
-  std::optional<double> energy_mark_;
-  double epoch_energy_ = 0;
-  std::vector<double> epoch_energy_joules_;
+  std::unique_ptr<EpochEnergy> energy_;
   int64_t steps_at_budget_check_ = 0;
   int64_t steady_samples_ = 0;
   double steady_seconds_ = 0;

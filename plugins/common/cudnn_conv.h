@@ -34,7 +34,7 @@ struct Settings {
   /// LibTorch's autotuning; here they are not by default: each takes 0.1-0.4 s
   /// to build (NVRTC) in every process that times it, and on an H200 (cuDNN
   /// 9.19) one won for 2 of 288 tuned ResNet convolutions, by 0.036 ms
-  /// (docs/results/h200-resnets-issue16.md, section 4).
+  /// (docs/results/raw/h200-resnets-log.md, section 4).
   bool runtime_compiled = false;
   /// Inside a captured step, whether the backward may leave the filter's
   /// gradient running on its side stream (SideStream::Leave) for a later
@@ -43,6 +43,10 @@ struct Settings {
   /// joins it before anything reads the gradient. Not part of the engine
   /// choice.
   int64_t late_join_group = -1;
+  /// One line on stderr (the cell's log) per autotuned operation: its
+  /// candidates, their times, the engine chosen (bench/tuning_log.py sums the
+  /// lines up). Not part of the engine choice.
+  bool tune_log = false;
 };
 
 /// conv2d(x, w, stride, padding) with autograd (gradients of x and w), in x's
@@ -56,15 +60,13 @@ torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<
 
 /// How this process's plans got their engines.
 struct Counts {
-  int64_t tuned = 0;      ///< candidates timed (cuDNN autotuning), then stored in the file
-  int64_t cached = 0;     ///< read from the file: nothing timed
-  int64_t heuristic = 0;  ///< cuDNN's first heuristic choice (no autotuning asked, or inside a graph capture)
-  int64_t timed = 0;      ///< candidate engines timed in all
-  int64_t gathered_ahead =
-      0;  ///< tunings whose candidates a helper thread had gathered (unless TRAINBENCH_CUDNN_PREFETCH=0)
+  int64_t tuned = 0;              ///< candidates timed (cuDNN autotuning), then stored in the file
+  int64_t cached = 0;             ///< read from the file: nothing timed
+  int64_t heuristic = 0;          ///< cuDNN's first heuristic choice (no autotuning asked, or inside a graph capture)
+  int64_t timed = 0;              ///< candidate engines timed in all
+  int64_t gathered_ahead = 0;     ///< tunings whose candidates a helper thread had gathered
   int64_t side_stream_grads = 0;  ///< backward passes that ran the filter's gradient beside the data's (see Conv2d)
   int64_t late_filter_grads = 0;  ///< of those, how many left it running for a later join (late_join_group)
-  int64_t graph_counted = 0;      ///< candidates whose graph nodes were counted (TRAINBENCH_CUDNN_GRAPH_COST=1)
 };
 Counts GetCounts();
 

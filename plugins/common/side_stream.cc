@@ -1,14 +1,8 @@
 #include "side_stream.h"
 
-#include <algorithm>
-#include <cctype>
-#include <cstdlib>
 #include <iterator>
 #include <map>
 #include <mutex>
-#include <set>
-#include <stdexcept>
-#include <string>
 
 #ifdef TRAINBENCH_RESNET_KERNELS
 #include <ATen/cuda/CUDAEvent.h>
@@ -20,43 +14,9 @@
 
 namespace trainbench::plugins {
 
-bool ForkAllowed(Fork fork, const char* setting) {
-  if (setting == nullptr || *setting == '\0' || std::string(setting) == "1") return true;
-  if (std::string(setting) == "0") return false;
-  std::set<std::string> on;
-  const std::string list(setting);
-  for (size_t start = 0;;) {
-    const size_t end = std::min(list.find(',', start), list.size());
-    const std::string item = list.substr(start, end - start);
-    if (item != "grads" && item != "branches" && item != "late" && item != "updates") {
-      std::string shown;  // printable, on one line
-      for (const char c : item.substr(0, 40)) shown += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
-      throw std::invalid_argument("TRAINBENCH_SIDE_STREAMS: unknown part '" + shown +
-                                  "' (use 0, 1, or a comma-separated list of grads, branches, late, updates)");
-    }
-    on.insert(item);
-    if (end == list.size()) break;
-    start = end + 1;
-  }
-  switch (fork) {
-    case Fork::kGradients:
-      return on.count("grads") > 0;
-    case Fork::kBranches:
-      return on.count("branches") > 0;
-    case Fork::kLateJoin:
-      return on.count("grads") > 0 && on.count("late") > 0;
-    case Fork::kUpdates:
-      return on.count("updates") > 0;
-  }
-  return false;
-}
-
 #ifdef TRAINBENCH_RESNET_KERNELS
 
 namespace {
-// Read at every call: tests and benches set it.
-bool TurnedOff(Fork fork) { return !ForkAllowed(fork, std::getenv("TRAINBENCH_SIDE_STREAMS")); }
-
 // The capture `stream` belongs to (0: none).
 unsigned long long CaptureOf(const c10::cuda::CUDAStream& stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -94,8 +54,8 @@ struct JoinGate : public torch::autograd::Function<JoinGate> {
 };
 }  // namespace
 
-bool SideStreamsApply(const c10::Device& device, Fork fork) {
-  if (!device.is_cuda() || TurnedOff(fork)) return false;
+bool SideStreamsApply(const c10::Device& device) {
+  if (!device.is_cuda()) return false;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(device.index()).stream(), &status));
   return status == cudaStreamCaptureStatusActive;
@@ -192,7 +152,7 @@ std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>&
 
 #else
 
-bool SideStreamsApply(const c10::Device&, Fork) { return false; }
+bool SideStreamsApply(const c10::Device&) { return false; }
 struct SideStream::Streams {};
 SideStream::SideStream(const c10::Device&, SidePriority) {
   TORCH_CHECK(false, "this build of trainbench has no CUDA side streams");

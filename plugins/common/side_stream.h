@@ -9,10 +9,7 @@
 // (JoinBeforeGradients), and the model's own SGD updates of a stage's
 // weights beside the rest of the backward (fused_sgd.h). Outside a capture nothing forks (the cuDNN engines
 // are tuned there, and a neighbour on the GPU would skew their timing).
-// TRAINBENCH_SIDE_STREAMS=0 turns it all off; a comma-separated list of
-// `grads`, `branches`, `late`, `updates` keeps those forks only (for
-// side-by-side measurements; `late` needs `grads`). Kernels with per-device state must not
-// run on two streams at once; the batch norm's counters are per stream
+// Kernels with per-device state must not run on two streams at once; the batch norm's counters are per stream
 // (batch_norm_act_kernels.h).
 #include <torch/types.h>
 
@@ -22,21 +19,9 @@
 
 namespace trainbench::plugins {
 
-/// What forks: a convolution's two gradients, two branches of a model,
-/// (with kGradients) the filter gradients joined late, or a model's own
-/// weight updates.
-enum class Fork { kGradients, kBranches, kLateJoin, kUpdates };
-
-/// Whether TRAINBENCH_SIDE_STREAMS' value `setting` (null or empty: unset)
-/// lets `fork` run: unset or `1`, every fork; `0`, none; else a
-/// comma-separated list of `grads`, `branches`, `late`, `updates` (late only
-/// with grads). Throws std::invalid_argument naming the variable for any other value.
-bool ForkAllowed(Fork fork, const char* setting);
-
 /// Whether work on `device` may fork now: a CUDA device whose current stream
-/// is capturing a graph, `fork` allowed by TRAINBENCH_SIDE_STREAMS (read at
-/// every call), and this build has CUDA.
-bool SideStreamsApply(const c10::Device& device, Fork fork);
+/// is capturing a graph, and this build has CUDA.
+bool SideStreamsApply(const c10::Device& device);
 
 /// A side stream of `device` that waits for the work queued so far on the
 /// current stream; Run() queues work on it, Join() makes the current stream

@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass geometry graphgaps fusion firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass aba graphgaps fusion firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
 # (dp needs two GPUs: the nvidia-h200-x2 machine)
 # A call whose stages all run only trainbench, its plugins or a program of
 # bench/ builds only those targets (STAGE_TARGETS below); any other stage, the
@@ -15,9 +15,9 @@
 # 128 for one call each (it compares each batch size as soon as both sides ran
 # it, so a cut keeps the ones it finished). With BENCH_MODELS="resnet18
 # resnet50" BENCH_LABELS="fp32-graph fp32-cl-graph bf16-cl-graph bf16-compile
-# fp32-compile": 231 s at 128, 267 s at 1024 (session 16); with BENCH_LABELS=
+# fp32-compile": 231 s at 128, 267 s at 1024; with BENCH_LABELS=
 # "fp32-cl-graph bf16-cl-graph bf16-compile-graph fp32-compile-graph" (PyTorch's
-# best rows since session 17): 157 s at 128, 210 s at 1024.
+# best rows): 157 s at 128, 210 s at 1024 (on an H200).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 RESULTS=${OUT:-$PWD/gpu-out}
@@ -37,13 +37,19 @@ trap 'echo "$stage: cut short"; pack "$((n + 1))-$stage-cut"; exit 124' TERM INT
 # given, goes first on trainbench's LD_LIBRARY_PATH.
 graph_dump() {
   mkdir -p "$OUT/graphs"
-  LD_LIBRARY_PATH=${2:+$2:}$LD_LIBRARY_PATH TRAINBENCH_GRAPH_DUMP=$OUT/graphs/trainbench \
-    build-gpu/bin/trainbench run bench/configs/graph-dump.yaml --out "$OUT/graphdump$1" > "$OUT/graphdump$1.log" 2>&1
-  echo "trainbench rc=$?"
+  LD_LIBRARY_PATH=${2:+$2:}$LD_LIBRARY_PATH \
+    build-gpu/bin/trainbench run bench/configs/graph-dump.yaml --out "$OUT/graphdump$1" --graph-dump > "$OUT/graphdump$1.log" 2>&1
+  echo "trainbench rc=$?"; cp "$OUT/graphdump$1"/diagnostics/graph-cell0-0.dot "$OUT/graphs/trainbench-0.dot"
   python3 bench/pytorch_reference.py --batches 128 --models resnet18 --labels bf16-cl-graph \
     --graph-dump "$OUT/graphs/pytorch" --out "$OUT/graphs/pytorch.json"
   python3 bench/graph_kernels.py "$OUT"/graphs/trainbench-0.dot "$OUT"/graphs/pytorch-resnet18-bf16-b128.dot > "$OUT/graph-kernels$1.txt"
   cat "$OUT/graph-kernels$1.txt"
+}
+# tune_log FILE: the ResNets' entries of an experiment file with
+# cudnn_tune_log on (a line in the cell's log per autotuned convolution,
+# which bench/tuning_log.py sums up).
+tune_log() {
+  sed -i -E -e '/plugin: resnet(18|50)/{s/options: \{/options: {cudnn_tune_log: true, /;t;s/\}$/, options: {cudnn_tune_log: true}}/}' "$1"
 }
 # The PyTorch wheel's NVIDIA library folders (CUDA runtime, NVRTC, cuBLAS, cuDNN).
 nvidia_libs() {
@@ -55,14 +61,14 @@ STAGES=${*:-test bench}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.max.memory,power.limit,enforced.power.limit --format=csv; nproc; } 2>&1 | tee "$OUT/machine.txt"
 # Stages that run only trainbench and its plugins (and the named programs of
 # bench/) need no test program built: the build then takes those targets
-# only (session 26: 93 s for trainbench, its worker, ResNet50 and the cuda
-# plugin, against 117-151 s for everything on the H200), unless
+# only (93 s for trainbench, its worker, ResNet50 and the cuda plugin,
+# against 117-151 s for everything on the H200), unless
 # TRAINBENCH_BUILD_TARGET names its own. Any other stage builds everything.
 runtime="trainbench trainbench-worker cpu cuda simple_cnn resnet18 resnet50"
 declare -A STAGE_TARGETS=([bench]="$runtime" [measures]="$runtime" [plugins]="$runtime" [cpu]="$runtime"
   [epochs]="$runtime" [paper]="$runtime" [imagenet]="$runtime" [warmstart]="$runtime" [firstrun]="$runtime"
   [kprofile]="$runtime" [parity]="$runtime" [tunespread]="$runtime" [correctness]="$runtime"
-  [geometry]="$runtime batch_norm_act_bench" [fusion]="cudnn_fusion_bench" [graphgaps]="graph_node_gaps")
+  [aba]="$runtime" [fusion]="cudnn_fusion_bench" [graphgaps]="graph_node_gaps")
 if [ -z "${TRAINBENCH_BUILD_TARGET+set}" ]; then
   targets=""
   for stage in $STAGES; do
@@ -116,7 +122,7 @@ for stage in $STAGES; do
     # their tests alone (a subset of `test`).
     # KERNEL_TESTS: another ctest regex (a rerun of a few); KERNEL_BENCH=0:
     # without the batch norm micro-benchmark.
-    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|SideStream|OptimizerOverlap|StreamGate|Models\.|PoolGeneral|OneGradient|ForwardRows|ReverseRows|ReluMask|Stem|GraphFill|GraphCost|NoPdlReduction|SixtyFourBlocks|WholeMap|SideStreams}" > "$OUT/kernels.log" 2>&1
+    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|SideStream|OptimizerOverlap|StreamGate|Models\.|Stem|GraphFill|BeforeSm90|WholeMap|SideStreams|BatchNormPlan|KernelTrace}" > "$OUT/kernels.log" 2>&1
       echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60
       # The ResNets' batch norm alone, fused vs composite, per shape.
       [ "${KERNEL_BENCH:-1}" = 0 ] || build-gpu/bin/batch_norm_act_bench 1024 | tee "$OUT/batch-norm-bench.md" ;;
@@ -264,14 +270,13 @@ for stage in $STAGES; do
     # cache; LibTorch's) from a fresh start: empty engine cache and empty
     # CUDA compute cache, then a repeat run on what the first left on disk.
     warmstart)
-      # resnet50-noprefetch: trainbench's path with TRAINBENCH_CUDNN_PREFETCH=0.
       for variant in ${WARMSTART_VARIANTS:-resnet50 resnet50-libtorch-conv}; do
         other=$([ $variant != resnet50-libtorch-conv ] && echo "label: resnet50-libtorch-conv" || echo "label: resnet50}")
-        prefetch=$([ $variant = resnet50-noprefetch ] && echo 0 || echo 1)
         sed -e "/$other/d" -e "s/^name: .*/name: warm-start-$variant/" bench/configs/warm-start.yaml > "$OUT/ws-$variant.yaml"
+        tune_log "$OUT/ws-$variant.yaml"
         export XDG_CACHE_HOME=$(mktemp -d /tmp/trainbench-cache.XXXXXX) CUDA_CACHE_PATH=$(mktemp -d /tmp/cuda-cache.XXXXXX)
         for run in first repeat; do
-          TRAINBENCH_CUDNN_PREFETCH=$prefetch TRAINBENCH_CUDNN_TUNE_LOG=1 build-gpu/bin/trainbench run "$OUT/ws-$variant.yaml" --out "$OUT/ws-$variant-$run" > "$OUT/ws-$variant-$run.log" 2>&1
+          build-gpu/bin/trainbench run "$OUT/ws-$variant.yaml" --out "$OUT/ws-$variant-$run" > "$OUT/ws-$variant-$run.log" 2>&1
           echo "$variant $run run rc=$?"
           python3 -c "import json,sys; [print(' ', c['model'], c['device'], 'samples/s', round(c.get('samples_per_second',0)), 'train', round(c.get('train_seconds',0),2), 's; warm-up', round(c.get('warmup_seconds',0),2), '; whole', round(c.get('time_to_train_seconds',0),2)) for c in json.load(open(sys.argv[1]))['cells']]" "$OUT/ws-$variant-$run/results.json"
         done
@@ -279,7 +284,7 @@ for stage in $STAGES; do
         unset XDG_CACHE_HOME CUDA_CACHE_PATH
       done
       # Where the first run's tuning went (trainbench's path).
-      for log in "$OUT"/ws-resnet50{,-noprefetch}-first/logs/cell-00-*.log; do
+      for log in "$OUT"/ws-resnet50-first/logs/cell-00-*.log; do
         [ -f "$log" ] && { echo "$log:"; python3 bench/tuning_log.py "$log"; }
       done
       ;;
@@ -294,7 +299,8 @@ for stage in $STAGES; do
             -e "s/label: resnet50}/label: resnet50${3:+, options: {$3\}}}/" \
             -e "s/^name: .*/name: first-run-$1/" -e "s/^measurement: .*/measurement: {warmup_steps: 5, baseline: $2}/" \
             bench/configs/warm-start.yaml > "$OUT/fr-$1.yaml"
-        TRAINBENCH_CUDNN_TUNE_LOG=1 build-gpu/bin/trainbench run "$OUT/fr-$1.yaml" --out "$OUT/fr-$1" > "$OUT/fr-$1.log" 2>&1
+        tune_log "$OUT/fr-$1.yaml"
+        build-gpu/bin/trainbench run "$OUT/fr-$1.yaml" --out "$OUT/fr-$1" > "$OUT/fr-$1.log" 2>&1
         echo "$1 rc=$?"
         python3 -c "import json,sys; [print(' ', c['model'], c['device'], 'samples/s', round(c.get('samples_per_second',0)), 'train', round(c.get('train_seconds',0),2), 's; warm-up', round(c.get('warmup_seconds',0),2)) for c in json.load(open(sys.argv[1]))['cells']]" "$OUT/fr-$1/results.json"
         python3 bench/tuning_log.py "$OUT"/fr-$1/logs/cell-*.log
@@ -309,7 +315,8 @@ for stage in $STAGES; do
     # Issue 16: what the runtime-compiled engines win (bench/configs/runtime-compiled.yaml).
     rtc)
       export XDG_CACHE_HOME=$(mktemp -d /tmp/trainbench-cache.XXXXXX)
-      TRAINBENCH_CUDNN_TUNE_LOG=1 build-gpu/bin/trainbench run bench/configs/runtime-compiled.yaml --out "$OUT/rtc" > "$OUT/rtc.log" 2>&1
+      cp bench/configs/runtime-compiled.yaml "$OUT/rtc.yaml"; tune_log "$OUT/rtc.yaml"
+      build-gpu/bin/trainbench run "$OUT/rtc.yaml" --out "$OUT/rtc" > "$OUT/rtc.log" 2>&1
       echo "rtc run rc=$?"; sed -n '/^model/,$p' "$OUT/rtc.log"
       for log in "$OUT"/rtc/logs/cell-*.log; do echo "$(basename "$log")"; python3 bench/tuning_log.py "$log"; done
       unset XDG_CACHE_HOME ;;
@@ -331,15 +338,10 @@ for stage in $STAGES; do
       [ "${KPROFILE_FP32:-0}" = 1 ] && precisions="bf16 fp32" &&
         edits+=(-e "/label: bf16-cl-graph,/{p;s/bf16-cl-graph/fp32-cl-graph/;s/amp: bf16, //}")
       sed "${edits[@]}" bench/configs/kernel-trace.yaml > "$OUT/kprofile/kernel-trace.yaml"
-      # The rates untraced first (a traced cell runs a little slower), with
-      # the fused batch norm's default geometry, then with the caps on its
-      # blocks per channel tile that KPROFILE_SPLITS names.
-      for splits in default ${KPROFILE_SPLITS-}; do
-        cap=$([ "$splits" = default ] || echo "TRAINBENCH_BN_MAX_SPLITS=$splits")
-        env $cap build-gpu/bin/trainbench run "$OUT/kprofile/kernel-trace.yaml" --out "$OUT/kprofile/rates-$splits" > "$OUT/kprofile/rates-$splits.log" 2>&1
-        echo "rates, splits $splits, rc=$?"; grep -E "^(model|resnet)" "$OUT/kprofile/rates-$splits.log"
-      done
-      TRAINBENCH_KERNEL_TRACE=$OUT/kprofile/trace build-gpu/bin/trainbench run "$OUT/kprofile/kernel-trace.yaml" --out "$OUT/kprofile/run" > "$OUT/kprofile/run.log" 2>&1
+      # The rates untraced first (a traced cell runs a little slower).
+      build-gpu/bin/trainbench run "$OUT/kprofile/kernel-trace.yaml" --out "$OUT/kprofile/rates" > "$OUT/kprofile/rates.log" 2>&1
+      echo "rates rc=$?"; grep -E "^(model|resnet)" "$OUT/kprofile/rates.log"
+      build-gpu/bin/trainbench run "$OUT/kprofile/kernel-trace.yaml" --out "$OUT/kprofile/run" --kernel-trace > "$OUT/kprofile/run.log" 2>&1
       echo "kernel-trace run rc=$?"; sed -n '/^model/,$p' "$OUT/kprofile/run.log"
       for log in "$OUT"/kprofile/run/logs/cell-*.log; do
         name=$(basename "$log" .log)
@@ -373,132 +375,51 @@ for stage in $STAGES; do
     # Issue 16: the batch norms as one kernel each way against two, both
     # ResNets side by side at each of ONEPASS_BATCHES (default 1024 128), and
     # the batch norms alone per shape (bench/batch_norm_act_bench.cc).
-    # ONEPASS_MAX_ROWS: the runs again with that cap on the one-pass
-    # kernels' rows per thread (TRAINBENCH_BN_ONE_PASS_MAX_ROWS; "default"
-    # is the plugin's own).
     onepass)
-      for rows in ${ONEPASS_MAX_ROWS:-default}; do
-        cap=$([ "$rows" = default ] || echo "TRAINBENCH_BN_ONE_PASS_MAX_ROWS=$rows")
-        for batch in ${ONEPASS_BATCHES:-1024 128}; do
-          name=onepass-rows$rows-b$batch
-          sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-one-pass/name: bn-one-pass-b$batch/" \
-              bench/configs/bn-one-pass.yaml > "$OUT/$name.yaml"
-          env $cap build-gpu/bin/trainbench run "$OUT/$name.yaml" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
-          echo "$name rc=$?"; sed -n '/^model/,/^$/p' "$OUT/$name.log"
-          [ "${ONEPASS_KERNELS:-1}" = 0 ] || for model in resnet18 resnet50; do
-            env $cap build-gpu/bin/batch_norm_act_bench $batch $model | tee -a "$OUT/$name-kernels.md"
-          done
+      for batch in ${ONEPASS_BATCHES:-1024 128}; do
+        name=onepass-b$batch
+        sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-one-pass/name: bn-one-pass-b$batch/" \
+            bench/configs/bn-one-pass.yaml > "$OUT/$name.yaml"
+        build-gpu/bin/trainbench run "$OUT/$name.yaml" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+        echo "$name rc=$?"; sed -n '/^model/,/^$/p' "$OUT/$name.log"
+        [ "${ONEPASS_KERNELS:-1}" = 0 ] || for model in resnet18 resnet50; do
+          build-gpu/bin/batch_norm_act_bench $batch $model | tee -a "$OUT/$name-kernels.md"
         done
       done ;;
     # Issue 16: what a CUDA graph adds between two kernels per kind of node
     # between them (a memset node, a fill kernel, child graphs;
     # bench/graph_node_gaps.cu), at 64 rounds, median of 25 replays.
     graphgaps) build-gpu/bin/graph_node_gaps | tee "$OUT/graph-node-gaps.md" ;;
-    # Issue 16: the batch norm kernels' geometry against session 16's (64-
-    # channel reduction tiles, element-wise grids sized for 8 blocks per SM):
-    # whole steps at each of GEOMETRY_BATCHES (default 1024 128), ABA
-    # (bench/configs/bn-geometry.yaml), then per shape and per pass at 1024.
-    # Settings: default, tiles64 (TRAINBENCH_BN_TILE_CHANNELS=64), elem8
-    # (TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8), session16 (both),
-    # globalwait (the one-pass kernels' blocks wait through global memory, not
-    # as clusters), rows8 (one-pass kernels of up to 8 rows a thread), splits16
-    # (up to 16 blocks a channel tile: clusters of 16 where the device allows),
-    # serialgrads (nothing on side streams in a captured step), grads (only
-    # each convolution's two gradients side by side), nolate (and the
-    # downsampling branch beside, but the filter gradients joined at once),
-    # nobranch (the gradients, joined late, without the branch), nonarrow (the
-    # one-pass kernels only on the reductions' channel tiles, not narrower),
-    # nooverlap (every SGD update after the backward: training.optimizer.overlap false),
-    # nopdl (the element-wise passes launched after their reductions the
-    # ordinary way, not as programmatic dependents: TRAINBENCH_BN_PDL=0),
-    # nofusedsgd and noclassifier (the ResNets' fused_sgd or fused_classifier
-    # off), classifier256 (the classifier's kernels only up to 256 rows, LibTorch's
-    # linear above: TRAINBENCH_CLASSIFIER_MAX_ROWS=256), poolgeneral (the stem
-    # pool's backward by the general gather, not by 2x2 blocks of pixels:
-    # TRAINBENCH_MAXPOOL_BLOCKS=0), onegrad (each block's output handed on as
-    # one tensor, autograd adding its two gradients:
-    # TRAINBENCH_BN_SPLIT_GRADIENT=0), before25 (the three together: the
-    # defaults before session 25), fp32sgd (the ResNets' own SGD kernel in
-    # fp32 too, not only under bf16 autocast: TRAINBENCH_FUSED_SGD_FP32=1),
-    # reverse (the batch norm's NHWC element-wise passes walking their rows
-    # last to first, into what the reduction read last, and the reductions
-    # first to last: TRAINBENCH_BN_REVERSE_ROWS=1), forward (every pass first
-    # to last, the order before session 26: TRAINBENCH_BN_REVERSE_ROWS=0;
-    # by default the reductions walk last to first, into what the convolution
-    # wrote last: reversereduction names that explicitly).
-    # norelumask (each block's output keeps y itself for its backward, not
-    # y's ReLU mask, a byte per 16-byte pack: TRAINBENCH_BN_RELU_MASK=0; the
-    # mask by default since session 27; relumask names it explicitly).
-    # stemgeneric (the stem's space-to-depth blocks by the kernel of a
-    # run-time channel count and 64-bit indices, the one before session 27:
-    # TRAINBENCH_STEM_BLOCKS=generic), stempixel and stempack (by one thread
-    # per block pixel or per 16-byte pack for every element type, the count a
-    # template argument: =pixel, =pack; by default pixel for bf16 and half
-    # blocks, pack for fp32). graphcost (the autotuning counts with each
-    # candidate the graph nodes its execution makes, a memset 7.5 us, a
-    # kernel after the first 0.7: TRAINBENCH_CUDNN_GRAPH_COST=1), fill and
-    # nofill (the host worker's rewrite of the captured step's memsets as
-    # kernels always or never: TRAINBENCH_GRAPH_FILL=1 or 0; by default from
-    # 512 x 32 x 32 pixels a step). Session 28 measured the cuDNN path's
-    # child-graph form of it too (graphfill, graphboth, childfill: gone).
-    # splits64 (up to 64 blocks a channel tile, clusters up to 16 and the
-    # last-block wait beyond: TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=64).
-    # wholemap (the convolutions over maps smaller than their filter as one
-    # matrix product over the whole map, layer 3's 3x3 over 2x2 maps at 32 px,
-    # 16 blocks of work for 36, and layer 4's over 1x1 maps: forced on in
-    # every type at every batch, TRAINBENCH_CONV_WHOLE_MAP=1; by default since
-    # session 31 in fp32 and from batch 512) and nowholemap (off:
-    # TRAINBENCH_CONV_WHOLE_MAP=0).
-    # pdlreduce and nopdlreduce (the batch norm's NHWC reductions launched
-    # as programmatic dependents of the kernel before them or the ordinary
-    # way: TRAINBENCH_BN_PDL_REDUCTION=1 or 0; dependents by default since
-    # session 29).
-    # GEOMETRY_SHAPE_BATCHES: the per-shape tables' batch sizes (default 1024;
-    # set and empty: none).
-    geometry)
-      declare -A GEOMETRY=([default]="" [tiles64]="TRAINBENCH_BN_TILE_CHANNELS=64"
-        [elem8]="TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8"
-        [session16]="TRAINBENCH_BN_TILE_CHANNELS=64 TRAINBENCH_BN_ELEMENTWISE_BLOCKS_PER_SM=8"
-        [globalwait]="TRAINBENCH_BN_ONE_PASS_CLUSTER=0" [rows8]="TRAINBENCH_BN_ONE_PASS_MAX_ROWS=8"
-        [splits16]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=16" [serialgrads]="TRAINBENCH_SIDE_STREAMS=0"
-        [grads]="TRAINBENCH_SIDE_STREAMS=grads" [nolate]="TRAINBENCH_SIDE_STREAMS=grads,branches"
-        [nobranch]="TRAINBENCH_SIDE_STREAMS=grads,late" [nonarrow]="TRAINBENCH_BN_ONE_PASS_NARROW=0"
-        [nopdl]="TRAINBENCH_BN_PDL=0" [classifier256]="TRAINBENCH_CLASSIFIER_MAX_ROWS=256"
-        [poolgeneral]="TRAINBENCH_MAXPOOL_BLOCKS=0" [onegrad]="TRAINBENCH_BN_SPLIT_GRADIENT=0"
-        [before25]="TRAINBENCH_CLASSIFIER_MAX_ROWS=256 TRAINBENCH_MAXPOOL_BLOCKS=0 TRAINBENCH_BN_SPLIT_GRADIENT=0"
-        [fp32sgd]="TRAINBENCH_FUSED_SGD_FP32=1" [reverse]="TRAINBENCH_BN_REVERSE_ROWS=1"
-        [reversereduction]="TRAINBENCH_BN_REVERSE_ROWS=reduction" [forward]="TRAINBENCH_BN_REVERSE_ROWS=0"
-        [relumask]="TRAINBENCH_BN_RELU_MASK=1" [norelumask]="TRAINBENCH_BN_RELU_MASK=0"
-        [stemgeneric]="TRAINBENCH_STEM_BLOCKS=generic"
-        [stempixel]="TRAINBENCH_STEM_BLOCKS=pixel" [stempack]="TRAINBENCH_STEM_BLOCKS=pack"
-        [graphcost]="TRAINBENCH_CUDNN_GRAPH_COST=1" [fill]="TRAINBENCH_GRAPH_FILL=1" [nofill]="TRAINBENCH_GRAPH_FILL=0"
-        [pdlreduce]="TRAINBENCH_BN_PDL_REDUCTION=1" [nopdlreduce]="TRAINBENCH_BN_PDL_REDUCTION=0"
-        [splits64]="TRAINBENCH_BN_ONE_PASS_MAX_SPLITS=64"
-        [wholemap]="TRAINBENCH_CONV_WHOLE_MAP=1" [nowholemap]="TRAINBENCH_CONV_WHOLE_MAP=0")
-      # Settings of the experiment itself: an edit of its YAML.
-      declare -A GEOMETRY_YAML=([nooverlap]="s/momentum: 0.9,/momentum: 0.9, overlap: false,/"
-        [nofusedsgd]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_sgd: false}}, {plugin: resnet50, options: {fused_sgd: false}}]/"
-        [noclassifier]="s/^models: \[resnet18, resnet50\]/models: [{plugin: resnet18, options: {fused_classifier: false}}, {plugin: resnet50, options: {fused_classifier: false}}]/")
-      for batch in ${GEOMETRY_BATCHES:-1024 128}; do
+    # This tree against another (a change's side-by-side; the standard for
+    # "no slower"): ABA_BASE names a folder with the other tree's sources
+    # (e.g. `git archive COMMIT | tar -x -C .baseline`, carried), built here
+    # into build-base for the runtime targets. The ResNets' captured step
+    # (bench/configs/bn-geometry.yaml: ResNet18 and ResNet50, bf16 and fp32,
+    # channels_last) at each of ABA_BATCHES (default 1024 128), runs
+    # interleaved as ABA_STEPS says (default base head base head), then
+    # bench/aba.py: each cell's mean against the base's, and whether the runs
+    # are apart.
+    aba)
+      base=${ABA_BASE:-.baseline}
+      [ -d "$base" ] || { echo "aba: no baseline tree in $base"; continue; }
+      [ -e "$base/.debs" ] || ln -s "$PWD/.debs" "$base/.debs"
+      t1=$(date +%s)
+      base_build=$PWD/build-base
+      (cd "$base" && TRAINBENCH_BUILD_TARGET="$runtime" scripts/gpu/build.sh "$base_build") > "$OUT/build-base.log" 2>&1 ||
+        { echo "aba: the baseline does not build"; tail -20 "$OUT/build-base.log"; continue; }
+      echo "baseline build: $(( $(date +%s) - t1 )) s"
+      for batch in ${ABA_BATCHES:-1024 128}; do
         i=0
-        for setting in ${GEOMETRY_STEPS:-default session16 default}; do
+        for setting in ${ABA_STEPS:-base head base head}; do
           i=$((i + 1)); name=geometry-b$batch-$i-$setting
-          sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-geometry/name: bn-geometry-b$batch/" \
-              -e "${GEOMETRY_YAML[$setting]:-}" bench/configs/bn-geometry.yaml > "$OUT/$name.yaml"
-          env ${GEOMETRY[$setting]:-} build-gpu/bin/trainbench run "$OUT/$name.yaml" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+          bin=$([ "$setting" = base ] && echo "$base_build/bin" || echo build-gpu/bin)
+          sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-geometry/name: aba-b$batch/" \
+              bench/configs/bn-geometry.yaml > "$OUT/$name.yaml"
+          "$bin/trainbench" run "$OUT/$name.yaml" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
           echo "$name rc=$?"; sed -n '/^model/,/^$/p' "$OUT/$name.log"
         done
       done
-      # Each setting against the default runs' mean, overlapping runs marked.
-      python3 bench/aba.py "$OUT" | tee "$OUT/geometry-aba.md"
-      for batch in ${GEOMETRY_SHAPE_BATCHES-1024}; do
-        for setting in ${GEOMETRY_SHAPES:-default session16 tiles64 elem8}; do
-          for model in resnet18 resnet50; do
-            env ${GEOMETRY[$setting]} build-gpu/bin/batch_norm_act_bench $batch $model > "$OUT/geometry-kernels-b$batch-$setting-$model.md"
-            echo "per shape, batch $batch, $setting, $model"; grep -E "^(Res|The|\| all)" "$OUT/geometry-kernels-b$batch-$setting-$model.md"
-          done
-        done
-      done ;;
+      python3 bench/aba.py "$OUT" --baseline base | tee "$OUT/aba.md" ;;
     # Issue 16: trainbench and plain PyTorch train to the same accuracy.
     parity)
       for seed in ${PARITY_SEEDS:-0 1 2 3}; do
@@ -512,19 +433,20 @@ for stage in $STAGES; do
     # (bench/configs/kernel-trace.yaml) from an empty engine cache three
     # times (each run times every engine anew), then twice more on the last
     # run's file (the same engines). Spread among the first three and not
-    # the last two: the tuning's choices (session 12 saw ResNet50's
-    # convolutions take 2,154 us in one call and 2,480 in another).
+    # the last two: the tuning's choices (ResNet50's convolutions once
+    # took 2,154 us in one call and 2,480 in another).
     tunespread)
       # 200 timed steps (the kernel trace's 30 would add their own noise).
       # TUNESPREAD_PRECISION=fp32: the fp32 (TF32) cell instead, whose rate
-      # differed by 3.5% between two calls of session 26 while bf16's matched.
+      # once differed by 3.5% between two calls while bf16's matched.
       fp32=s/x/x/
       [ "${TUNESPREAD_PRECISION:-bf16}" = fp32 ] && fp32='s/bf16-cl-graph, options: {amp: bf16, /fp32-cl-graph, options: {/;s/baseline: bf16-cl-graph/baseline: fp32-cl-graph/'
       sed -e '/resnet18/d' -e '/composite/d' -e 's/train_size: 61440/train_size: 230400/' -e 's/max_steps: 50/max_steps: 220/' \
         -e "$fp32" bench/configs/kernel-trace.yaml > "$OUT/tunespread.yaml"
+      tune_log "$OUT/tunespread.yaml"
       for run in ${TUNESPREAD_RUNS:-fresh-1 fresh-2 fresh-3 cached-1 cached-2}; do
         case $run in fresh-*) export XDG_CACHE_HOME=$(mktemp -d /tmp/trainbench-cache.XXXXXX) ;; esac
-        TRAINBENCH_CUDNN_TUNE_LOG=1 build-gpu/bin/trainbench run "$OUT/tunespread.yaml" --out "$OUT/tunespread-$run" > "$OUT/tunespread-$run.log" 2>&1
+        build-gpu/bin/trainbench run "$OUT/tunespread.yaml" --out "$OUT/tunespread-$run" > "$OUT/tunespread-$run.log" 2>&1
         echo "$run rc=$? $(grep -E '^resnet50 ' "$OUT/tunespread-$run.log" | awk '{print $4, "samples/s"}')"
         case $run in fresh-*) python3 bench/tuning_log.py "$OUT/tunespread-$run"/logs/cell-*.log | head -2 ;; esac
       done

@@ -412,7 +412,7 @@ class AccuracyParity(unittest.TestCase):
 
 
 class AbaOfGeometryRuns(unittest.TestCase):
-    """aba.py: the interleaved runs of run-all.sh geometry summed up per setting
+    """aba.py: the interleaved runs of run-all.sh aba summed up per setting
     against the baseline's mean, with the runs that overlap the baseline's
     marked."""
 
@@ -494,7 +494,7 @@ class KernelProfileOfATrace(unittest.TestCase):
 
     def test_idle_gaps_by_the_kinds_around_them(self):
         """A memset between a batch norm and a convolution, the GPU idle 4 us
-        before it and 3 after it (a captured step's memset node, session 27),
+        before it and 3 after it (a captured step's memset node),
         and a gap under the 0.5 us threshold that does not count."""
         step = [{"ph": "X", "cat": "kernel", "name": "void resnet::kernels::(anonymous namespace)::ElementwiseNhwc<1>"
                  "(resnet::kernels::(anonymous namespace)::Params, int)", "ts": 0.0, "dur": 10.0},

@@ -67,6 +67,7 @@ void Fields(R& c, V&& v) {
   v("test_accuracy", c.test_accuracy);
   v("projected", c.projected);
   v("sync_batchnorm", c.sync_batchnorm);
+  v("path_taken", c.path_taken);
   v("ranks", c.ranks);
   v("rank", c.rank);
   v("backend", c.backend);

@@ -69,6 +69,15 @@ DistributedSpec DistributedFrom(StrictReader r) {
   r.Finish();
   return d;
 }
+
+Diagnostics DiagnosticsFrom(StrictReader r) {
+  Diagnostics d;
+  d.kernel_trace_steps = r.Get<int64_t>("kernel_trace_steps");
+  d.graph_dump = r.Get<bool>("graph_dump");
+  d.folder = r.Get<std::string>("folder");
+  r.Finish();
+  return d;
+}
 }  // namespace
 
 json ToJson(const DatasetSettings& d) { return Write(d); }
@@ -94,6 +103,11 @@ json ToJson(const CellSpec& s) {
                         {"timeout_seconds", d.timeout_seconds},
                         {"sync_batchnorm", d.sync_batchnorm}};
   }
+  if (s.diagnostics) {
+    const Diagnostics& d = *s.diagnostics;
+    j["diagnostics"] = {
+        {"kernel_trace_steps", d.kernel_trace_steps}, {"graph_dump", d.graph_dump}, {"folder", d.folder}};
+  }
   return j;
 }
 
@@ -116,6 +130,7 @@ CellSpec CellSpecFromJson(const json& j) {
   s.training = Read<TrainingSettings>(r.Object("training"));
   s.measurement = Read<StepMeasurement>(r.Object("measurement"));
   if (r.Has("distributed")) s.distributed = DistributedFrom(r.Object("distributed"));
+  if (r.Has("diagnostics")) s.diagnostics = DiagnosticsFrom(r.Object("diagnostics"));
   r.Finish();
   return s;
 }

@@ -119,6 +119,7 @@ void Fields(Result& e, V&& v) {
   v("backend", e.backend);
   v("hardware", e.hardware);
   v("sync_batchnorm", e.sync_batchnorm);
+  v("path_taken", e.path_taken);
 }
 template <class V>
 void Fields(Skipped& e, V&& v) {

@@ -164,6 +164,7 @@ Result FullResult() {
   r.backend = "gloo";
   r.hardware = {{"name", "x"}};
   r.sync_batchnorm = true;
+  r.path_taken = json{{"model", {{"batch_norm", {{"composite", 3}}}}}};
   return r;
 }
 

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "env_switch.h"
+#include "path_log.h"
 
 #ifdef TRAINBENCH_RESNET_KERNELS
 #include <c10/cuda/CUDAException.h>
@@ -73,17 +73,6 @@ torch::Tensor OrAbsent(const torch::Tensor& t, const torch::Tensor& like) {
 }
 bool Present(const torch::Tensor& t) { return t.defined() && t.numel() > 0; }
 
-// Whether a block's output keeps, for the backward, a ReLU mask (a byte per
-// 16-byte pack: kernels::ReluMaskBytes) instead of y itself: the backward's
-// reduction then reads 1/16 of the bytes where it read y, and the forward
-// writes them beside y. On unless TRAINBENCH_BN_RELU_MASK=0 (session 27, an
-// H200 at batch 1024: +1.0% ResNet50 bf16, +1.3% fp32, +0.4% ResNet18 bf16,
-// ResNet18 fp32 even). Read once a process.
-bool ReluMaskSetting() {
-  static const bool value = trainbench::plugins::OnUnlessZero("TRAINBENCH_BN_RELU_MASK");
-  return value;
-}
-
 // dy as the kernels read it: in x's type and layout.
 torch::Tensor AsGradient(const torch::Tensor& g, const torch::Tensor& x, bool nhwc) {
   return g.to(x.scalar_type()).contiguous(Format(nhwc));
@@ -108,7 +97,12 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     torch::Tensor y = torch::empty_like(x);
     torch::Tensor mean = torch::empty({x.size(1)}, f32), invstd = torch::empty({x.size(1)}, f32);
     torch::Tensor workspace = torch::empty({kernels::WorkspaceFloats(problem)}, f32);
-    const int64_t mask_bytes = r.defined() && ReluMaskSetting() ? kernels::ReluMaskBytes(problem) : 0;
+    // A block's output keeps, for the backward, y's ReLU mask (a byte per
+    // 16-byte pack: kernels::ReluMaskBytes) instead of y itself where the
+    // layout allows: the backward's reduction reads 1/16 of the bytes, the
+    // forward writes them beside y (+0.4 to +1.3% a step at batch 1024 on an
+    // H200).
+    const int64_t mask_bytes = r.defined() ? kernels::ReluMaskBytes(problem) : 0;
     const torch::Tensor mask =
         mask_bytes > 0 ? torch::empty({mask_bytes}, x.options().dtype(torch::kUInt8)) : torch::Tensor();
     kernels::BnForwardArgs args{};
@@ -239,7 +233,7 @@ bool OnePassApplies(const torch::Tensor& x, bool relu, bool residual) {
 
 bool ReluMaskApplies(const torch::Tensor& x) {
 #ifdef TRAINBENCH_RESNET_KERNELS
-  if (!x.is_cuda() || x.dim() != 4 || !kernels::Takes(x.scalar_type()) || !ReluMaskSetting()) return false;
+  if (!x.is_cuda() || x.dim() != 4 || !kernels::Takes(x.scalar_type())) return false;
   return kernels::ReluMaskBytes(Problem(x, IsNhwc(x), true, true)) > 0;
 #else
   (void)x;
@@ -302,19 +296,19 @@ std::vector<torch::Tensor> Fused(BatchNorm2dImpl& bn, const torch::Tensor& x, co
 torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu,
                            bool fused, bool one_pass) {
   std::vector<torch::Tensor> out = Fused(bn, x, residual, relu, fused, one_pass, /*twice=*/false);
-  return out.empty() ? Composite(bn, x, residual, relu) : out[0];
+  if (!out.empty()) return out[0];
+  trainbench::plugins::CountPath("batch_norm", "composite");
+  return Composite(bn, x, residual, relu);
 }
 
 std::pair<torch::Tensor, torch::Tensor> BatchNormActTwice(BatchNorm2dImpl& bn, const torch::Tensor& x,
                                                           const torch::Tensor& residual, bool fused, bool one_pass) {
   std::vector<torch::Tensor> out = Fused(bn, x, residual, /*relu=*/true, fused, one_pass, /*twice=*/true);
-  if (out.empty()) out = {Composite(bn, x, residual, /*relu=*/true)};
+  if (out.empty()) {
+    trainbench::plugins::CountPath("batch_norm", "composite");
+    out = {Composite(bn, x, residual, /*relu=*/true)};
+  }
   return out.size() > 1 ? std::make_pair(out[0], out[1]) : std::make_pair(out[0], out[0]);
-}
-
-bool SplitGradientSetting() {
-  static const bool value = trainbench::plugins::OnUnlessZero("TRAINBENCH_BN_SPLIT_GRADIENT");
-  return value;
 }
 
 }  // namespace resnet

@@ -36,20 +36,12 @@ std::pair<torch::Tensor, torch::Tensor> BatchNormActTwice(trainbench::sdk::Batch
                                                           const torch::Tensor& residual, bool fused,
                                                           bool one_pass = true);
 
-/// Whether the ResNets hand a block's output to the next block as
-/// BatchNormActTwice's two tensors: on unless TRAINBENCH_BN_SPLIT_GRADIENT=0
-/// (read once; on an H200, session 25: ResNet50 +1.9% at batch 1024, +0.9%
-/// at 128, for the whole step).
-bool SplitGradientSetting();
-
 /// Whether a training step of `x` (CUDA, 4-d) would run one kernel each way
 /// with `one_pass` on this device (for tests and benchmarks).
 bool OnePassApplies(const torch::Tensor& x, bool relu, bool residual);
 
 /// Whether a fused training step of `x` (CUDA, 4-d) with a residual keeps
-/// y's ReLU mask for the backward instead of y: unless TRAINBENCH_BN_RELU_MASK=0
-/// (read once; on an H200, session 27: ResNet50 +1.0% bf16 and +1.3% fp32 at
-/// batch 1024), channels_last, channels of
+/// y's ReLU mask for the backward instead of y: channels_last, channels of
 /// whole 16-byte packs (for tests and benchmarks).
 bool ReluMaskApplies(const torch::Tensor& x);
 

@@ -43,21 +43,10 @@
 
 #include <cstdint>
 
+#include "batch_norm_plan.h"
 #include "kernel_types.h"
 
 namespace resnet::kernels {
-
-struct BnProblem {
-  DType dtype;
-  Layout layout;
-  int64_t n, c, s;  ///< batch, channels, H * W
-  bool relu;        ///< act is ReLU (else the identity)
-  bool residual;    ///< r is added before act (with relu only)
-  /// NHWC training: statistics and the element-wise pass as one kernel each
-  /// way where the tensor fits in the registers of blocks resident together
-  /// (OnePassNhwc); false: always the two kernels.
-  bool one_pass = true;
-};
 
 /// Whether a training forward and backward of `problem` are planned as one
 /// kernel each on the current device (its multiprocessors decide; a kernel
@@ -69,10 +58,6 @@ bool OnePass(const BnProblem& problem) noexcept;
 /// device: 64, fewer where 64-channel tiles would leave it short of blocks
 /// (for tests and benchmarks).
 int ReduceTileChannels(const BnProblem& problem) noexcept;
-/// Whether these kernels take the problem (channels and sizes in range,
-/// a residual only with ReLU, more than one value per channel).
-bool Supported(const BnProblem& problem) noexcept;
-
 /// fp32 elements of the workspace a training forward or backward needs.
 int64_t WorkspaceFloats(const BnProblem& problem) noexcept;
 

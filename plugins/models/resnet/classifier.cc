@@ -2,11 +2,6 @@
 
 #include <torch/nn/functional/linear.h>
 
-#include <charconv>
-#include <cstdlib>
-#include <limits>
-#include <string_view>
-
 #ifdef TRAINBENCH_RESNET_KERNELS
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -74,19 +69,6 @@ bool FloatOn(const torch::Tensor& t, const torch::Tensor& x) {
 #endif
 
 }  // namespace
-
-int64_t ClassifierMaxRows() {
-  static const int64_t value = [] {
-    constexpr int64_t kDefault = std::numeric_limits<int64_t>::max();
-    const char* s = std::getenv("TRAINBENCH_CLASSIFIER_MAX_ROWS");
-    if (s == nullptr) return kDefault;
-    const std::string_view text(s);
-    int64_t v = 0;
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
-    return error == std::errc() && end == text.data() + text.size() && v >= 1 ? v : kDefault;
-  }();
-  return value;
-}
 
 bool ClassifierApplies(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
 #ifdef TRAINBENCH_RESNET_KERNELS

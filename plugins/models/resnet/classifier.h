@@ -15,16 +15,6 @@ namespace resnet {
 /// x (n, c) W^T + bias; `bias` may be undefined.
 torch::Tensor Classifier(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
-/// The most rows (samples) for which the model takes the kernels: any, or
-/// TRAINBENCH_CLASSIFIER_MAX_ROWS (a positive count, read once; for
-/// side-by-side measurements). On an H200 the kernels were faster than
-/// LibTorch's path at batch 128 (ResNet18 +1.9-2.1%, ResNet50 +0.7-0.8% for
-/// the whole step) and slower at 1024 (-0.8% to -3.2%) while the weight's
-/// gradient ran one block per 64 features through every row (session 23);
-/// with its rows in chunks above 256 rows (session 24) they are faster at
-/// 1024 too (session 25: ResNet18 +0.8%, ResNet50 within noise).
-int64_t ClassifierMaxRows();
-
 /// Whether the kernels take these tensors (CUDA, x 2-D and dense in float,
 /// bfloat16 or half, the weight and bias fp32 on x's device, few classes).
 bool ClassifierApplies(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);

@@ -50,7 +50,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-using trainbench::plugins::Fork;
 
 // The side streams of the updates are joined under this group
 // (side_stream.h), apart from the late joins' (one per stage index).
@@ -114,7 +113,7 @@ void SgdWeights::State::Update(size_t g, const std::vector<torch::Tensor>& grads
       C10_CUDA_CHECK(kernels::SgdTensors(jobs.data(), static_cast<int>(jobs.size()), kernels::DTypeOf(grad_type), copy,
                                          args, c10::cuda::getCurrentCUDAStream(device.index())));
     };
-    if (trainbench::plugins::SideStreamsApply(device, Fork::kUpdates)) {
+    if (trainbench::plugins::SideStreamsApply(device)) {
       // Below a step on a high-priority stream: the update fills the
       // multiprocessors the backward leaves.
       trainbench::plugins::SideStream side(device, trainbench::plugins::SidePriority::kDefault);

@@ -11,7 +11,7 @@
 // gradients cast back to fp32, the optimizer's update), and neither cast
 // waits on the step's critical path any more: inside a captured step the
 // update runs on a side stream beside the rest of the backward
-// (side_stream.h, Fork::kUpdates), joined by the last stage's node.
+// (side_stream.h), joined by the last stage's node.
 // Without autocast the convolutions read the fp32 weights and the update
 // runs the same way (it keeps copies made earlier current).
 //

@@ -15,8 +15,6 @@ namespace resnet::kernels {
 
 constexpr int kMaxDevices = 64;  // per-device state is kept for devices 0-63
 
-inline int ElementBytes(DType dtype) { return dtype == DType::kFloat ? 4 : 2; }
-
 /// Whether `p` is a multiple of `bytes` (a power of two).
 inline bool Aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 

@@ -7,4 +7,6 @@ namespace resnet::kernels {
 enum class DType { kFloat, kBFloat16, kHalf };
 enum class Layout { kNchw, kNhwc };
 
+inline int ElementBytes(DType dtype) { return dtype == DType::kFloat ? 4 : 2; }
+
 }  // namespace resnet::kernels

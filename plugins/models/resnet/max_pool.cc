@@ -2,6 +2,8 @@
 
 #include <torch/nn/functional/pooling.h>
 
+#include "path_log.h"
+
 #ifdef TRAINBENCH_RESNET_KERNELS
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -105,12 +107,14 @@ struct FusedMaxPool : public torch::autograd::Function<FusedMaxPool> {
 torch::Tensor MaxPool2d(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding, bool fused) {
 #ifdef TRAINBENCH_RESNET_KERNELS
   if (fused && Applies(x, kernel, stride, padding)) {
+    trainbench::plugins::CountPath("max_pool", "kernels");
     if (torch::GradMode::is_enabled() && x.requires_grad()) return FusedMaxPool::apply(x, kernel, stride, padding);
     return Forward(x, Problem(x, kernel, stride, padding), nullptr);
   }
 #else
   (void)fused;
 #endif
+  trainbench::plugins::CountPath("max_pool", "libtorch");
   return torch::max_pool2d(x, kernel, stride, padding);
 }
 

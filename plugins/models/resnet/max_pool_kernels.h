@@ -12,7 +12,7 @@
 // of input channels, visits the at most ceil(k / s)^2 windows that hold it,
 // and adds the gradients of those whose maximum it was, in the order LibTorch
 // adds them (windows by row, then column), in fp32, rounded once (the
-// stem's NHWC pool, unless TRAINBENCH_MAXPOOL_BLOCKS=0, takes a 2x2 block of
+// stem's 3x3/2/1 NHWC pool takes a 2x2 block of
 // input pixels a thread, the same sums in the same order). The maxima
 // and their positions are LibTorch's: the first maximum of a window in row
 // order, and a NaN wins over any number (the last NaN of a window); a window

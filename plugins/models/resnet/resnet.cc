@@ -7,6 +7,7 @@
 #include <torch/nn/modules/pooling.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -17,9 +18,9 @@
 #include "batch_norm_act.h"
 #include "classifier.h"
 #include "cudnn_conv.h"
-#include "env_switch.h"
 #include "fused_sgd.h"
 #include "max_pool.h"
+#include "path_log.h"
 #include "side_stream.h"
 #include "stem.h"
 #include "trainbench/sdk/autocast.h"
@@ -54,7 +55,10 @@ class ConvImpl : public sdk::CountedConv2dImpl {
     if (engine_cache_ && cudnn_conv::Supports(x, w)) {
       // Not late through the stem's weight transform: its backward reads
       // the filter gradient at once.
-      if (space_to_depth_ && resnet::StemApplies(x, w, stride_, padding_)) return resnet::StemConv(x, w, settings_);
+      if (space_to_depth_ && resnet::StemApplies(x, w, stride_, padding_)) {
+        trainbench::plugins::CountPath("convolution", "stem_space_to_depth");
+        return resnet::StemConv(x, w, settings_);
+      }
       // As one matrix product over the whole map where it is smaller than
       // the filter (by WholeMapApplies' rule of the type the cuDNN path
       // computes in and the batch, or TRAINBENCH_CONV_WHOLE_MAP=1 or 0;
@@ -70,14 +74,17 @@ class ConvImpl : public sdk::CountedConv2dImpl {
           cudnn_conv::Settings settings = settings_;
           settings.late_join_group = late ? late_join_group_ : -1;
           const torch::Tensor filter = resnet::WholeMapFilter(w, *map, settings.late_join_group);
+          trainbench::plugins::CountPath("convolution", late ? "whole_map_late_join" : "whole_map");
           return resnet::ChannelsAsMap(cudnn_conv::Conv2d(resnet::MapAsChannels(x), filter, {1, 1}, {0, 0}, settings),
                                        *map);
         }
       }
       cudnn_conv::Settings settings = settings_;
       settings.late_join_group = late_join_group_;
+      trainbench::plugins::CountPath("convolution", "cudnn_path");
       return cudnn_conv::Conv2d(x, w, {stride_, stride_}, {padding_, padding_}, settings);
     }
+    trainbench::plugins::CountPath("convolution", "libtorch");
     return sdk::CountedConv2dImpl::forward(x);
   }
 
@@ -124,7 +131,7 @@ class StepWeights {
       : groups_(groups) {
     if (!input.is_cuda()) return;
     cast_ = sdk::autocast::Enabled(c10::kCUDA);
-    late_ = SideStreamsApply(input.device(), Fork::kLateJoin) && torch::GradMode::is_enabled();
+    late_ = SideStreamsApply(input.device()) && torch::GradMode::is_enabled();
     sgd_ = sgd;
     if (sgd_) sgd_->BeginForward();
   }
@@ -239,7 +246,7 @@ class BlockImpl : public torch::nn::Module {
   // output so too, else the same tensor twice.
   std::pair<torch::Tensor, torch::Tensor> Forward(const torch::Tensor& x, const torch::Tensor& x_branch, bool split) {
     if (!downsample_) return Tail(MainPath(x), x_branch, split);
-    if (!SideStreamsApply(x.device(), Fork::kBranches)) return Tail(MainPath(x), Downsample(x_branch), split);
+    if (!SideStreamsApply(x.device())) return Tail(MainPath(x), Downsample(x_branch), split);
     SideStream side(x.device());
     torch::Tensor identity;
     side.Run([&] { identity = Downsample(x_branch); });
@@ -319,17 +326,16 @@ class ResNetImpl : public torch::nn::Module {
     if (imagenet_stem_) {
       x = resnet::MaxPool2d(x, /*kernel=*/3, /*stride=*/2, /*padding=*/1, fused_pool_);
     }
-    // Unless TRAINBENCH_BN_SPLIT_GRADIENT=0 each block hands its output to the
-    // next as two tensors, one per reader (resnet::BatchNormActTwice): the
-    // backward adds their gradients inside the batch norm's kernels (on the
-    // composite path the same tensor twice).
-    const bool split = resnet::SplitGradientSetting();
+    // Each block hands its output to the next as two tensors, one per reader
+    // (resnet::BatchNormActTwice): the backward adds their gradients inside
+    // the batch norm's kernels (on the composite path the same tensor twice;
+    // +0.9 to +1.9% a ResNet50 step on an H200).
     torch::Tensor branch = x;
     for (size_t stage = 0; stage < 4; ++stage) {
       weights.Prepare(stage + 2);
       for (size_t b = 0; b < blocks_[stage].size(); ++b) {
         const bool last = stage == 3 && b + 1 == blocks_[stage].size();  // read once: by the pooling
-        std::tie(x, branch) = blocks_[stage][b]->Forward(x, branch, split && !last);
+        std::tie(x, branch) = blocks_[stage][b]->Forward(x, branch, !last);
       }
     }
     // At a 1x1 map (32 px images through the ImageNet stem) the average is
@@ -337,9 +343,11 @@ class ResNetImpl : public torch::nn::Module {
     // at batch 128 on an H200).
     x = x.size(2) * x.size(3) == 1 ? x.flatten(1) : torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     // Elsewhere the counted layer (the FLOP count runs on the CPU).
-    if (fused_classifier_ && x.size(0) <= resnet::ClassifierMaxRows() &&
-        resnet::ClassifierApplies(x, fc_->weight, fc_->bias))
+    if (fused_classifier_ && resnet::ClassifierApplies(x, fc_->weight, fc_->bias)) {
+      trainbench::plugins::CountPath("classifier", "kernels");
       return resnet::Classifier(x, fc_->weight, fc_->bias);
+    }
+    trainbench::plugins::CountPath("classifier", "libtorch");
     return fc_(x);
   }
 
@@ -347,15 +355,10 @@ class ResNetImpl : public torch::nn::Module {
   /// backward (fused_sgd.h), where the forward runs under bf16 autocast, the
   /// weights are dense fp32 CUDA tensors on one device and this build has
   /// the kernels; else none. Without autocast there is no cast to save: the
-  /// host's updates beside the backward were as fast or faster on an H200
-  /// (fp32, batch 128: 1-2%, session 22), so fp32 takes them only with
-  /// TRAINBENCH_FUSED_SGD_FP32=1 (read at each call), for the side-by-side
-  /// measurement at batch 1024, where the host's foreach SGD was five times
-  /// the GPU time of one fused pass (session 25's profile).
+  /// host's updates beside the backward were as fast or faster on an H200.
   std::vector<torch::Tensor> TakeSgd(const sdk::SgdSettings& sgd) {
     sgd_.reset();
-    const bool fp32 = !sgd.bf16_autocast && trainbench::plugins::OnIfOne("TRAINBENCH_FUSED_SGD_FP32");
-    if (!resnet::FusedSgdBuilt() || !(sgd.bf16_autocast || fp32)) return {};
+    if (!resnet::FusedSgdBuilt() || !sgd.bf16_autocast) return {};
     std::vector<std::vector<torch::Tensor>> groups;
     for (const auto& group : conv_groups_) {
       groups.emplace_back();
@@ -422,6 +425,7 @@ class ResNetModel : public sdk::ModuleModel<ResNet> {
     try {
       taken->clear();
       if (fused_sgd_) *taken = net()->TakeSgd(sgd);
+      sgd_parameters_ = static_cast<int64_t>(taken->size());
       return sdk::Status::Ok();
     } catch (const std::exception& e) {
       return sdk::Status::Error(std::string("fused_sgd: ") + e.what());
@@ -437,9 +441,40 @@ class ResNetModel : public sdk::ModuleModel<ResNet> {
     }
   }
 
+  // Each rule's choices as the host ran them (path_log.h), how the cuDNN
+  // path's engines were chosen and what ran beside the backward, and the
+  // parameters whose SGD updates the model took.
+  sdk::Status PathTaken(std::string* json_object) noexcept override {
+    try {
+      nlohmann::json path = nlohmann::json::parse(trainbench::plugins::PathJson());
+      if (cudnn_conv::Built()) {
+        const cudnn_conv::Counts c = cudnn_conv::GetCounts();
+        path["cudnn_engines"] = {{"tuned", c.tuned},
+                                 {"cached", c.cached},
+                                 {"heuristic", c.heuristic},
+                                 {"candidates_gathered_ahead", c.gathered_ahead}};
+        path["side_streams"] = {{"filter_gradients_beside", c.side_stream_grads},
+                                {"filter_gradients_joined_late", c.late_filter_grads}};
+      }
+      path["fused_sgd_parameters"] = sgd_parameters_;
+      *json_object = path.dump();
+      return sdk::Status::Ok();
+    } catch (const std::exception& e) {
+      return sdk::Status::Error(std::string("path: ") + e.what());
+    }
+  }
+
  private:
   bool fused_sgd_;
+  int64_t sgd_parameters_ = 0;
 };
+
+cudnn_conv::Settings ConvSettings(const sdk::Options& options) {
+  cudnn_conv::Settings settings;
+  settings.runtime_compiled = options.GetBool("cudnn_runtime_compiled");
+  settings.tune_log = options.GetBool("cudnn_tune_log");
+  return settings;
+}
 
 }  // namespace
 
@@ -454,7 +489,7 @@ std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Option
       options.GetBool("fused_maxpool") && resnet::FusedKernelsBuilt(),
       options.GetBool("fused_classifier") && resnet::FusedKernelsBuilt(),
       options.GetBool("cudnn_engine_cache") && cudnn_conv::Built(),
-      cudnn_conv::Settings{options.GetBool("cudnn_runtime_compiled")},
+      ConvSettings(options),
       options.GetBool("stem_space_to_depth")};
   return std::make_unique<ResNetModel>(ResNet(spec, classes, stem == "imagenet", paths),
                                        std::array<int64_t, 3>{3, size, size}, classes, options.GetBool("fused_sgd"));

@@ -3,8 +3,6 @@
 // nothing is allocated or cleared, so all three can be captured in a CUDA
 // graph.
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
 #include "../../common/cuda_element.cuh"
 #include "stem_kernels.h"
@@ -19,39 +17,14 @@ using trainbench::cuda::StorePack;
 using trainbench::cuda::ToFloat;
 
 constexpr int kThreads = 256;
-constexpr int kMaxChannels = 16;  // StemChannels(4)
 
 int Blocks(int64_t threads) { return static_cast<int>((threads + kThreads - 1) / kThreads); }
 
-template <typename TX, typename TS, bool kNhwc>
-__global__ void __launch_bounds__(kThreads) BlocksKernel(const TX* __restrict__ x, TS* __restrict__ s, int64_t n, int c,
-                                                         int64_t h, int64_t w, int64_t bh, int64_t bw, int sc) {
-  const int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x;
-  if (i >= n * bh * bw) return;
-  const int64_t bx = i % bw, by = (i / bw) % bh, img = i / (bw * bh);
-  constexpr int kPack = 16 / sizeof(TS);
-  Pack<TS, kMaxChannels> out;
-#pragma unroll
-  for (int ch = 0; ch < kMaxChannels; ++ch) out.v[ch] = FromFloat<TS>(0.f);
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int64_t iy = 2 * (by - 2) + r / 2, ix = 2 * (bx - 2) + r % 2;
-    if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
-    for (int ch = 0; ch < c; ++ch) {
-      const int64_t at = kNhwc ? ((img * h + iy) * w + ix) * c + ch : ((img * c + ch) * h + iy) * w + ix;
-      out.v[r * c + ch] = FromFloat<TS>(ToFloat<TX>(x[at]));
-    }
-  }
-  const auto* packs = reinterpret_cast<const Pack<TS, kPack>*>(&out);
-  for (int p = 0; p < sc / kPack; ++p) StorePack<TS, kPack>(s, i * sc + p * kPack, packs[p]);
-}
-
-// BlocksKernel with the image's channel count C a template argument and
-// 32-bit indices (the launcher takes these kernels where every element count
-// fits 31 bits): the block's SC values stay in registers, written as packs
-// (with a run-time count the array went to local memory, a 112-byte stack
-// frame in fp32), the 4C loads are independent of each other. The same
-// values as BlocksKernel.
+// One thread per block pixel, the image's channel count C a template
+// argument and 32-bit indices (StemSupported keeps every element count within
+// 31 bits): the block's SC values stay in registers, written as packs (with a
+// run-time count the array went to local memory, a 112-byte stack frame in
+// fp32), the 4C loads are independent of each other.
 template <typename TX, typename TS, bool kNhwc, int C>
 __global__ void __launch_bounds__(kThreads)
     PixelBlocksKernel(const TX* __restrict__ x, TS* __restrict__ s, int n, int h, int w, int bh, int bw) {
@@ -81,7 +54,7 @@ __global__ void __launch_bounds__(kThreads)
 // One thread per 16-byte pack of the blocks, as PixelBlocksKernel otherwise:
 // consecutive threads write consecutive packs, so that a warp's store is 512
 // contiguous bytes (one thread per block pixel writes 2 or 4 packs a pixel
-// apart: in fp32 17.4 us at batch 1024 against 6.4 us in bf16, session 27).
+// apart: in fp32 17.4 us at batch 1024 against 6.4 us in bf16, on an H200).
 // Each thread loads its pack's elements (none in the padding channels); in
 // bf16 that is slower (8.9 us), in fp32 faster.
 template <typename TX, typename TS, bool kNhwc, int C>
@@ -153,33 +126,16 @@ __global__ void __launch_bounds__(kThreads)
   grad_w[i] = grad_blocks[((out * 4 + jy) * 4 + jx) * sc + (ry * 2 + rx) * c + ch];
 }
 
-// Which kernel writes the blocks: TRAINBENCH_STEM_BLOCKS=generic (BlocksKernel,
-// the one before session 27), =pixel (PixelBlocksKernel), =pack
-// (PackBlocksKernel); by default PixelBlocksKernel where a block pixel is at
-// most two packs (bf16 and half blocks of 3 channels) and PackBlocksKernel
-// where it is more (fp32: session 27 on an H200 at batch 1024, the pixel
-// kernel 0.15-0.31% faster a step in bf16, the pack kernel 0.09-0.15% in
-// fp32); the generic one wherever an element count does not fit 31 bits.
-// Read once a process.
-enum class BlocksKind { kAuto, kGeneric, kPixel, kPack };
-BlocksKind BlocksSetting() {
-  static const BlocksKind value = [] {
-    const char* setting = std::getenv("TRAINBENCH_STEM_BLOCKS");
-    const std::string_view v = setting == nullptr ? "" : setting;
-    return v == "generic" ? BlocksKind::kGeneric
-           : v == "pixel" ? BlocksKind::kPixel
-           : v == "pack"  ? BlocksKind::kPack
-                          : BlocksKind::kAuto;
-  }();
-  return value;
-}
-
+// PixelBlocksKernel where a block pixel is at most two packs (bf16 and half
+// blocks of 3 channels), PackBlocksKernel where it is more (fp32): on an
+// H200 at batch 1024 the pixel kernel was 0.15-0.31% faster a step in bf16,
+// the pack kernel 0.09-0.15% in fp32.
 template <typename TX, typename TS, int C>
-void LaunchTemplateBlocks(const StemProblem& p, const void* x, void* s, int bh, int bw, BlocksKind kind,
-                          cudaStream_t stream) {
+void LaunchTemplateBlocks(const StemProblem& p, const void* x, void* s, cudaStream_t stream) {
   const bool nhwc = p.x_layout == Layout::kNhwc;
+  const int bh = static_cast<int>(StemBlocksHigh(p)), bw = static_cast<int>(StemBlocksWide(p));
   const int64_t pixels = p.n * bh * bw, packs = StemChannels(C) / (16 / int64_t{sizeof(TS)});
-  const bool by_pack = kind == BlocksKind::kPack || (kind == BlocksKind::kAuto && packs > 2);
+  const bool by_pack = packs > 2;
   auto pixel = nhwc ? PixelBlocksKernel<TX, TS, true, C> : PixelBlocksKernel<TX, TS, false, C>;
   auto pack = nhwc ? PackBlocksKernel<TX, TS, true, C> : PackBlocksKernel<TX, TS, false, C>;
   (by_pack ? pack : pixel)<<<Blocks(by_pack ? pixels * packs : pixels), kThreads, 0, stream>>>(
@@ -189,26 +145,16 @@ void LaunchTemplateBlocks(const StemProblem& p, const void* x, void* s, int bh, 
 
 template <typename TX, typename TS>
 void LaunchBlocks(const StemProblem& p, const void* x, void* s, cudaStream_t stream) {
-  const int64_t bh = StemBlocksHigh(p), bw = StemBlocksWide(p);
-  const int c = static_cast<int>(p.c), sc = static_cast<int>(StemChannels(p.c));
-  const int64_t limit = int64_t{1} << 31;
-  const BlocksKind kind = BlocksSetting();
-  if (kind != BlocksKind::kGeneric && p.n * p.c * p.h * p.w < limit && p.n * bh * bw * sc < limit) {
-    const int ih = static_cast<int>(bh), iw = static_cast<int>(bw);
-    switch (c) {
-      case 1:
-        return LaunchTemplateBlocks<TX, TS, 1>(p, x, s, ih, iw, kind, stream);
-      case 2:
-        return LaunchTemplateBlocks<TX, TS, 2>(p, x, s, ih, iw, kind, stream);
-      case 3:
-        return LaunchTemplateBlocks<TX, TS, 3>(p, x, s, ih, iw, kind, stream);
-      default:
-        return LaunchTemplateBlocks<TX, TS, 4>(p, x, s, ih, iw, kind, stream);
-    }
+  switch (p.c) {
+    case 1:
+      return LaunchTemplateBlocks<TX, TS, 1>(p, x, s, stream);
+    case 2:
+      return LaunchTemplateBlocks<TX, TS, 2>(p, x, s, stream);
+    case 3:
+      return LaunchTemplateBlocks<TX, TS, 3>(p, x, s, stream);
+    default:
+      return LaunchTemplateBlocks<TX, TS, 4>(p, x, s, stream);
   }
-  auto kernel = p.x_layout == Layout::kNhwc ? BlocksKernel<TX, TS, true> : BlocksKernel<TX, TS, false>;
-  kernel<<<Blocks(p.n * bh * bw), kThreads, 0, stream>>>(static_cast<const TX*>(x), static_cast<TS*>(s), p.n, c, p.h,
-                                                         p.w, bh, bw, sc);
 }
 
 template <typename T>
@@ -238,8 +184,8 @@ cudaError_t Weight(bool grad, DType dtype, Layout layout, int64_t k, int64_t c, 
 
 bool StemSupported(const StemProblem& p) noexcept {
   if (p.n < 1 || p.c < 1 || p.c > 4 || p.h < 1 || p.w < 1 || p.h > (1 << 20) || p.w > (1 << 20)) return false;
-  const int64_t limit = int64_t{1} << 40;
-  return p.n <= limit / (p.c * p.h * p.w) && p.n <= limit / (StemChannels(p.c) * StemBlocksHigh(p) * StemBlocksWide(p));
+  const int64_t limit = int64_t{1} << 31;  // the block kernels' 32-bit indices
+  return p.n < limit / (p.c * p.h * p.w) && p.n < limit / (StemChannels(p.c) * StemBlocksHigh(p) * StemBlocksWide(p));
 }
 
 cudaError_t StemBlocks(const StemProblem& p, const void* x, void* s, cudaStream_t stream) noexcept {

@@ -47,7 +47,8 @@ inline int64_t StemBlocksHigh(const StemProblem& p) { return (p.h - 1) / 2 + 4; 
 inline int64_t StemBlocksWide(const StemProblem& p) { return (p.w - 1) / 2 + 4; }
 
 /// Whether these kernels take the problem: 1-4 channels, a non-empty image,
-/// sizes whose element counts fit 40 bits.
+/// x and the blocks under 2^31 elements each (larger batches take the
+/// model's ordinary stem).
 bool StemSupported(const StemProblem& problem) noexcept;
 
 /// s from x (x fully contiguous in its layout; s NHWC as above).

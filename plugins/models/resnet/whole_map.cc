@@ -3,9 +3,9 @@
 #include <torch/autograd.h>
 
 #include <cstdlib>
+#include <string_view>
 #include <vector>
 
-#include "env_switch.h"
 #include "side_stream.h"
 
 #ifdef TRAINBENCH_RESNET_KERNELS
@@ -22,7 +22,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-using trainbench::plugins::Fork;
 using trainbench::plugins::SideStream;
 
 // t's elements as (rows, the rest, 1, 1) with channels_last strides (a view
@@ -100,7 +99,7 @@ struct WholeMapFunction : public torch::autograd::Function<WholeMapFunction> {
     const bool channels_last = ctx->saved_data["channels_last"].toBool();
     const int64_t group = ctx->saved_data["late_join_group"].toInt();
     torch::Tensor dw;
-    if (group >= 0 && channels_last && trainbench::plugins::SideStreamsApply(g.device(), Fork::kLateJoin)) {
+    if (group >= 0 && channels_last && trainbench::plugins::SideStreamsApply(g.device())) {
       // g is still being written on the side stream its convolution left
       // with `group` (cudnn_conv.h's late_join_group, the same condition):
       // fold it on a side stream behind that one, left with the group too,
@@ -166,7 +165,12 @@ torch::Tensor ChannelsAsMap(const torch::Tensor& y, const WholeMap& map) {
 }
 
 std::optional<bool> WholeMapForced() {
-  static const std::optional<bool> value = trainbench::plugins::OneOrZero(std::getenv("TRAINBENCH_CONV_WHOLE_MAP"));
+  // A test hook: "1" or "0" (the host refuses any other value before a run).
+  static const std::optional<bool> value = []() -> std::optional<bool> {
+    const char* s = std::getenv("TRAINBENCH_CONV_WHOLE_MAP");
+    if (s == nullptr || (std::string_view(s) != "1" && std::string_view(s) != "0")) return std::nullopt;
+    return s[0] == '1';
+  }();
   return value;
 }
 

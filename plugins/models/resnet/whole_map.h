@@ -8,13 +8,13 @@
 // the matrix whose block (p, q) is the tap that joins output pixel p to
 // input pixel q), it does 16 blocks of work instead of 36 (1 of 9 over a 1x1
 // map), and its three products (output, input gradient, filter gradient)
-// are square-ish matrices of the batch's size instead of long thin ones. On
-// by default since session 31 by a rule of type and batch (WholeMapApplies);
-// TRAINBENCH_CONV_WHOLE_MAP=1 or 0 forces it on or off. (Session 29's trim,
-// the one-pixel outputs over their live taps alone, went in session 32: the
-// whole map takes those too and beat it in every cell at batch 1024; at 128
-// only ResNet50 fp32 favoured the trim, +0.42% against -0.09%, within the
-// runs' spread.)
+// are square-ish matrices of the batch's size instead of long thin ones.
+// Taken by a rule of type and batch (WholeMapApplies); the test hook
+// TRAINBENCH_CONV_WHOLE_MAP=1 or 0 forces it on or off. (A trim of the
+// one-pixel outputs to their live taps alone was dropped: the whole map
+// takes those too and beat it in every cell at batch 1024; at 128 only
+// ResNet50 fp32 favoured the trim, +0.42% against -0.09%, within the runs'
+// spread.)
 
 #include <torch/types.h>
 
@@ -89,13 +89,13 @@ torch::Tensor MapAsChannels(const torch::Tensor& x);
 /// where WholeMapPlan gave `map`.
 torch::Tensor ChannelsAsMap(const torch::Tensor& y, const WholeMap& map);
 
-/// TRAINBENCH_CONV_WHOLE_MAP: "1" forces the whole-map form on, "0" off;
-/// unset (or any other value) none, the measured rule of WholeMapApplies.
-/// Read once a process.
+/// TRAINBENCH_CONV_WHOLE_MAP (a test hook): "1" forces the whole-map form
+/// on, "0" off; unset: none, the measured rule of WholeMapApplies. Read once
+/// a process.
 std::optional<bool> WholeMapForced();
 
 /// From this many images a step the whole-map form runs in bf16 and half as
-/// well as in fp32 (session 31, H200, 32 px: at batch 1024 it gained 1.2-4.7%
+/// well as in fp32 (H200, 32 px: at batch 1024 it gained 1.2-4.7%
 /// in bf16 and 2.3-7.5% in fp32; at batch 128 it lost 0.8-2.9% in bf16, and
 /// in fp32 gained 4.2% for ResNet18 and kept ResNet50's rate; between the two
 /// unmeasured).

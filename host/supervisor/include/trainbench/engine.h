@@ -38,7 +38,7 @@
 namespace trainbench {
 
 inline constexpr int kEngineApiVersionMajor = 1;
-inline constexpr int kEngineApiVersionMinor = 2;
+inline constexpr int kEngineApiVersionMinor = 3;
 
 /// Exit codes of `trainbench run`, also RunSummary::exit_code.
 enum ExitCode : int {
@@ -181,6 +181,13 @@ struct RunOptions {
   /// each other's timings), except inside a Slurm job, where Slurm decides
   /// what shares a node. (API 1.1)
   bool concurrent = false;
+  /// Diagnostics (API 1.3): each cell records this many timed steps through
+  /// LibTorch's profiler into out_dir/diagnostics/kernel-trace-cellN.json (0:
+  /// none; the traced steps run slower), and writes its captured step
+  /// (cuda_graph) as Graphviz, graph-cellN-K.dot. Recorded in each cell's
+  /// configuration.
+  int64_t kernel_trace_steps = 0;
+  bool graph_dump = false;
 };
 
 /// One thing that happened during a run.

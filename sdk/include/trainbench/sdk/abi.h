@@ -25,7 +25,8 @@
 /// 1.2 appended TbPluginDescriptor::device_traits (read only from 1.2+).
 /// 1.3 appended Model::TakeSgdUpdates() and Model::SetSgdLearningRate()
 /// (called only on plugins of 1.3+).
-#define TRAINBENCH_SDK_ABI_MINOR 3
+/// 1.4 appended Model::PathTaken() (called only on plugins of 1.4+).
+#define TRAINBENCH_SDK_ABI_MINOR 4
 
 /// Name of the one symbol a plugin exports (a Boost.DLL alias).
 #define TRAINBENCH_PLUGIN_ENTRY_NAME "trainbench_plugin_entry"

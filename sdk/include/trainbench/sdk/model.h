@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "trainbench/sdk/status.h"
@@ -101,6 +102,19 @@ class Model {
   virtual Status SetSgdLearningRate(double lr) noexcept {
     (void)lr;
     return Status::Error("this model takes no SGD updates");
+  }
+
+  /// SDK ABI 1.4. What the model's own rules chose for the steps it ran, for
+  /// the cell's record (results.json's `path`): a JSON object of names to
+  /// numbers, strings, booleans or objects of those, such as which kernel
+  /// form each layer took or how its engines were chosen. Asked once, after
+  /// the last step; at most 64 KiB. A model without rules of its own leaves
+  /// it empty (the default); what is not a JSON object is recorded as an
+  /// error, never as a choice. The host calls it only on plugins built
+  /// against ABI 1.4 or newer.
+  virtual Status PathTaken(std::string* json_object) noexcept {
+    json_object->clear();
+    return Status::Ok();
   }
 };
 

@@ -58,6 +58,8 @@ struct CellRecord {
   std::optional<int64_t> steps, steady_steps, measured_epochs, peak_memory_bytes;
   std::optional<std::vector<double>> epoch_seconds, train_loss, test_accuracy;
   std::optional<bool> projected, sync_batchnorm;
+  /// What the model's and the worker's rules chose (Result::path_taken).
+  std::optional<nlohmann::json> path_taken;
   std::optional<int64_t> ranks, rank;
   std::optional<std::string> backend;
   // Computed by the host.

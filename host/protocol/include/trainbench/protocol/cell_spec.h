@@ -5,6 +5,7 @@
 // of each default, shared by both processes); the spec travels as JSON on the
 // worker's stdin (docs/architecture.md, "Worker protocol").
 
+#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -26,8 +27,10 @@ struct DatasetSettings {
 
 /// `training.optimizer:`.
 struct OptimizerSettings {
-  std::string name = "sgd";  ///< "sgd" or "adam"
+  std::string name = "sgd";  ///< "sgd", "adam" or "adamw"
   double lr = 0.01, momentum = 0.9, weight_decay = 5e-4;
+  std::array<double, 2> betas = {0.9, 0.999};  ///< adam, adamw: the moments' decay rates
+  double eps = 1e-8;                           ///< adam, adamw: added to the second moment's root
   bool nesterov = false;
   /// SGD on one CUDA GPU inside a captured step: each parameter updated as
   /// soon as its gradient is final, beside the rest of the backward.
@@ -82,6 +85,15 @@ struct DistributedSpec {
   bool sync_batchnorm = false;
 };
 
+/// Diagnostics a run asks of its cells (`trainbench run --kernel-trace`,
+/// `--graph-dump`): files beside the results. A traced step runs a little
+/// slower, so the cell's configuration records them (the folder aside).
+struct Diagnostics {
+  int64_t kernel_trace_steps = 0;  ///< timed steps recorded by LibTorch's profiler (0: none)
+  bool graph_dump = false;         ///< the captured step (cuda_graph) written as Graphviz
+  std::string folder;              ///< where the files go: kernel-trace-cellN.json, graph-cellN-K.dot
+};
+
 /// One cell, as one worker runs it.
 struct CellSpec {
   int protocol = 0;  ///< kProtocolVersion of the sender
@@ -93,6 +105,7 @@ struct CellSpec {
   TrainingSettings training;
   StepMeasurement measurement;
   std::optional<DistributedSpec> distributed;
+  std::optional<Diagnostics> diagnostics;
 };
 
 /// JSON of each part, as recorded in results.json (`experiment` and each

@@ -87,6 +87,10 @@ struct Result {
   int64_t peak_memory_bytes = 0;
   int ranks = 1, rank = 0;
   std::string backend;  ///< "nccl"/"gloo" for data-parallel cells, else ""
+  /// What the model's rules (SDK 1.4's Model::PathTaken, under "model", or
+  /// "model_error" where it gave no JSON object) and the worker's chose for
+  /// the steps run ("worker": graphs captured, memsets rewritten).
+  std::optional<nlohmann::json> path_taken;
   nlohmann::json hardware;
   std::optional<bool> sync_batchnorm;  ///< data-parallel cells only
 };

@@ -53,10 +53,19 @@ void VisitFields(DatasetSettings& d, V& v) {
 
 template <class V>
 void VisitFields(OptimizerSettings& o, V& v) {
-  v(Field{"name", "sgd (fused on CUDA) or adam", 0, 0, "sgd,adam"}, o.name);
+  v(Field{"name",
+          "sgd (fused on CUDA), adam, or adamw (PyTorch's AdamW: decoupled weight decay, bias-corrected moments)", 0, 0,
+          "sgd,adam,adamw"},
+    o.name);
   v(Field{"lr", "learning rate", 1e-12, 100}, o.lr);
   v(Field{"momentum", "SGD momentum (sgd only)", 0, 0.999999}, o.momentum);
-  v(Field{"weight_decay", "L2 penalty added to the gradients", 0, 1}, o.weight_decay);
+  v(Field{"weight_decay",
+          "sgd and adam: L2 penalty added to the gradients; adamw: decoupled, the weights shrunk by lr x this each "
+          "step",
+          0, 1},
+    o.weight_decay);
+  v(Field{"betas", "adam and adamw: decay rates of the gradient's first and second moments", 0, 0.999999}, o.betas);
+  v(Field{"eps", "adam and adamw: added to the second moment's square root", 1e-30, 1}, o.eps);
   v(Field{"nesterov", "Nesterov momentum (needs momentum > 0)"}, o.nesterov);
   v(Field{"overlap",
           "sgd on one CUDA GPU in a captured step (cuda_graph): update each parameter once its gradient is final, "

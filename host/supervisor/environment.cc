@@ -1,0 +1,111 @@
+#include "environment.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+namespace trainbench {
+namespace {
+
+bool AnyText(const std::string&) { return true; }
+bool ZeroOrOne(const std::string& value) { return value == "0" || value == "1"; }
+bool PositiveSeconds(const std::string& value) {
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  return !value.empty() && *end == '\0' && v > 0 && v <= 86400;
+}
+
+}  // namespace
+
+const std::vector<EnvironmentVariable>& EnvironmentVariables() {
+  static const std::vector<EnvironmentVariable> kTable = {
+      {"TRAINBENCH_DATA", "a folder",
+       "the CIFAR-10 folder where `dataset.path` is not given, and what `${TRAINBENCH_DATA}` in it stands for", false,
+       AnyText},
+      {"TRAINBENCH_PLUGIN_PATH", "folders separated by `:`",
+       "searched for plugins after `--plugin-dir` and before the installation's folder", false, AnyText},
+      {"TRAINBENCH_WORKER", "a file",
+       "the trainbench-worker program to start (default: the one installed beside "
+       "`trainbench`)",
+       false, AnyText},
+      {"TRAINBENCH_MACHINE_LOCK", "a file",
+       "the machine-wide benchmark lock file (default `/run/lock/trainbench.lock`)", false, AnyText},
+      {"TRAINBENCH_DESCRIBE_TIMEOUT", "seconds (up to 86400)",
+       "how long describing the plugins may take before the worker is stopped (default 60)", false, PositiveSeconds},
+      {"TRAINBENCH_NVML_LIBRARY", "a file",
+       "the NVML library energy is read through (default libnvidia-ml.so.1; a "
+       "test hook)",
+       true, AnyText},
+      {"TRAINBENCH_POWERCAP_ROOT", "a folder",
+       "where the CPU's energy counters (RAPL) are read (default /sys/class/powercap; a test hook)", true, AnyText},
+      {"TRAINBENCH_CONV_WHOLE_MAP", "`0` or `1`",
+       "test hook: the ResNets' convolutions over maps smaller than their filter as one product over the whole map "
+       "always (`1`) or never (`0`), not by the model's rule",
+       true, ZeroOrOne},
+      {"TRAINBENCH_GRAPH_FILL", "`0` or `1`",
+       "test hook: a captured step's memsets rewritten as kernels always (`1`) or never (`0`), not by the worker's "
+       "rule (from 512 x 32 x 32 image pixels a step)",
+       true, ZeroOrOne},
+      {"TRAINBENCH_BEFORE_SM90", "`0` or `1`",
+       "test hook: `1` launches the ResNets' batch norm kernels as on a GPU before compute capability 9.0 (no "
+       "thread block clusters, no programmatic dependent launch), so that those paths run on an H100 too",
+       true, ZeroOrOne},
+  };
+  return kTable;
+}
+
+void CheckEnvironment() {
+  for (const EnvironmentVariable& v : EnvironmentVariables()) {
+    const char* value = std::getenv(v.name);
+    if (value == nullptr || *value == '\0' || v.valid(value)) continue;
+    std::string shown;  // printable, on one line
+    for (const char c : std::string(value).substr(0, 60)) shown += c >= 0x20 && c != 0x7f ? c : '?';
+    throw std::invalid_argument(std::string(v.name) + "='" + shown + "' is not understood: it takes " + v.values +
+                                " (or unset it)");
+  }
+}
+
+std::vector<std::string> UnknownEnvironment() {
+  std::vector<std::string> unknown;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    const std::string name(*e, eq != nullptr ? static_cast<size_t>(eq - *e) : std::strlen(*e));
+    if (name.rfind("TRAINBENCH_", 0) != 0) continue;
+    const auto& table = EnvironmentVariables();
+    if (std::none_of(table.begin(), table.end(), [&](const EnvironmentVariable& v) { return name == v.name; }))
+      unknown.push_back(name);
+  }
+  std::sort(unknown.begin(), unknown.end());
+  return unknown;
+}
+
+nlohmann::json RecordedEnvironment() {
+  nlohmann::json recorded = nlohmann::json::object();
+  for (const EnvironmentVariable& v : EnvironmentVariables()) {
+    const char* value = std::getenv(v.name);
+    if (v.recorded && value != nullptr && *value != '\0') recorded[v.name] = value;
+  }
+  return recorded;
+}
+
+std::string EnvironmentReference() {
+  std::ostringstream out;
+  out << "## Environment variables\n\n"
+         "Everything else is in the experiment file or on the command line. A value a variable does not take is "
+         "refused before a run starts (empty is unset); a `TRAINBENCH_*` variable not listed here does nothing "
+         "(`run` names it in a warning). Those marked recorded can change a figure: when set, each cell's "
+         "`config.environment` "
+         "in results.json records them, `--resume` reruns a cell whose value differs, and `trainbench report` "
+         "names the difference.\n\n"
+         "| variable | takes | recorded | what it does |\n|---|---|---|---|\n";
+  for (const EnvironmentVariable& v : EnvironmentVariables())
+    out << "| `" << v.name << "` | " << v.values << " | " << (v.recorded ? "yes" : "no") << " | " << v.meaning
+        << " |\n";
+  return out.str();
+}
+
+}  // namespace trainbench

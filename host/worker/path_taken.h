@@ -1,0 +1,20 @@
+#pragma once
+// What a cell's rules chose for the steps it ran, for its record
+// (results.json's `path_taken`): the model's own (SDK 1.4's
+// Model::PathTaken) and the worker's (the captured graphs, their memsets
+// rewritten as kernels).
+
+#include <nlohmann/json.hpp>
+
+#include "step_timer.h"
+#include "trainbench/sdk/model.h"
+
+namespace trainbench::worker {
+
+/// {"model": the model's answer} (asked only of plugins of ABI minor 4 or
+/// later; an answer that is not a JSON object of at most 64 KiB, or a
+/// refusal, is "model_error" instead, never a choice), and {"worker": ...}
+/// where the step was captured (`graphed` not null).
+nlohmann::json PathTaken(sdk::Model& model, int abi_minor, const GraphedStep* graphed);
+
+}  // namespace trainbench::worker

@@ -1,0 +1,102 @@
+// The environment's table (host/supervisor/environment.h): the values each
+// variable takes, what is recorded, and that the table is complete: every
+// TRAINBENCH_* variable read anywhere in host/, plugins/ and sdk/ is in it,
+// and there are at most ten.
+#include "environment.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "test_env.h"
+
+namespace trainbench {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  const char* name_;
+};
+
+TEST(Environment, ValuesNotTakenAreRefusedNamingTheVariableAndItsValues) {
+  EXPECT_NO_THROW(CheckEnvironment());
+  for (const char* bad : {"yes", "2", "on", " 1", "1\n"}) {
+    const ScopedEnv env("TRAINBENCH_GRAPH_FILL", bad);
+    try {
+      CheckEnvironment();
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind("TRAINBENCH_GRAPH_FILL='", 0), 0u) << message;
+      EXPECT_NE(message.find("`0` or `1`"), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  }
+  for (const char* good : {"0", "1", ""}) {
+    const ScopedEnv env("TRAINBENCH_BEFORE_SM90", good);
+    EXPECT_NO_THROW(CheckEnvironment()) << good;
+  }
+  for (const char* bad : {"0", "-1", "ten", "1e9"}) {
+    const ScopedEnv env("TRAINBENCH_DESCRIBE_TIMEOUT", bad);
+    EXPECT_THROW(CheckEnvironment(), std::invalid_argument) << bad;
+  }
+  const ScopedEnv env("TRAINBENCH_DESCRIBE_TIMEOUT", "2.5");
+  EXPECT_NO_THROW(CheckEnvironment());
+}
+
+TEST(Environment, OnlyTheVariablesThatCanChangeAFigureAreRecorded) {
+  const ScopedEnv fill("TRAINBENCH_GRAPH_FILL", "0");
+  const ScopedEnv lock("TRAINBENCH_MACHINE_LOCK", "/tmp/x.lock");
+  const ScopedEnv empty("TRAINBENCH_CONV_WHOLE_MAP", "");
+  EXPECT_EQ(RecordedEnvironment(), nlohmann::json({{"TRAINBENCH_GRAPH_FILL", "0"}}));
+}
+
+TEST(Environment, UnknownVariablesAreNamed) {
+  const ScopedEnv old("TRAINBENCH_BN_PDL", "0");
+  const ScopedEnv known("TRAINBENCH_GRAPH_FILL", "1");
+  const std::vector<std::string> unknown = UnknownEnvironment();
+  EXPECT_NE(std::find(unknown.begin(), unknown.end(), "TRAINBENCH_BN_PDL"), unknown.end());
+  EXPECT_EQ(std::find(unknown.begin(), unknown.end(), "TRAINBENCH_GRAPH_FILL"), unknown.end());
+}
+
+TEST(Environment, TheTableListsEveryVariableTheSourcesReadAndNoMoreThanTen) {
+  std::set<std::string> table;
+  for (const EnvironmentVariable& v : EnvironmentVariables()) table.insert(v.name);
+  EXPECT_LE(table.size(), 10u);
+  const std::regex read(R"re(getenv\("(TRAINBENCH_[A-Z0-9_]+)"\))re");
+  std::set<std::string> found;
+  for (const char* dir : {"host", "plugins", "sdk"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(testing::SourceDir() / dir)) {
+      const std::string ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".cc" && ext != ".h" && ext != ".cu" && ext != ".cuh")) continue;
+      std::ifstream in(entry.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      const std::string s = text.str();
+      for (std::sregex_iterator m(s.begin(), s.end(), read), end; m != end; ++m) {
+        found.insert((*m)[1]);
+        EXPECT_EQ(table.count((*m)[1]), 1u) << (*m)[1] << " read in " << entry.path() << " but not in the table";
+      }
+    }
+  }
+  EXPECT_GE(found.size(), 8u) << "the scan found too little to be right";
+}
+
+TEST(Environment, TheReferenceListsEveryVariable) {
+  const std::string reference = EnvironmentReference();
+  for (const EnvironmentVariable& v : EnvironmentVariables())
+    EXPECT_NE(reference.find(std::string("| `") + v.name + "` |"), std::string::npos) << v.name;
+}
+
+}  // namespace
+}  // namespace trainbench
