@@ -13,7 +13,7 @@ set(TRAINBENCH_GPU_COMPILE_CHECK "AUTO" CACHE STRING
     "Compile the GPU code with a CPU LibTorch (nothing linked or run): AUTO (where a CUDA toolkit is found), ON, OFF")
 set_property(CACHE TRAINBENCH_GPU_COMPILE_CHECK PROPERTY STRINGS AUTO ON OFF)
 
-if(TRAINBENCH_GPU_COMPILE_CHECK STREQUAL "OFF" OR NOT TRAINBENCH_TORCH_CUDA_VERSION STREQUAL "none")
+if(TRAINBENCH_GPU_COMPILE_CHECK STREQUAL "OFF" OR NOT TRAINBENCH_TORCH_CUDA_VERSION STREQUAL "none" OR TRAINBENCH_WORKER_BUILD)
   return()  # a CUDA build compiles (and links) all of it anyway
 endif()
 if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
@@ -54,15 +54,16 @@ add_library(trainbench_gpu_check_kernels OBJECT
   ${_src}/bench/graph_node_gaps.cu)
 set_target_properties(trainbench_gpu_check_kernels PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                                               CUDA_ARCHITECTURES 90 CUDA_VISIBILITY_PRESET hidden)
-target_include_directories(trainbench_gpu_check_kernels PRIVATE ${_src}/plugins/common ${_src}/host/worker)
+target_include_directories(trainbench_gpu_check_kernels PRIVATE ${_src}/plugins/cuda_element ${_src}/plugins/path_log
+                                                                 ${_src}/host/worker)
 
 # Every C++ translation unit with CUDA code, with the definitions a CUDA
 # build gives it.
 set(_plugin_units
-  ${_src}/plugins/common/cudnn_conv.cc
-  ${_src}/plugins/common/cudnn_plans.cc
-  ${_src}/plugins/common/cudnn_tuner.cc
-  ${_src}/plugins/common/side_stream.cc
+  ${_src}/plugins/models/resnet/cudnn/cudnn_conv.cc
+  ${_src}/plugins/models/resnet/cudnn/cudnn_plans.cc
+  ${_src}/plugins/models/resnet/cudnn/cudnn_tuner.cc
+  ${_src}/plugins/models/resnet/side_stream.cc
   ${_src}/plugins/models/simple_cnn/bias_relu_pool.cc
   ${_src}/plugins/models/resnet/batch_norm_act.cc
   ${_src}/plugins/models/resnet/classifier.cc
@@ -91,7 +92,8 @@ target_compile_definitions(trainbench_gpu_check_units PRIVATE
   TRAINBENCH_GRAPH_FILL_KERNEL=1)
 target_include_directories(trainbench_gpu_check_units BEFORE PRIVATE ${_generated})
 target_include_directories(trainbench_gpu_check_units PRIVATE
-  ${_src}/plugins/common ${_src}/plugins/models/resnet ${_src}/plugins/models/simple_cnn ${_src}/host/worker
+  ${_src}/plugins/path_log ${_src}/plugins/models/resnet ${_src}/plugins/models/resnet/cudnn
+  ${_src}/plugins/models/simple_cnn ${_src}/host/worker
   ${TRAINBENCH_GPU_CHECK_CUDNN_INCLUDE})
 target_link_libraries(trainbench_gpu_check_units PRIVATE trainbench::training trainbench::sdk CUDA::cudart
                       nlohmann_json::nlohmann_json)
@@ -100,5 +102,8 @@ if(TRAINBENCH_BUILD_TESTS)
   target_link_libraries(trainbench_gpu_check_units PRIVATE GTest::gtest trainbench_test_paths)
 endif()
 set_target_properties(trainbench_gpu_check_units PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+# Nothing links these objects: no optimisation and no debug information
+# (about half of each unit's time), the language and warnings as everywhere.
+target_compile_options(trainbench_gpu_check_units PRIVATE -O0 -g0)
 message(STATUS "trainbench: the GPU code is compiled (not linked or run) with nvcc ${CMAKE_CUDA_COMPILER_VERSION}: "
                "TRAINBENCH_GPU_COMPILE_CHECK")

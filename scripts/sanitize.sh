@@ -1,32 +1,39 @@
 #!/usr/bin/env bash
 # Hardening checks, built with clang:
-#  1. the whole build under AddressSanitizer + UndefinedBehaviorSanitizer,
-#     with the optional Prometheus exporter left out
-#     (-DTRAINBENCH_WITH_PROMETHEUS=OFF: the build that proves the option),
-#     and the test suite run on it: the supervisor's unit tests with leak
-#     detection, then every other test (the worker and plugins are
-#     instrumented; Debian's LibTorch under them is not);
+#  1. the host's own code under AddressSanitizer + UndefinedBehaviorSanitizer:
+#     the supervisor, the engine library, the protocol and the data reading
+#     (what reads configs, results, plugin descriptions, worker messages,
+#     data files and network clients), with the optional Prometheus exporter
+#     left out (-DTRAINBENCH_WITH_PROMETHEUS=OFF: the build that proves the
+#     option); its unit tests with leak detection, then the end-to-end tests
+#     with this supervisor and the worker and plugins of the full build in
+#     $BUILD_DIR (TRAINBENCH_WORKER_BUILD: no LibTorch code is compiled
+#     again: LibTorch under the worker is not instrumented either way);
 #  2. the libFuzzer targets for the config loader and the CIFAR-10 decoder,
 #     each for FUZZ_SECONDS (default 60) from the corpora in tests/fuzz/corpus.
+# Run after scripts/setup.sh (the full build in $BUILD_DIR, default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
-TORCH_SKIP=(-DTRAINBENCH_WITH_PROMETHEUS=OFF -DTRAINBENCH_GPU_COMPILE_CHECK=OFF)
+WORKER_BUILD=$PWD/${BUILD_DIR:-build}
+HOST_ONLY=(-DTRAINBENCH_WITH_PROMETHEUS=OFF -DTRAINBENCH_WORKER_BUILD="$WORKER_BUILD")
+[ -x "$WORKER_BUILD/bin/trainbench-worker" ] || { echo "sanitize: no full build in $WORKER_BUILD (run scripts/setup.sh first)"; exit 1; }
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
-  -DTRAINBENCH_SANITIZE=address,undefined "${TORCH_SKIP[@]}" > build-asan.log 2>&1 || { cat build-asan.log; exit 1; }
+  -DTRAINBENCH_SANITIZE=address,undefined "${HOST_ONLY[@]}" > build-asan.log 2>&1 || { cat build-asan.log; exit 1; }
 cmake --build build-asan -j "$(nproc)"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 build-asan/bin/supervisor_tests --gtest_brief=1
-# Leak checking off for the rest: LibTorch's static registries are never
-# freed. handle_segv=0: the fault tests need a real SIGSEGV to reach the host.
-# Left out: the install tests (they build examples with g++ against the
-# instrumented libraries) and the dashboard schema (no C++ in it).
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 build-asan/bin/protocol_tests --gtest_brief=1
+# Leak checking off for the rest: the host's processes end by signals in
+# many of them. handle_segv=0: the fault tests need a real SIGSEGV to reach
+# the host. Left out: the dashboard schema (no C++ in it) and the unit
+# tests just run (label host_unit).
 ASAN_OPTIONS=detect_leaks=0:handle_segv=0 ctest --test-dir build-asan --output-on-failure -j "$(nproc)" \
-  -E "Install|Dashboards"
+  -E Dashboards -LE host_unit
 
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DTRAINBENCH_FUZZ=ON -DTRAINBENCH_BUILD_TESTS=OFF "${TORCH_SKIP[@]}" > build-fuzz.log 2>&1 || { cat build-fuzz.log; exit 1; }
+  -DTRAINBENCH_FUZZ=ON -DTRAINBENCH_BUILD_TESTS=OFF "${HOST_ONLY[@]}" > build-fuzz.log 2>&1 || { cat build-fuzz.log; exit 1; }
 cmake --build build-fuzz --target config_loader_fuzzer cifar10_fuzzer -j "$(nproc)"
 for target in config_loader cifar10; do
   corpus=tests/fuzz/corpus/${target%_loader}

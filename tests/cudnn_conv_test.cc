@@ -1,5 +1,5 @@
 // The convolutions through cuDNN's backend API with a warm start
-// (plugins/common/cudnn_conv.h) against LibTorch's: outputs and both
+// (plugins/models/resnet/cudnn/cudnn_conv.h) against LibTorch's: outputs and both
 // gradients for every dtype and layout the ResNets use, the shapes of their
 // layers (7x7/2 stem, 3x3, 1x1, strided, 1x1 maps); a repeat run reads its
 // engines from the file and times nothing; runtime-compiled engines only
@@ -512,7 +512,7 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
 std::unique_ptr<sdk::Model> CudaResNet(bool bottleneck) {
   const sdk::Options options(R"({"num_classes": 10, "image_size": 32, "stem": "imagenet", "fused_batchnorm": true,
       "batchnorm_one_pass": true, "fused_maxpool": true, "cudnn_engine_cache": true,
-      "cudnn_runtime_compiled": false, "stem_space_to_depth": true, "fused_sgd": true, "fused_classifier": true})");
+      "cudnn_runtime_compiled": false, "cudnn_tune_log": false, "stem_space_to_depth": true, "fused_sgd": true, "fused_classifier": true})");
   const ResNetSpec spec = bottleneck ? ResNetSpec{{3, 4, 6, 3}, true} : ResNetSpec{{2, 2, 2, 2}, false};
   std::unique_ptr<sdk::Model> model = MakeResNet(spec, options);
   model->module().to(torch::kCUDA);

@@ -1,4 +1,4 @@
-// The per-machine file of cuDNN engine choices (plugins/common/engine_cache.h):
+// The per-machine file of cuDNN engine choices (plugins/models/resnet/cudnn/engine_cache.h):
 // what a repeat run reads, and what a missing, stale, corrupt or unwritable
 // file does. Plain files: runs on any machine.
 #include "engine_cache.h"

@@ -1,4 +1,4 @@
-// Memset nodes of a CUDA graph rewritten as kernel nodes (plugins/common/
+// Memset nodes of a CUDA graph rewritten as kernel nodes (host/worker/
 // graph_fill.h): the same bytes written, at the same place in the graph
 // (a copy after the memset reads what it wrote; one before it does not), for
 // 1-d and 2-d memsets, aligned or not. CUDA builds; skipped without a GPU.

@@ -1,4 +1,4 @@
-// Side streams (plugins/common/side_stream.h): nothing forks outside a
+// Side streams (plugins/models/resnet/side_stream.h): nothing forks outside a
 // capture; on CUDA, the side streams' priorities.
 #include "side_stream.h"
 

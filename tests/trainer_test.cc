@@ -153,6 +153,21 @@ TEST(Trainer, TheResultSaysWhatTheResNetsRulesChose) {
   EXPECT_FALSE(path->contains("worker")) << path->dump();
 }
 
+// SimpleCNN says which form each block's epilogue (bias + ReLU + max-pool)
+// ran in: on the CPU LibTorch's composite, three blocks a forward.
+TEST(Trainer, TheResultSaysWhichEpilogueSimpleCnnRan) {
+  const auto [code, events] = RunInProcess(SmallCell("simple_cnn", 32));
+  ASSERT_EQ(code, 0);
+  ASSERT_TRUE(std::holds_alternative<protocol::Result>(events.back()));
+  const auto& path = std::get<protocol::Result>(events.back()).path_taken;
+  ASSERT_TRUE(path.has_value());
+  ASSERT_TRUE(path->contains("model")) << path->dump();
+  const nlohmann::json& epilogue = (*path)["model"]["epilogue"];
+  EXPECT_GT(epilogue.value("composite", 0), 0) << path->dump();
+  EXPECT_EQ(epilogue.value("composite", 0) % 3, 0) << path->dump();
+  EXPECT_FALSE(epilogue.contains("fused_kernel")) << path->dump();
+}
+
 // The fixture model's faults in the SGD updates a model may take
 // (sdk::Model::TakeSgdUpdates), on the CPU with SGD: the cell fails with one
 // error naming the model and what it did, and no result.

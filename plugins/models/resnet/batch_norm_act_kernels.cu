@@ -16,12 +16,12 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "../../common/cuda_element.cuh"
-#include "../../common/path_log.h"
 #include "batch_norm_act_kernels.h"
 #include "batch_norm_one_pass.cuh"
 #include "batch_norm_two_pass.cuh"
+#include "cuda_element.cuh"
 #include "kernel_host.h"
+#include "path_log.h"
 
 namespace resnet::kernels {
 namespace {

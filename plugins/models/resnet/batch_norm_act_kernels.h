@@ -37,7 +37,7 @@
 //
 // The counters are per stream (PrepareDevice allocates them for up to 80
 // streams a device): kernels of this file may run on several streams at
-// once, as the branches of a captured step do (plugins/common/side_stream.h).
+// once, as the branches of a captured step do (plugins/models/resnet/side_stream.h).
 
 #include <cuda_runtime_api.h>
 

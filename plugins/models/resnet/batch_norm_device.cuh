@@ -11,7 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../../common/cuda_element.cuh"
+#include "cuda_element.cuh"
 #include "batch_norm_plan.h"
 
 namespace resnet::kernels::bn {

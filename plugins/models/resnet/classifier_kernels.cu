@@ -17,8 +17,8 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "../../common/cuda_element.cuh"
 #include "classifier_kernels.h"
+#include "cuda_element.cuh"
 #include "kernel_host.h"
 
 namespace resnet::kernels {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../../common/cuda_element.cuh"
+#include "cuda_element.cuh"
 #include "kernel_host.h"
 #include "max_pool_kernels.h"
 

@@ -37,7 +37,7 @@ using torch::nn::Conv2dOptions;
 
 // A convolution without bias (torchvision's names and shapes): on CUDA with
 // `engine_cache`, through cuDNN's backend API with its engine choices kept per
-// machine (plugins/common/cudnn_conv.h), the imagenet stem's in space-to-depth
+// machine (plugins/models/resnet/cudnn/cudnn_conv.h), the imagenet stem's in space-to-depth
 // form with `space_to_depth` (stem.h); elsewhere LibTorch's.
 class ConvImpl : public sdk::CountedConv2dImpl {
  public:

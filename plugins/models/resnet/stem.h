@@ -2,7 +2,7 @@
 // The ResNet stem's convolution (7x7, stride 2, padding 3, 1-4 input
 // channels) in space-to-depth form on CUDA (stem_kernels.h: the image's 2x2
 // blocks as channels, the filter as a 4x4 stride-1 one over them, through
-// the cuDNN path of plugins/common/cudnn_conv.h): the same output and weight
+// the cuDNN path of plugins/models/resnet/cudnn/cudnn_conv.h): the same output and weight
 // gradient, at the H200's measure 2x (32x32 images) to 2.6x (224x224) faster
 // than cuDNN's own kernels for the 7x7 one.
 

@@ -4,7 +4,7 @@
 // graph.
 #include <cstdint>
 
-#include "../../common/cuda_element.cuh"
+#include "cuda_element.cuh"
 #include "stem_kernels.h"
 
 namespace resnet::kernels {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../../common/cuda_element.cuh"
+#include "cuda_element.cuh"
 #include "weight_cast_kernels.h"
 
 namespace resnet::kernels {

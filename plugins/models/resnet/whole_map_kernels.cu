@@ -6,7 +6,7 @@
 // written, the taps no window reaches with zero: no separate zeroing.
 #include <cstdint>
 
-#include "../../common/cuda_element.cuh"
+#include "cuda_element.cuh"
 #include "kernel_host.h"
 #include "whole_map_kernels.h"
 

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "path_log.h"
+
 #ifdef TRAINBENCH_SIMPLE_CNN_KERNELS
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -112,12 +114,14 @@ bool FusedKernelsBuilt() noexcept {
 torch::Tensor BiasReluMaxPool(const torch::Tensor& y, const torch::Tensor& bias) {
 #ifdef TRAINBENCH_SIMPLE_CNN_KERNELS
   if (FusedApplies(y, bias)) {
+    trainbench::plugins::CountPath("epilogue", "fused_kernel");
     // Without a backward to come (evaluation), no window offsets are kept.
     if (!torch::GradMode::is_enabled() || !(y.requires_grad() || bias.requires_grad()))
       return Forward(y, bias, /*offsets=*/nullptr);
     return FusedBiasReluMaxPool::apply(y, bias);
   }
 #endif
+  trainbench::plugins::CountPath("epilogue", "composite");
   return Composite(y, bias);
 }
 

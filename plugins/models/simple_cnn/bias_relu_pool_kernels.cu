@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "../../common/cuda_element.cuh"
 #include "bias_relu_pool_kernels.h"
+#include "cuda_element.cuh"
 
 namespace simple_cnn::kernels {
 namespace {

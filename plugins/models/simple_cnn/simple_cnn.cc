@@ -17,9 +17,12 @@
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/module.h>
 
+#include <exception>
 #include <memory>
+#include <string>
 
 #include "bias_relu_pool.h"
+#include "path_log.h"
 #include "trainbench/sdk/module_model.h"
 #include "trainbench/sdk/plugin.h"
 
@@ -57,6 +60,7 @@ class SimpleCnnImpl : public torch::nn::Module {
       return simple_cnn::BiasReluMaxPool(torch::conv2d(x, conv->weight, /*bias=*/{}, /*stride=*/1, /*padding=*/1),
                                          conv->bias);
     }
+    trainbench::plugins::CountPath("epilogue", "composite");
     return F::max_pool2d(torch::relu(conv(x)), F::MaxPool2dFuncOptions(2));
   }
 
@@ -74,9 +78,26 @@ const TbParamSpec kParams[] = {
      0},
 };
 
+// The network as a Model that says which form each convolution's epilogue
+// ran in (Model::PathTaken): {"epilogue": {"fused_kernel": n, "composite": n}},
+// counted per block as the host runs them (a captured step: its capture).
+class SimpleCnnModel : public trainbench::sdk::ModuleModel<SimpleCnn> {
+ public:
+  using ModuleModel::ModuleModel;
+
+  trainbench::sdk::Status PathTaken(std::string* json_object) noexcept override {
+    try {
+      *json_object = trainbench::plugins::PathJson();
+      return trainbench::sdk::Status::Ok();
+    } catch (const std::exception& e) {
+      return trainbench::sdk::Status::Error(std::string("path: ") + e.what());
+    }
+  }
+};
+
 std::unique_ptr<trainbench::sdk::Model> Make(const trainbench::sdk::Options& options) {
   const int64_t classes = options.GetInt("num_classes");
-  return std::make_unique<trainbench::sdk::ModuleModel<SimpleCnn>>(
+  return std::make_unique<SimpleCnnModel>(
       SimpleCnn(options.GetInt("hidden"), classes, options.GetBool("fused_epilogue")),
       std::array<int64_t, 3>{3, 32, 32}, classes);
 }

@@ -1,0 +1,192 @@
+# The tests and fixtures that compile LibTorch code: the test plugins, the
+# worker's and plugins' own tests, the GPU tests on CUDA builds. Left out of
+# a host-only build (TRAINBENCH_WORKER_BUILD: the sanitizer build), whose
+# tests use another build's.
+
+# Plugins that must be rejected, each for its own reason.
+function(trainbench_fixture name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEFINES;LIBRARIES" ${ARGN})
+  add_library(${name} MODULE ${ARG_SOURCES})
+  target_compile_definitions(${name} PRIVATE ${ARG_DEFINES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBRARIES})
+  set_target_properties(${name} PROPERTIES PREFIX "" LIBRARY_OUTPUT_DIRECTORY ${FIXTURE_DIR})
+endfunction()
+set(_abi_libs trainbench::sdk_abi Boost::headers)
+set(_torch_version_include ${TORCH_INCLUDE_DIRS})
+trainbench_fixture(fixture_abi_major SOURCES fixtures/abi_variants.cc LIBRARIES ${_abi_libs}
+                   DEFINES FIXTURE_ABI_MAJOR=2 FIXTURE_ABI_MINOR=0)
+trainbench_fixture(fixture_abi_minor SOURCES fixtures/abi_variants.cc LIBRARIES ${_abi_libs}
+                   DEFINES FIXTURE_ABI_MAJOR=1 FIXTURE_ABI_MINOR=99)
+trainbench_fixture(fixture_fingerprint SOURCES fixtures/abi_variants.cc LIBRARIES ${_abi_libs}
+                   DEFINES FIXTURE_ABI_MAJOR=1 FIXTURE_ABI_MINOR=0 FIXTURE_TORCH_VERSION="0.0.1")
+trainbench_fixture(fixture_other_compiler SOURCES fixtures/abi_variants.cc LIBRARIES ${_abi_libs}
+                   DEFINES FIXTURE_ABI_MAJOR=1 FIXTURE_ABI_MINOR=0 FIXTURE_COMPILER="other-compiler")
+trainbench_fixture(fixture_cxx_abi SOURCES fixtures/abi_variants.cc LIBRARIES ${_abi_libs}
+                   DEFINES FIXTURE_ABI_MAJOR=1 FIXTURE_ABI_MINOR=0 FIXTURE_CXX_ABI="libstdc++/cxx11=0")
+trainbench_fixture(fixture_enum_without_choices SOURCES fixtures/abi_variants.cc LIBRARIES ${_abi_libs}
+                   DEFINES FIXTURE_ABI_MAJOR=1 FIXTURE_ABI_MINOR=0 FIXTURE_SCHEMA=1)
+trainbench_fixture(fixture_default_not_json SOURCES fixtures/abi_variants.cc LIBRARIES ${_abi_libs}
+                   DEFINES FIXTURE_ABI_MAJOR=1 FIXTURE_ABI_MINOR=0 FIXTURE_SCHEMA=2)
+trainbench_fixture(fixture_no_entry SOURCES fixtures/no_entry.cc)
+trainbench_fixture(fixture_crash_on_load SOURCES fixtures/crash_on_load.cc)
+# In a folder of its own: describing it takes the describe timeout.
+trainbench_fixture(fixture_hang_on_load SOURCES fixtures/hang_on_load.cc)
+set_target_properties(fixture_hang_on_load PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${FIXTURE_DIR}_hang)
+foreach(t fixture_abi_major fixture_abi_minor fixture_fingerprint fixture_other_compiler fixture_cxx_abi
+        fixture_enum_without_choices fixture_default_not_json)
+  target_include_directories(${t} PRIVATE ${TORCH_INCLUDE_DIRS})
+  target_compile_definitions(${t} PRIVATE TRAINBENCH_TORCH_CUDA_VERSION="${TRAINBENCH_TORCH_CUDA_VERSION}")
+endforeach()
+file(WRITE ${FIXTURE_DIR}/fixture_not_a_library.so "this is text, not an ELF shared object\n")
+
+# NVML's stand-in (the driver's libnvidia-ml.so.1, for the GPU stand-in's
+# energy), in a folder of its own: it is not a plugin.
+add_library(fake_nvml SHARED fixtures/fake_nvml.cc)
+set_target_properties(fake_nvml PROPERTIES OUTPUT_NAME nvidia-ml SOVERSION 1 VERSION 1
+                      LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests/fake_nvml CXX_VISIBILITY_PRESET default)
+
+# A real plugin that fails on demand, for fault tests.
+trainbench_add_plugin(faulty_model SOURCES fixtures/faulty_model.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
+# The same, declared as SDK ABI 1.0 (compatibility with older plugins).
+trainbench_add_plugin(old_abi_model SOURCES fixtures/faulty_model.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
+target_compile_definitions(old_abi_model PRIVATE FIXTURE_OLD_ABI)
+
+# The same, built against the previous ABI minor's real headers (the ABI
+# check's baseline): it must load and train on this host.
+trainbench_add_plugin(sdk11_model SOURCES fixtures/faulty_model.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
+target_include_directories(sdk11_model BEFORE PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/sdk-1.1/include)
+target_compile_definitions(sdk11_model PRIVATE FIXTURE_PLUGIN_NAME="sdk11_model")
+
+# A GPU's stand-in (a CPU device with a device_index), for the Slurm test's --gres cells.
+trainbench_add_plugin(gpu_stand_in SOURCES fixtures/gpu_stand_in.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
+# The same under a name the host has never heard of: devices describe themselves.
+trainbench_add_plugin(acme_npu SOURCES fixtures/gpu_stand_in.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
+target_compile_definitions(acme_npu PRIVATE FIXTURE_DEVICE_NAME="acme_npu")
+
+# Worker-side tests: plugins loaded in this process.
+add_executable(engine_tests plugin_loader_test.cc models_test.cc batch_norm_test.cc dataset_test.cc energy_test.cc
+                            optimizer_test.cc trainer_test.cc)
+target_link_libraries(engine_tests PRIVATE trainbench::training GTest::gtest_main trainbench_test_paths)
+add_dependencies(engine_tests simple_cnn resnet18 resnet50 cpu fake_nvml fixture_abi_major fixture_abi_minor
+                 fixture_fingerprint fixture_other_compiler fixture_cxx_abi fixture_enum_without_choices
+                 fixture_default_not_json fixture_no_entry fixture_crash_on_load faulty_model)
+gtest_discover_tests(engine_tests DISCOVERY_TIMEOUT 60)
+# The ResNets' convolutions over maps smaller than their filter as one matrix
+# product (on by default in fp32 and from batch 512; the rule and the
+# filter's autograd on the CPU in whole_map_tests), and the whole models on
+# the cuDNN path (GPU only; skipped elsewhere) with it forced on
+# (TRAINBENCH_CONV_WHOLE_MAP=1: every type at every batch, channels_last in
+# fp32 too, the stem's cases, where the rule takes layer 3's 2x2 maps and
+# layer 4's 1x1) and off (=0: the plain convolutions the default no longer
+# runs in fp32).
+add_executable(whole_map_tests whole_map_test.cc)
+target_include_directories(whole_map_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
+target_link_libraries(whole_map_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
+gtest_discover_tests(whole_map_tests DISCOVERY_TIMEOUT 60)
+gtest_discover_tests(engine_tests DISCOVERY_TIMEOUT 60 TEST_PREFIX WholeMapModels.
+                     TEST_FILTER "Models.ResNetEngineCache*:Models.ResNetFusedBatchNorm*:Models.ResNetStemSpaceToDepth*"
+                     PROPERTIES ENVIRONMENT TRAINBENCH_CONV_WHOLE_MAP=1)
+gtest_discover_tests(engine_tests DISCOVERY_TIMEOUT 60 TEST_PREFIX NoWholeMapModels.
+                     TEST_FILTER "Models.ResNetEngineCache*:Models.ResNetFusedBatchNorm*:Models.ResNetStemSpaceToDepth*"
+                     PROPERTIES ENVIRONMENT TRAINBENCH_CONV_WHOLE_MAP=0)
+
+# The side streams' priorities (the forks themselves are tested in
+# cudnn_conv_tests on CUDA builds; here without CUDA, that nothing forks).
+add_executable(side_stream_tests side_stream_test.cc)
+target_link_libraries(side_stream_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
+if(TARGET trainbench_resnet_kernels)
+  target_compile_definitions(side_stream_tests PRIVATE TRAINBENCH_RESNET_KERNELS)  # the GPU cases
+endif()
+gtest_discover_tests(side_stream_tests DISCOVERY_TIMEOUT 60)
+
+# SimpleCNN's fused CUDA epilogue against LibTorch's composite (CUDA builds).
+if(TARGET trainbench_simple_cnn_kernels)
+  add_executable(fused_kernel_tests bias_relu_pool_test.cc
+                 ${PROJECT_SOURCE_DIR}/plugins/models/simple_cnn/bias_relu_pool.cc)
+  target_include_directories(fused_kernel_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/simple_cnn)
+  target_compile_definitions(fused_kernel_tests PRIVATE TRAINBENCH_SIMPLE_CNN_KERNELS)
+  target_link_libraries(fused_kernel_tests PRIVATE trainbench_simple_cnn_kernels trainbench_path_log CUDA::cudart ${TORCH_LIBRARIES}
+                        GTest::gtest_main)
+  gtest_discover_tests(fused_kernel_tests DISCOVERY_TIMEOUT 60)
+endif()
+# The ResNets' fused batch norm against the module's composite (CUDA builds).
+if(TARGET trainbench_resnet_kernels)
+  add_executable(batch_norm_act_tests batch_norm_act_test.cc)
+  target_include_directories(batch_norm_act_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
+  target_link_libraries(batch_norm_act_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
+  gtest_discover_tests(batch_norm_act_tests DISCOVERY_TIMEOUT 60)
+  # The paths of GPUs before compute capability 9.0 (no thread block
+  # clusters: the one-pass kernels' blocks wait for each other through global
+  # memory; no programmatic dependent launches), on this GPU
+  # (TRAINBENCH_BEFORE_SM90=1, a test hook): the channels_last cases, the
+  # streams' and the captured steps.
+  gtest_discover_tests(batch_norm_act_tests DISCOVERY_TIMEOUT 60 TEST_PREFIX BeforeSm90.
+                       TEST_FILTER "Cuda/BatchNormAct.*ChannelsLast*:BatchNormActStreams.*:BatchNormActGraph.*"
+                       PROPERTIES ENVIRONMENT TRAINBENCH_BEFORE_SM90=1)
+  # The stem's max pool against LibTorch's.
+  add_executable(max_pool_tests max_pool_test.cc)
+  target_include_directories(max_pool_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
+  target_link_libraries(max_pool_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
+  gtest_discover_tests(max_pool_tests DISCOVERY_TIMEOUT 60)
+  # Autocast's weight casts in one kernel against LibTorch's.
+  add_executable(weight_cast_tests weight_cast_test.cc)
+  target_include_directories(weight_cast_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
+  target_link_libraries(weight_cast_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
+  gtest_discover_tests(weight_cast_tests DISCOVERY_TIMEOUT 60)
+  # The whole map's filter gradient folded in one kernel against LibTorch's
+  # ops: the kernel itself and the whole map's autograd with it.
+  add_executable(whole_map_kernel_tests whole_map_kernel_test.cc)
+  target_include_directories(whole_map_kernel_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
+  target_link_libraries(whole_map_kernel_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
+  gtest_discover_tests(whole_map_kernel_tests DISCOVERY_TIMEOUT 60)
+  # The ResNets' classifier kernels against fp64 and autocast's linear.
+  add_executable(classifier_tests classifier_test.cc)
+  target_include_directories(classifier_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
+  target_link_libraries(classifier_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
+  gtest_discover_tests(classifier_tests DISCOVERY_TIMEOUT 60)
+  # The ResNets' own SGD updates against torch.optim.SGD's arithmetic.
+  add_executable(fused_sgd_tests fused_sgd_test.cc)
+  target_include_directories(fused_sgd_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
+  target_link_libraries(fused_sgd_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
+  gtest_discover_tests(fused_sgd_tests DISCOVERY_TIMEOUT 60)
+  # What a CUDA graph adds between two kernels per kind of node between them
+  # (bench/graph_node_gaps.cu: a memset node, a fill kernel, child graphs).
+  add_executable(graph_node_gaps ${PROJECT_SOURCE_DIR}/bench/graph_node_gaps.cu
+                                 $<TARGET_OBJECTS:trainbench_graph_fill>)
+  set_target_properties(graph_node_gaps PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
+  target_include_directories(graph_node_gaps PRIVATE ${PROJECT_SOURCE_DIR}/host/worker)
+  target_link_libraries(graph_node_gaps PRIVATE CUDA::cudart)
+  # Its micro-benchmark (bench/batch_norm_act_bench.cc).
+  add_executable(batch_norm_act_bench ${PROJECT_SOURCE_DIR}/bench/batch_norm_act_bench.cc)
+  target_include_directories(batch_norm_act_bench PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
+  target_link_libraries(batch_norm_act_bench PRIVATE trainbench_resnet_impl)
+endif()
+# The convolutions through cuDNN's backend API with a warm start (CUDA builds
+# with cuDNN's headers).
+if(TARGET trainbench_resnet_kernels AND TRAINBENCH_CUDNN_INCLUDE_DIR AND TRAINBENCH_CUDNN_LIBRARY)
+  add_executable(cudnn_conv_tests cudnn_conv_test.cc)
+  target_include_directories(cudnn_conv_tests PRIVATE ${PROJECT_SOURCE_DIR}/host/worker
+                                                      ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
+  # (and the host's optimizer, for its updates during a captured backward)
+  target_link_libraries(cudnn_conv_tests PRIVATE trainbench_resnet_impl trainbench::training nlohmann_json::nlohmann_json
+                                                 GTest::gtest_main)
+  gtest_discover_tests(cudnn_conv_tests DISCOVERY_TIMEOUT 60)
+  # The rewrite itself (host/worker/graph_fill.h).
+  add_executable(graph_fill_tests graph_fill_test.cc $<TARGET_OBJECTS:trainbench_graph_fill>)
+  target_include_directories(graph_fill_tests PRIVATE ${PROJECT_SOURCE_DIR}/host/worker)
+  target_link_libraries(graph_fill_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
+  gtest_discover_tests(graph_fill_tests DISCOVERY_TIMEOUT 60)
+  # The stem's convolution in space-to-depth form against LibTorch's 7x7 one.
+  add_executable(stem_tests stem_test.cc)
+  target_include_directories(stem_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet
+                                                ${PROJECT_SOURCE_DIR}/host/worker)
+  target_link_libraries(stem_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
+  gtest_discover_tests(stem_tests DISCOVERY_TIMEOUT 60)
+  # cuDNN's fused convolutions (statistics, scale-bias-ReLU prologue) against
+  # the model's convolutions and batch norms (bench/cudnn_fusion_bench.cc).
+  add_executable(cudnn_fusion_bench ${PROJECT_SOURCE_DIR}/bench/cudnn_fusion_bench.cc)
+  target_include_directories(cudnn_fusion_bench PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet
+                                                        ${PROJECT_SOURCE_DIR}/plugins/models/resnet/cudnn
+                                                        ${TRAINBENCH_CUDNN_INCLUDE_DIR})
+  target_link_libraries(cudnn_fusion_bench PRIVATE trainbench_resnet_impl)
+endif()
