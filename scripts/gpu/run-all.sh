@@ -3,7 +3,8 @@
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
 #   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass aba graphgaps fusion firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
-# (dp needs two GPUs: the nvidia-h200-x2 machine)
+# (dp needs two GPUs: the nvidia-h200-x2 machine). Carry .debs (scripts/gpu/fetch-debs.sh) and, for
+# the stages on real images, .data (scripts/gpu/copy-data.sh).
 # A call whose stages all run only trainbench, its plugins or a program of
 # bench/ builds only those targets (STAGE_TARGETS below); any other stage, the
 # tests' among them, builds everything.
