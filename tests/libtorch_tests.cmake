@@ -63,6 +63,14 @@ trainbench_add_plugin(gpu_stand_in SOURCES fixtures/gpu_stand_in.cc OUTPUT_DIREC
 trainbench_add_plugin(acme_npu SOURCES fixtures/gpu_stand_in.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
 target_compile_definitions(acme_npu PRIVATE FIXTURE_DEVICE_NAME="acme_npu")
 
+# A test program of the ResNets' code from its sources: trainbench_resnet_impl
+# brings the headers (plugins/models/resnet/ and its cudnn/).
+function(trainbench_resnet_test name)
+  add_executable(${name} ${ARGN})
+  target_link_libraries(${name} PRIVATE trainbench_resnet_impl GTest::gtest_main)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60)
+endfunction()
+
 # Worker-side tests: plugins loaded in this process.
 add_executable(engine_tests plugin_loader_test.cc models_test.cc batch_norm_test.cc dataset_test.cc energy_test.cc
                             optimizer_test.cc trainer_test.cc)
@@ -79,10 +87,7 @@ gtest_discover_tests(engine_tests DISCOVERY_TIMEOUT 60)
 # fp32 too, the stem's cases, where the rule takes layer 3's 2x2 maps and
 # layer 4's 1x1) and off (=0: the plain convolutions the default no longer
 # runs in fp32).
-add_executable(whole_map_tests whole_map_test.cc)
-target_include_directories(whole_map_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
-target_link_libraries(whole_map_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
-gtest_discover_tests(whole_map_tests DISCOVERY_TIMEOUT 60)
+trainbench_resnet_test(whole_map_tests whole_map_test.cc)
 gtest_discover_tests(engine_tests DISCOVERY_TIMEOUT 60 TEST_PREFIX WholeMapModels.
                      TEST_FILTER "Models.ResNetEngineCache*:Models.ResNetFusedBatchNorm*:Models.ResNetStemSpaceToDepth*"
                      PROPERTIES ENVIRONMENT TRAINBENCH_CONV_WHOLE_MAP=1)
@@ -92,12 +97,10 @@ gtest_discover_tests(engine_tests DISCOVERY_TIMEOUT 60 TEST_PREFIX NoWholeMapMod
 
 # The side streams' priorities (the forks themselves are tested in
 # cudnn_conv_tests on CUDA builds; here without CUDA, that nothing forks).
-add_executable(side_stream_tests side_stream_test.cc)
-target_link_libraries(side_stream_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
+trainbench_resnet_test(side_stream_tests side_stream_test.cc)
 if(TARGET trainbench_resnet_kernels)
   target_compile_definitions(side_stream_tests PRIVATE TRAINBENCH_RESNET_KERNELS)  # the GPU cases
 endif()
-gtest_discover_tests(side_stream_tests DISCOVERY_TIMEOUT 60)
 
 # SimpleCNN's fused CUDA epilogue against LibTorch's composite (CUDA builds).
 if(TARGET trainbench_simple_cnn_kernels)
@@ -111,10 +114,7 @@ if(TARGET trainbench_simple_cnn_kernels)
 endif()
 # The ResNets' fused batch norm against the module's composite (CUDA builds).
 if(TARGET trainbench_resnet_kernels)
-  add_executable(batch_norm_act_tests batch_norm_act_test.cc)
-  target_include_directories(batch_norm_act_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
-  target_link_libraries(batch_norm_act_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
-  gtest_discover_tests(batch_norm_act_tests DISCOVERY_TIMEOUT 60)
+  trainbench_resnet_test(batch_norm_act_tests batch_norm_act_test.cc)
   # The paths of GPUs before compute capability 9.0 (no thread block
   # clusters: the one-pass kernels' blocks wait for each other through global
   # memory; no programmatic dependent launches), on this GPU
@@ -124,31 +124,16 @@ if(TARGET trainbench_resnet_kernels)
                        TEST_FILTER "Cuda/BatchNormAct.*ChannelsLast*:BatchNormActStreams.*:BatchNormActGraph.*"
                        PROPERTIES ENVIRONMENT TRAINBENCH_BEFORE_SM90=1)
   # The stem's max pool against LibTorch's.
-  add_executable(max_pool_tests max_pool_test.cc)
-  target_include_directories(max_pool_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
-  target_link_libraries(max_pool_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
-  gtest_discover_tests(max_pool_tests DISCOVERY_TIMEOUT 60)
+  trainbench_resnet_test(max_pool_tests max_pool_test.cc)
   # Autocast's weight casts in one kernel against LibTorch's.
-  add_executable(weight_cast_tests weight_cast_test.cc)
-  target_include_directories(weight_cast_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
-  target_link_libraries(weight_cast_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
-  gtest_discover_tests(weight_cast_tests DISCOVERY_TIMEOUT 60)
+  trainbench_resnet_test(weight_cast_tests weight_cast_test.cc)
   # The whole map's filter gradient folded in one kernel against LibTorch's
   # ops: the kernel itself and the whole map's autograd with it.
-  add_executable(whole_map_kernel_tests whole_map_kernel_test.cc)
-  target_include_directories(whole_map_kernel_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
-  target_link_libraries(whole_map_kernel_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
-  gtest_discover_tests(whole_map_kernel_tests DISCOVERY_TIMEOUT 60)
+  trainbench_resnet_test(whole_map_kernel_tests whole_map_kernel_test.cc)
   # The ResNets' classifier kernels against fp64 and autocast's linear.
-  add_executable(classifier_tests classifier_test.cc)
-  target_include_directories(classifier_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
-  target_link_libraries(classifier_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
-  gtest_discover_tests(classifier_tests DISCOVERY_TIMEOUT 60)
+  trainbench_resnet_test(classifier_tests classifier_test.cc)
   # The ResNets' own SGD updates against torch.optim.SGD's arithmetic.
-  add_executable(fused_sgd_tests fused_sgd_test.cc)
-  target_include_directories(fused_sgd_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
-  target_link_libraries(fused_sgd_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
-  gtest_discover_tests(fused_sgd_tests DISCOVERY_TIMEOUT 60)
+  trainbench_resnet_test(fused_sgd_tests fused_sgd_test.cc)
   # What a CUDA graph adds between two kernels per kind of node between them
   # (bench/graph_node_gaps.cu: a memset node, a fill kernel, child graphs).
   add_executable(graph_node_gaps ${PROJECT_SOURCE_DIR}/bench/graph_node_gaps.cu
@@ -158,35 +143,25 @@ if(TARGET trainbench_resnet_kernels)
   target_link_libraries(graph_node_gaps PRIVATE CUDA::cudart)
   # Its micro-benchmark (bench/batch_norm_act_bench.cc).
   add_executable(batch_norm_act_bench ${PROJECT_SOURCE_DIR}/bench/batch_norm_act_bench.cc)
-  target_include_directories(batch_norm_act_bench PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
   target_link_libraries(batch_norm_act_bench PRIVATE trainbench_resnet_impl)
 endif()
 # The convolutions through cuDNN's backend API with a warm start (CUDA builds
 # with cuDNN's headers).
 if(TARGET trainbench_resnet_kernels AND TRAINBENCH_CUDNN_INCLUDE_DIR AND TRAINBENCH_CUDNN_LIBRARY)
-  add_executable(cudnn_conv_tests cudnn_conv_test.cc)
-  target_include_directories(cudnn_conv_tests PRIVATE ${PROJECT_SOURCE_DIR}/host/worker
-                                                      ${PROJECT_SOURCE_DIR}/plugins/models/resnet)
+  trainbench_resnet_test(cudnn_conv_tests cudnn_conv_test.cc)
   # (and the host's optimizer, for its updates during a captured backward)
-  target_link_libraries(cudnn_conv_tests PRIVATE trainbench_resnet_impl trainbench::training nlohmann_json::nlohmann_json
-                                                 GTest::gtest_main)
-  gtest_discover_tests(cudnn_conv_tests DISCOVERY_TIMEOUT 60)
+  target_link_libraries(cudnn_conv_tests PRIVATE trainbench::training nlohmann_json::nlohmann_json)
   # The rewrite itself (host/worker/graph_fill.h).
-  add_executable(graph_fill_tests graph_fill_test.cc $<TARGET_OBJECTS:trainbench_graph_fill>)
+  trainbench_resnet_test(graph_fill_tests graph_fill_test.cc $<TARGET_OBJECTS:trainbench_graph_fill>)
   target_include_directories(graph_fill_tests PRIVATE ${PROJECT_SOURCE_DIR}/host/worker)
-  target_link_libraries(graph_fill_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
-  gtest_discover_tests(graph_fill_tests DISCOVERY_TIMEOUT 60)
   # The stem's convolution in space-to-depth form against LibTorch's 7x7 one.
-  add_executable(stem_tests stem_test.cc)
-  target_include_directories(stem_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet
-                                                ${PROJECT_SOURCE_DIR}/host/worker)
-  target_link_libraries(stem_tests PRIVATE trainbench_resnet_impl GTest::gtest_main)
-  gtest_discover_tests(stem_tests DISCOVERY_TIMEOUT 60)
+  trainbench_resnet_test(stem_tests stem_test.cc)
+  target_include_directories(stem_tests PRIVATE ${PROJECT_SOURCE_DIR}/host/worker)
   # cuDNN's fused convolutions (statistics, scale-bias-ReLU prologue) against
-  # the model's convolutions and batch norms (bench/cudnn_fusion_bench.cc).
+  # the model's convolutions and batch norms (bench/cudnn_fusion_bench.cc);
+  # the plugin's cudnn_backend.h before cuDNN's header of the same name.
   add_executable(cudnn_fusion_bench ${PROJECT_SOURCE_DIR}/bench/cudnn_fusion_bench.cc)
-  target_include_directories(cudnn_fusion_bench PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet
-                                                        ${PROJECT_SOURCE_DIR}/plugins/models/resnet/cudnn
+  target_include_directories(cudnn_fusion_bench PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet/cudnn
                                                         ${TRAINBENCH_CUDNN_INCLUDE_DIR})
   target_link_libraries(cudnn_fusion_bench PRIVATE trainbench_resnet_impl)
 endif()
