@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Sums up an interleaved side-by-side of settings (run-all.sh aba: this tree,
-"head", against another, "base"; the runs
-geometry-b<batch>-<n>-<setting>/results.json in one folder): per batch
-size, every run's samples/s per cell, then each setting's mean against the
-baseline's mean, and whether its runs and the baseline's are apart (every run
-of one above every run of the other), since the machines here are noisy: a
-change whose runs overlap the baseline's is not shown by this side-by-side.
+"""Sums up an interleaved side-by-side of settings (run-all.sh aba, aba-imagenet,
+aba-epochs: this tree, "head", against another, "base"; the runs
+<what>-b<batch>-<n>-<setting>/results.json in one folder): per kind of run
+and batch size, every run's figure per cell (samples/s unless --metric names
+another field of a cell, e.g. time_to_train_seconds), then each setting's
+mean against the baseline's mean, and whether its runs and the baseline's are
+apart (every run of one above every run of the other), since the machines
+here are noisy: a change whose runs overlap the baseline's is not shown by
+this side-by-side.
 
-  python3 bench/aba.py OUT [--baseline base]
+  python3 bench/aba.py OUT [--baseline base] [--metric FIELD]
 """
 import argparse
 import collections
@@ -18,32 +20,32 @@ import re
 import statistics
 import sys
 
-RUN = re.compile(r"geometry-b(\d+)-(\d+)-(.+)$")
+RUN = re.compile(r"([a-z0-9]+)-b(\d+)-(\d+)-(.+)$")
 
 
-def runs_of(folder):
-    """{batch: [(n, setting, {cell: samples/s})]}, runs in their order."""
+def runs_of(folder, metric):
+    """{(what, batch): [(n, setting, {cell: figure})]}, runs in their order."""
     found = collections.defaultdict(list)
-    for path in glob.glob(os.path.join(folder, "geometry-b*-*-*", "results.json")):
+    for path in glob.glob(os.path.join(folder, "*-b*-*-*", "results.json")):
         m = RUN.match(os.path.basename(os.path.dirname(path)))
         if not m:
             continue
         with open(path) as f:
             doc = json.load(f)
-        cells = {f"{c['model']} {c['device']}": float(c["samples_per_second"])
-                 for c in doc.get("cells", []) if c.get("status", "ok") == "ok" and c.get("samples_per_second")}
-        found[int(m.group(1))].append((int(m.group(2)), m.group(3), cells))
-    for batch in found:
-        found[batch].sort(key=lambda r: r[0])
+        cells = {f"{c['model']} {c['device']}": float(c[metric])
+                 for c in doc.get("cells", []) if c.get("status", "ok") == "ok" and c.get(metric)}
+        found[(m.group(1), int(m.group(2)))].append((int(m.group(3)), m.group(4), cells))
+    for key in found:
+        found[key].sort(key=lambda r: r[0])
     return found
 
 
-def report(found, baseline):
+def report(found, baseline, metric):
     out = []
-    for batch in sorted(found, reverse=True):
-        runs = found[batch]
+    for what, batch in sorted(found, key=lambda k: (k[0], -k[1])):
+        runs = found[(what, batch)]
         cells = sorted({c for _, _, cs in runs for c in cs})
-        out.append(f"## batch {batch}\n")
+        out.append(f"## {what}, batch {batch}: {metric}\n")
         out.append("| run | setting | " + " | ".join(cells) + " |")
         out.append("|---|---|" + "---|" * len(cells))
         for n, setting, cs in runs:
@@ -81,11 +83,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder")
     p.add_argument("--baseline", default="default")
+    p.add_argument("--metric", default="samples_per_second")
     a = p.parse_args()
-    found = runs_of(a.folder)
+    found = runs_of(a.folder, a.metric)
     if not found:
-        sys.exit(f"aba.py: no geometry-b<batch>-<n>-<setting>/results.json under {a.folder}")
-    print(report(found, a.baseline))
+        sys.exit(f"aba.py: no <what>-b<batch>-<n>-<setting>/results.json under {a.folder}")
+    print(report(found, a.baseline, a.metric))
 
 
 if __name__ == "__main__":

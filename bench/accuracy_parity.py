@@ -5,9 +5,14 @@ protocol, as configs/paper.yaml has it for trainbench: CIFAR-10 from the binary
 files in DATA, 10 epochs, batch 128, SGD lr 0.01 momentum 0.9 weight decay
 5e-4, cosine schedule stepped per epoch, random crop (4-pixel black border)
 and horizontal flip, per-channel normalisation with trainbench's constants,
-bf16 autocast with channels_last. One run per seed; prints and writes each
-run's final test accuracy, then, given trainbench's results.json files, the
-two sides' means side by side.
+in each of bench/configs/accuracy-parity.yaml's two configurations:
+bf16-cl-graph (bf16 autocast with channels_last; trainbench also captures its
+step in a CUDA graph, which changes no arithmetic) and fp32 (trainbench's
+device defaults, which are PyTorch's: fp32 with TF32 convolutions, fp32
+matrix products, NCHW). One
+run per seed; prints and writes each run's final test accuracy, then, given
+trainbench's results.json files, the two sides' means side by side per model
+and configuration.
   python3 bench/accuracy_parity.py DATA --seeds 0 1 2 3 --out pytorch-parity.json
   python3 bench/accuracy_parity.py --compare pytorch-parity.json trainbench/seed-*/results.json
 """
@@ -24,9 +29,12 @@ def load(folder, names, limit):
     return rec[:, 1:].reshape(-1, 3, 32, 32), rec[:, 0].astype(np.int64)
 
 
-def train(model_name, seed, data, epochs, batch, train_size, test_size):
-    import torch, torch.nn.functional as F, torchvision
+def train(model_name, config, seed, data, epochs, batch, train_size, test_size):
+    import contextlib, torch, torch.nn.functional as F, torchvision
     torch.manual_seed(seed)
+    bf16 = config == "bf16-cl-graph"
+    layout = torch.channels_last if bf16 else torch.contiguous_format
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     dev = "cuda"
     train_names = sorted(n for n in os.listdir(data) if n.startswith("data_batch_"))
     xtr, ytr = load(data, train_names, train_size)
@@ -40,7 +48,7 @@ def train(model_name, seed, data, epochs, batch, train_size, test_size):
     border = (0 - mean) / std
     padded = border.expand(xtr.size(0), 3, 40, 40).clone()
     padded[:, :, 4:36, 4:36] = xtr
-    m = getattr(torchvision.models, model_name)(num_classes=10).to(dev).to(memory_format=torch.channels_last)
+    m = getattr(torchvision.models, model_name)(num_classes=10).to(dev).to(memory_format=layout)
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4, fused=True)
     n = xtr.size(0)
     steps = n // batch
@@ -58,17 +66,17 @@ def train(model_name, seed, data, epochs, batch, train_size, test_size):
             cols = ox.view(-1, 1) + ar
             cols = torch.where(flip.view(-1, 1), cols.flip(1), cols).view(batch, 1, 1, 32)
             x = padded[idx.view(-1, 1, 1, 1), torch.arange(3, device=dev).view(1, 3, 1, 1), rows, cols]
-            x = x.contiguous(memory_format=torch.channels_last)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            x = x.contiguous(memory_format=layout)
+            with autocast():
                 loss = F.cross_entropy(m(x).float(), ytr[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
     m.eval()
     correct = 0
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+    with torch.no_grad(), autocast():
         for i in range(0, xte.size(0), 1000):
-            xb = xte[i:i + 1000].contiguous(memory_format=torch.channels_last)
+            xb = xte[i:i + 1000].contiguous(memory_format=layout)
             correct += (m(xb).argmax(1) == yte[i:i + 1000]).sum().item()
     return correct / xte.size(0)
 
@@ -79,8 +87,8 @@ def compare(pytorch_json, results):
     for f in results:
         for c in json.load(open(f))["cells"]:
             if c.get("status") == "ok" and c.get("test_accuracy"):
-                ours.setdefault(c["model"], []).append(c["test_accuracy"][-1])
-    print("| model | trainbench (runs) | mean | PyTorch (runs) | mean | difference (points) |")
+                ours.setdefault(f"{c['model']} {c['device']}", []).append(c["test_accuracy"][-1])
+    print("| model, configuration | trainbench (runs) | mean | PyTorch (runs) | mean | difference (points) |")
     print("|---|---|---|---|---|---|")
     worst = 0.0
     for model in sorted(set(ours) | set(py)):
@@ -99,6 +107,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("data", nargs="?"); p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     p.add_argument("--models", nargs="+", default=["resnet18", "resnet50"])
+    p.add_argument("--configs", nargs="+", default=["bf16-cl-graph", "fp32"], choices=["bf16-cl-graph", "fp32"])
     p.add_argument("--epochs", type=int, default=10); p.add_argument("--batch", type=int, default=128)
     p.add_argument("--train-size", type=int, default=None); p.add_argument("--test-size", type=int, default=None)
     p.add_argument("--out", default="pytorch-parity.json")
@@ -108,8 +117,9 @@ if __name__ == "__main__":
         compare(a.compare[0], a.compare[1:]); sys.exit(0)
     res = {}
     for model in a.models:
-        for seed in a.seeds:
-            acc = train(model, seed, a.data, a.epochs, a.batch, a.train_size, a.test_size)
-            res.setdefault(model, []).append({"seed": seed, "accuracy": acc})
-            print(f"pytorch {model} seed {seed}: test accuracy {100 * acc:.2f}%", flush=True)
+        for config in a.configs:
+            for seed in a.seeds:
+                acc = train(model, config, seed, a.data, a.epochs, a.batch, a.train_size, a.test_size)
+                res.setdefault(f"{model} {config}", []).append({"seed": seed, "accuracy": acc})
+                print(f"pytorch {model} {config} seed {seed}: test accuracy {100 * acc:.2f}%", flush=True)
             json.dump(res, open(a.out, "w"), indent=1)

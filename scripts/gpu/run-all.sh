@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass aba graphgaps fusion firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass aba aba-imagenet aba-epochs graphgaps fusion firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
 # (dp needs two GPUs: the nvidia-h200-x2 machine). Carry .debs (scripts/gpu/fetch-debs.sh) and, for
 # the stages on real images, .data (scripts/gpu/copy-data.sh).
 # A call whose stages all run only trainbench, its plugins or a program of
@@ -56,6 +56,30 @@ tune_log() {
 nvidia_libs() {
   python3 -c 'import glob, os, torch; print(":".join(sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "*", "lib")))))'
 }
+# The side-by-side stages (aba*) run this tree ("head") against another
+# ("base": ABA_BASE, default .baseline, its sources), built once per call.
+base_build=$PWD/build-base
+build_base() {
+  local base=${ABA_BASE:-.baseline} t1
+  [ -x "$base_build/bin/trainbench" ] && return 0
+  [ -d "$base" ] || { echo "aba: no baseline tree in $base"; return 1; }
+  [ -e "$base/.debs" ] || ln -s "$PWD/.debs" "$base/.debs"
+  t1=$(date +%s)
+  (cd "$base" && TRAINBENCH_BUILD_TARGET="$runtime" scripts/gpu/build.sh "$base_build") > "$OUT/build-base.log" 2>&1 ||
+    { echo "aba: the baseline does not build"; tail -20 "$OUT/build-base.log"; return 1; }
+  echo "baseline build: $(( $(date +%s) - t1 )) s"
+}
+aba_bin() { [ "$1" = base ] && echo "$base_build/bin" || echo build-gpu/bin; }
+# aba_runs NAME CONFIG: CONFIG run by each tree as ABA_STEPS says (default
+# base head base head), into NAME-<n>-<setting>.
+aba_runs() {
+  local i=0 setting name
+  for setting in ${ABA_STEPS:-base head base head}; do
+    i=$((i + 1)); name=$1-$i-$setting
+    "$(aba_bin $setting)/trainbench" run "$2" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+    echo "$name rc=$?"; sed -n '/^model/,/^$/p' "$OUT/$name.log"
+  done
+}
 export NCCL_NVLS_ENABLE=0
 export TRAINBENCH_DATA=$PWD/.data/cifar-10-10k
 STAGES=${*:-test bench}
@@ -69,7 +93,7 @@ runtime="trainbench trainbench-worker cpu cuda simple_cnn resnet18 resnet50"
 declare -A STAGE_TARGETS=([bench]="$runtime" [measures]="$runtime" [plugins]="$runtime" [cpu]="$runtime"
   [epochs]="$runtime" [paper]="$runtime" [imagenet]="$runtime" [warmstart]="$runtime" [firstrun]="$runtime"
   [kprofile]="$runtime" [parity]="$runtime" [tunespread]="$runtime" [correctness]="$runtime"
-  [aba]="$runtime" [fusion]="cudnn_fusion_bench" [graphgaps]="graph_node_gaps")
+  [aba]="$runtime" [aba-imagenet]="$runtime" [aba-epochs]="$runtime" [fusion]="cudnn_fusion_bench" [graphgaps]="graph_node_gaps")
 if [ -z "${TRAINBENCH_BUILD_TARGET+set}" ]; then
   targets=""
   for stage in $STAGES; do
@@ -400,35 +424,57 @@ for stage in $STAGES; do
     # interleaved as ABA_STEPS says (default base head base head), then
     # bench/aba.py: each cell's mean against the base's, and whether the runs
     # are apart.
-    aba)
-      base=${ABA_BASE:-.baseline}
-      [ -d "$base" ] || { echo "aba: no baseline tree in $base"; continue; }
-      [ -e "$base/.debs" ] || ln -s "$PWD/.debs" "$base/.debs"
-      t1=$(date +%s)
-      base_build=$PWD/build-base
-      (cd "$base" && TRAINBENCH_BUILD_TARGET="$runtime" scripts/gpu/build.sh "$base_build") > "$OUT/build-base.log" 2>&1 ||
-        { echo "aba: the baseline does not build"; tail -20 "$OUT/build-base.log"; continue; }
-      echo "baseline build: $(( $(date +%s) - t1 )) s"
-      for batch in ${ABA_BATCHES:-1024 128}; do
-        i=0
-        for setting in ${ABA_STEPS:-base head base head}; do
-          i=$((i + 1)); name=geometry-b$batch-$i-$setting
-          bin=$([ "$setting" = base ] && echo "$base_build/bin" || echo build-gpu/bin)
-          sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-geometry/name: aba-b$batch/" \
-              bench/configs/bn-geometry.yaml > "$OUT/$name.yaml"
-          "$bin/trainbench" run "$OUT/$name.yaml" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
-          echo "$name rc=$?"; sed -n '/^model/,/^$/p' "$OUT/$name.log"
-        done
-      done
-      python3 bench/aba.py "$OUT" --baseline base | tee "$OUT/aba.md" ;;
-    # Issue 16: trainbench and plain PyTorch train to the same accuracy.
+    aba|aba-imagenet|aba-epochs)
+      build_base || continue
+      case $stage in
+        aba)
+          for batch in ${ABA_BATCHES:-1024 128}; do
+            sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-geometry/name: aba-b$batch/" \
+                bench/configs/bn-geometry.yaml > "$OUT/geometry-b$batch.yaml"
+            aba_runs geometry-b$batch "$OUT/geometry-b$batch.yaml"
+          done
+          python3 bench/aba.py "$OUT" --baseline base | tee "$OUT/aba.md" ;;
+        # ImageNet size (224 px, batch 256, bf16): the GPU cells of
+        # bench/configs/imagenet-size.yaml.
+        aba-imagenet)
+          sed -e '/- {plugin: cpu/d' -e 's/baseline: cpu/baseline: bf16-cl-graph/' bench/configs/imagenet-size.yaml > "$OUT/imagenet.yaml"
+          aba_runs imagenet-b256 "$OUT/imagenet.yaml"
+          python3 bench/aba.py "$OUT" --baseline base | tee "$OUT/aba.md" ;;
+        # Ten ResNet50 epochs (50,000 images, bf16, batch 1024, graph;
+        # bench/configs/warm-start.yaml's autotuned cell): each tree from an
+        # empty engine cache and CUDA compute cache (cold), then again on
+        # what that run left on disk (warm); whole time to train and the
+        # timed epochs' rate.
+        aba-epochs)
+          sed -e '/resnet50-libtorch-conv/d' -e '/label: limit-10/d' -e '/label: heuristics/d' -e 's/^name: .*/name: aba-epochs/' \
+              bench/configs/warm-start.yaml > "$OUT/epochs.yaml"
+          i=0
+          for setting in ${ABA_STEPS:-base head base head}; do
+            i=$((i + 1))
+            export XDG_CACHE_HOME=$(mktemp -d /tmp/trainbench-cache.XXXXXX) CUDA_CACHE_PATH=$(mktemp -d /tmp/cuda-cache.XXXXXX)
+            for run in cold warm; do
+              name=$run-b1024-$i-$setting
+              "$(aba_bin $setting)/trainbench" run "$OUT/epochs.yaml" --out "$OUT/$name" > "$OUT/$name.log" 2>&1
+              echo "$name rc=$?"; sed -n '/^model/,/^$/p' "$OUT/$name.log"
+            done
+            unset XDG_CACHE_HOME CUDA_CACHE_PATH
+          done
+          for metric in time_to_train_seconds train_seconds samples_per_second; do
+            python3 bench/aba.py "$OUT" --baseline base --metric $metric
+          done | tee "$OUT/aba.md" ;;
+      esac ;;
+    # Issue 16: trainbench and plain PyTorch train to the same accuracy. The
+    # two sides share the GPU at once (their accuracy does not depend on it).
     parity)
+      mkdir -p "$OUT/parity"
+      python3 bench/accuracy_parity.py "$TRAINBENCH_DATA" --seeds ${PARITY_SEEDS:-0 1 2 3} --out "$OUT/parity/pytorch.json" > "$OUT/parity-pytorch.log" 2>&1 &
+      pytorch=$!
       for seed in ${PARITY_SEEDS:-0 1 2 3}; do
         sed -e "s/^seed: .*/seed: $seed/" bench/configs/accuracy-parity.yaml > "$OUT/parity-$seed.yaml"
         build-gpu/bin/trainbench run "$OUT/parity-$seed.yaml" --out "$OUT/parity/seed-$seed" > "$OUT/parity-$seed.log" 2>&1
         echo "trainbench seed $seed rc=$?"; sed -n '/^model/,/^$/p' "$OUT/parity-$seed.log"
       done
-      mkdir -p "$OUT/parity"; python3 bench/accuracy_parity.py "$TRAINBENCH_DATA" --seeds ${PARITY_SEEDS:-0 1 2 3} --out "$OUT/parity/pytorch.json"
+      wait $pytorch; echo "pytorch rc=$?"; grep -v Warning "$OUT/parity-pytorch.log"
       python3 bench/accuracy_parity.py --compare "$OUT/parity/pytorch.json" "$OUT"/parity/seed-*/results.json | tee "$OUT/parity.md" ;;
     # How much of a rate is the autotuning's draw: ResNet50 bf16 graph b1024
     # (bench/configs/kernel-trace.yaml) from an empty engine cache three
