@@ -44,17 +44,17 @@ set(_src ${PROJECT_SOURCE_DIR})
 # Every .cu file, as the CUDA build compiles them (sm_90, the H200's).
 add_library(trainbench_gpu_check_kernels OBJECT
   ${_src}/host/worker/graph_fill.cu
+  ${_src}/host/worker/mixed_precision_kernels.cu
   ${_src}/plugins/models/simple_cnn/bias_relu_pool_kernels.cu
   ${_src}/plugins/models/resnet/batch_norm_act_kernels.cu
   ${_src}/plugins/models/resnet/classifier_kernels.cu
   ${_src}/plugins/models/resnet/max_pool_kernels.cu
   ${_src}/plugins/models/resnet/stem_kernels.cu
-  ${_src}/plugins/models/resnet/weight_cast_kernels.cu
   ${_src}/plugins/models/resnet/whole_map_kernels.cu
   ${_src}/bench/graph_node_gaps.cu)
 set_target_properties(trainbench_gpu_check_kernels PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                                               CUDA_ARCHITECTURES 90 CUDA_VISIBILITY_PRESET hidden)
-target_include_directories(trainbench_gpu_check_kernels PRIVATE ${_src}/plugins/cuda_element ${_src}/plugins/path_log
+target_include_directories(trainbench_gpu_check_kernels PRIVATE ${_src}/sdk/include ${_src}/plugins/path_log
                                                                  ${_src}/host/worker)
 
 # Every C++ translation unit with CUDA code, with the definitions a CUDA
@@ -67,20 +67,19 @@ set(_plugin_units
   ${_src}/plugins/models/simple_cnn/bias_relu_pool.cc
   ${_src}/plugins/models/resnet/batch_norm_act.cc
   ${_src}/plugins/models/resnet/classifier.cc
-  ${_src}/plugins/models/resnet/fused_sgd.cc
   ${_src}/plugins/models/resnet/max_pool.cc
   ${_src}/plugins/models/resnet/resnet.cc
   ${_src}/plugins/models/resnet/stem.cc
-  ${_src}/plugins/models/resnet/weight_cast.cc
   ${_src}/plugins/models/resnet/whole_map.cc
   ${_src}/plugins/devices/cuda/cuda_device.cc)
 set(_worker_units
   ${_src}/host/worker/kernel_trace.cc
+  ${_src}/host/worker/mixed_precision.cc
   ${_src}/host/worker/optimizer.cc
   ${_src}/host/worker/step_timer.cc)
 set(_test_units)
 if(TRAINBENCH_BUILD_TESTS)
-  foreach(_test bias_relu_pool batch_norm_act max_pool weight_cast whole_map_kernel classifier fused_sgd cudnn_conv
+  foreach(_test bias_relu_pool batch_norm_act max_pool working_copies_cast whole_map_kernel classifier working_copies_sgd cudnn_conv
                 graph_fill stem side_stream)
     list(APPEND _test_units ${_src}/tests/${_test}_test.cc)
   endforeach()
@@ -89,7 +88,7 @@ endif()
 add_library(trainbench_gpu_check_units OBJECT ${_plugin_units} ${_worker_units} ${_test_units})
 target_compile_definitions(trainbench_gpu_check_units PRIVATE
   TRAINBENCH_RESNET_KERNELS TRAINBENCH_CUDNN_CONV TRAINBENCH_SIMPLE_CNN_KERNELS TRAINBENCH_WORKER_CUDA=1
-  TRAINBENCH_GRAPH_FILL_KERNEL=1)
+  TRAINBENCH_GRAPH_FILL_KERNEL=1 TRAINBENCH_MIXED_PRECISION_KERNELS=1)
 target_include_directories(trainbench_gpu_check_units BEFORE PRIVATE ${_generated})
 target_include_directories(trainbench_gpu_check_units PRIVATE
   ${_src}/plugins/path_log ${_src}/plugins/models/resnet ${_src}/plugins/models/resnet/cudnn

@@ -36,6 +36,7 @@
 
 #include "autocast_scope.h"
 #include "cuda_graph.h"
+#include "mixed_precision.h"
 #include "optimizer.h"
 #include "relative_error.h"
 #include "remove_tree.h"
@@ -512,7 +513,7 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
 std::unique_ptr<sdk::Model> CudaResNet(bool bottleneck) {
   const sdk::Options options(R"({"num_classes": 10, "image_size": 32, "stem": "imagenet", "fused_batchnorm": true,
       "batchnorm_one_pass": true, "fused_maxpool": true, "cudnn_engine_cache": true,
-      "cudnn_runtime_compiled": false, "cudnn_tune_log": false, "stem_space_to_depth": true, "fused_sgd": true, "fused_classifier": true})");
+      "cudnn_runtime_compiled": false, "cudnn_tune_log": false, "stem_space_to_depth": true, "fused_classifier": true})");
   const ResNetSpec spec = bottleneck ? ResNetSpec{{3, 4, 6, 3}, true} : ResNetSpec{{2, 2, 2, 2}, false};
   std::unique_ptr<sdk::Model> model = MakeResNet(spec, options);
   model->module().to(torch::kCUDA);
@@ -669,10 +670,13 @@ TEST(OptimizerOverlap, UpdatesACapturedResNetStepAsAfterItsBackward) {
   }
 }
 
-// A ResNet on CUDA whose convolutions' SGD updates the model took
-// (sdk::Model::TakeSgdUpdates, fused_sgd.h), with the host's optimizer for
-// the rest; or, with `take` false, the host's optimizer for everything.
+// A ResNet on CUDA reading its convolutions' weights through the worker's
+// working copies (sdk::Model::UseWorkingCopies, host/worker/mixed_precision.h)
+// as the worker offers them: with `take` (and bf16), mixed-precision SGD
+// inside the backward, the worker's optimizer for the rest; else the
+// copies' casts and the optimizer for everything.
 struct SgdRun {
+  std::unique_ptr<trainbench::worker::MixedPrecision> copies;  // outlives the model
   std::unique_ptr<sdk::Model> model;
   std::vector<torch::Tensor> params;
   std::vector<bool> taken;
@@ -681,20 +685,22 @@ struct SgdRun {
 };
 
 SgdRun MakeSgdRun(bool bottleneck, bool take, double lr, bool bf16 = true) {
+  using trainbench::worker::MixedPrecision;
   SgdRun run;
   run.bf16 = bf16;
   run.model = CudaResNet(bottleneck);
   run.params = run.model->module().parameters();
   trainbench::protocol::OptimizerSettings settings;
   settings.lr = lr;
+  run.copies = std::make_unique<MixedPrecision>();
+  std::vector<std::vector<torch::Tensor>> groups;
+  EXPECT_TRUE(run.model->UseWorkingCopies(run.copies.get(), &groups).ok());
+  std::optional<trainbench::worker::SgdArithmetic> sgd;
+  if (take && bf16 && MixedPrecision::UpdatesApply(groups))
+    sgd = trainbench::worker::SgdArithmetic{settings.lr, settings.momentum, settings.weight_decay, false};
+  run.copies->Adopt(groups, sgd);
   std::vector<torch::Tensor> taken, left;
-  if (take) {
-    EXPECT_TRUE(run.model
-                    ->TakeSgdUpdates({settings.lr, settings.momentum, settings.weight_decay, false,
-                                      /*bf16_autocast=*/bf16},
-                                     &taken)
-                    .ok());
-  }
+  if (run.copies->Updates()) taken = run.copies->Parameters();
   for (const auto& p : run.params) {
     bool in = false;
     for (const auto& t : taken) in = in || t.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
@@ -725,11 +731,11 @@ torch::Tensor Bf16Logits(sdk::Model& model, const torch::Tensor& x) {
   return logits.to(torch::kFloat);
 }
 
-// One eager step of the model's own updates against the host's: every
+// One eager step of mixed-precision SGD against the optimizer's: every
 // parameter and the host's gradients as close as two runs of one path (the
 // arithmetic is torch.optim.SGD's; later steps at this learning rate
 // amplify the last bit of bf16 rounding, so one step is what is compared).
-TEST(FusedSgd, OneStepAsTheHostsOptimizer) {
+TEST(MixedPrecisionSgdModels, OneStepAsTheHostsOptimizer) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
   Autotuning autotuning;
@@ -764,20 +770,12 @@ TEST(FusedSgd, OneStepAsTheHostsOptimizer) {
   }
 }
 
-// Without autocast the model leaves the updates to the host (there is no
-// cast to save).
-TEST(FusedSgd, Fp32TakesNothing) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const SgdRun run = MakeSgdRun(/*bottleneck=*/false, /*take=*/true, 0.1, /*bf16=*/false);
-  for (const bool t : run.taken) EXPECT_FALSE(t);
-}
-
 // After eager steps and replays of a captured step (every side stream), the
 // model's next forward reads copies of its current weights: the same logits
 // as a model on the host's path given those weights (a copy a step behind
 // would be off by a whole update at this learning rate), and the weights
 // moved.
-TEST(FusedSgd, TheNextForwardReadsTheUpdatedWeights) {
+TEST(MixedPrecisionSgdModels, TheNextForwardReadsTheUpdatedWeights) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
   Autotuning autotuning;

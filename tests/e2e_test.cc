@@ -179,7 +179,7 @@ measurement: {warmup_steps: 2, progress_interval_seconds: 0.5}
   ASSERT_EQ(cpu["plugins"].size(), 2u);
   EXPECT_EQ(cpu["plugins"][0]["name"], "simple_cnn");
   EXPECT_EQ(cpu["plugins"][0]["sha256"].get<std::string>().size(), 64u);
-  EXPECT_EQ(cpu["plugins"][1]["abi"], "1.4");
+  EXPECT_EQ(cpu["plugins"][1]["abi"], "1.5");
   EXPECT_FALSE(r["system"]["cpu_model"].get<std::string>().empty());
   EXPECT_FALSE(r["system"]["torch_version"].get<std::string>().empty());
   EXPECT_TRUE(fs::exists(dir_ / "out" / "results.csv"));

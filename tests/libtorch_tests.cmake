@@ -71,10 +71,15 @@ function(trainbench_resnet_test name)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60)
 endfunction()
 
-# Worker-side tests: plugins loaded in this process.
+# Worker-side tests: plugins loaded in this process; the working copies'
+# casts (and on CUDA builds their GPU cases and mixed-precision SGD).
 add_executable(engine_tests plugin_loader_test.cc models_test.cc batch_norm_test.cc dataset_test.cc energy_test.cc
-                            optimizer_test.cc trainer_test.cc)
+                            optimizer_test.cc trainer_test.cc working_copies_cast_test.cc)
 target_link_libraries(engine_tests PRIVATE trainbench::training GTest::gtest_main trainbench_test_paths)
+if(TARGET trainbench_mixed_precision_kernels)
+  target_sources(engine_tests PRIVATE working_copies_sgd_test.cc)
+  target_compile_definitions(engine_tests PRIVATE TRAINBENCH_MIXED_PRECISION_KERNELS)
+endif()
 add_dependencies(engine_tests simple_cnn resnet18 resnet50 cpu fake_nvml fixture_abi_major fixture_abi_minor
                  fixture_fingerprint fixture_other_compiler fixture_cxx_abi fixture_enum_without_choices
                  fixture_default_not_json fixture_no_entry fixture_crash_on_load faulty_model)
@@ -125,15 +130,11 @@ if(TARGET trainbench_resnet_kernels)
                        PROPERTIES ENVIRONMENT TRAINBENCH_BEFORE_SM90=1)
   # The stem's max pool against LibTorch's.
   trainbench_resnet_test(max_pool_tests max_pool_test.cc)
-  # Autocast's weight casts in one kernel against LibTorch's.
-  trainbench_resnet_test(weight_cast_tests weight_cast_test.cc)
   # The whole map's filter gradient folded in one kernel against LibTorch's
   # ops: the kernel itself and the whole map's autograd with it.
   trainbench_resnet_test(whole_map_kernel_tests whole_map_kernel_test.cc)
   # The ResNets' classifier kernels against fp64 and autocast's linear.
   trainbench_resnet_test(classifier_tests classifier_test.cc)
-  # The ResNets' own SGD updates against torch.optim.SGD's arithmetic.
-  trainbench_resnet_test(fused_sgd_tests fused_sgd_test.cc)
   # What a CUDA graph adds between two kernels per kind of node between them
   # (bench/graph_node_gaps.cu: a memset node, a fill kernel, child graphs).
   add_executable(graph_node_gaps ${PROJECT_SOURCE_DIR}/bench/graph_node_gaps.cu

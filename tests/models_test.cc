@@ -5,6 +5,7 @@
 #include <map>
 
 #include "autocast_scope.h"
+#include "mixed_precision.h"
 #include "plugin_loader.h"
 #include "plugin_options.h"
 #include "relative_error.h"
@@ -382,20 +383,24 @@ TEST(Models, ResNetFusedOptionsLeaveTheCpuPathAlone) {
                            b->module().named_buffers()["layer1.0.bn1.running_mean"]));
 }
 
-// The SGD updates a ResNet may take (sdk::Model::TakeSgdUpdates) are its
-// convolutions' on CUDA only: on the CPU (or with fused_sgd off) it takes
-// none, and then refuses a learning rate for them.
-TEST(Models, ResNetTakesNoSgdUpdatesOnTheCpu) {
-  for (const bool fused_sgd : {true, false}) {
-    auto model = Create(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
-                        {{"num_classes", 10}, {"fused_sgd", fused_sgd}});
-    std::vector<torch::Tensor> taken{torch::zeros({1})};  // cleared
-    ASSERT_TRUE(model->TakeSgdUpdates({0.1, 0.9, 5e-4, false}, &taken).ok());
-    EXPECT_TRUE(taken.empty());
-    const sdk::Status lr = model->SetSgdLearningRate(0.01);
-    EXPECT_FALSE(lr.ok());
-    EXPECT_NE(lr.message().find("took no SGD updates"), std::string::npos) << lr.message();
-  }
+// The parameters a ResNet reads through the host's working copies
+// (sdk::Model::UseWorkingCopies) are its convolutions' on the cuDNN path: on
+// the CPU none (it declines); on CUDA every convolution's weight, a group
+// for the stem and one per stage.
+TEST(Models, ResNetListsItsConvolutionsForWorkingCopiesOnCudaOnly) {
+  MixedPrecision copies;
+  auto model = Create(LoadPlugin(trainbench::testing::PluginFile("resnet18")),
+                      {{"num_classes", 10}, {"cudnn_engine_cache", true}});
+  std::vector<std::vector<torch::Tensor>> groups{{torch::zeros({1})}};  // cleared
+  ASSERT_TRUE(model->UseWorkingCopies(&copies, &groups).ok());
+  EXPECT_TRUE(groups.empty());
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  model->module().to(torch::kCUDA);
+  ASSERT_TRUE(model->UseWorkingCopies(&copies, &groups).ok());
+  ASSERT_EQ(groups.size(), 5u);
+  size_t listed = 0;
+  for (const auto& group : groups) listed += group.size();
+  EXPECT_EQ(listed, 20u) << "every convolution's weight";
 }
 
 }  // namespace

@@ -23,28 +23,24 @@ TEST(SideStreamsApply, NeverOutsideACapture) {
 }
 
 #ifdef TRAINBENCH_RESNET_KERNELS
-// A side stream takes the current stream's priority class unless asked for
-// the default one (the SGD updates below a step captured at high priority).
-TEST(SideStreamPriority, FollowsTheCurrentStreamUnlessTheDefaultIsAsked) {
+// A side stream takes the current stream's priority class.
+TEST(SideStreamPriority, FollowsTheCurrentStream) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  using trainbench::plugins::SidePriority;
   using trainbench::plugins::SideStream;
   const c10::Device device(c10::kCUDA, 0);
-  auto priority_in = [&](SidePriority asked) {
+  auto priority_in = [&] {
     int priority = 1;
-    SideStream side(device, asked);
+    SideStream side(device);
     side.Run([&] { priority = c10::cuda::getCurrentCUDAStream(0).priority(); });
     side.Join();
     return priority;
   };
   {
     const c10::cuda::CUDAStreamGuard high(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, 0));
-    EXPECT_LT(priority_in(SidePriority::kAsHere), 0);
-    EXPECT_EQ(priority_in(SidePriority::kDefault), 0);
+    EXPECT_LT(priority_in(), 0);
   }
   const c10::cuda::CUDAStreamGuard normal(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, 0));
-  EXPECT_EQ(priority_in(SidePriority::kAsHere), 0);
-  EXPECT_EQ(priority_in(SidePriority::kDefault), 0);
+  EXPECT_EQ(priority_in(), 0);
 }
 #endif
 

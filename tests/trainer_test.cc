@@ -135,8 +135,9 @@ TEST(Trainer, AResNetTrainsOnImagesOfAnotherSize) {
 
 // The result says what the model's rules chose (SDK 1.4's PathTaken): on
 // the CPU the ResNet's batch norms are LibTorch's composite and its
-// convolutions LibTorch's, counted as the host ran them; no SGD updates
-// taken; no captured graph, so nothing of the worker's.
+// convolutions LibTorch's, counted as the host ran them; no working copies
+// (the ResNets read them on CUDA only); no captured graph, so nothing of the
+// worker's.
 TEST(Trainer, TheResultSaysWhatTheResNetsRulesChose) {
   const auto [code, events] = RunInProcess(SmallCell("resnet18", 24));
   ASSERT_EQ(code, 0);
@@ -149,7 +150,6 @@ TEST(Trainer, TheResultSaysWhatTheResNetsRulesChose) {
   EXPECT_FALSE(model["batch_norm"].contains("two_kernels_nhwc")) << model.dump();
   EXPECT_GT(model["convolution"].value("libtorch", 0), 0) << model.dump();
   EXPECT_GT(model["classifier"].value("libtorch", 0), 0) << model.dump();
-  EXPECT_EQ(model.value("fused_sgd_parameters", -1), 0) << model.dump();
   EXPECT_FALSE(path->contains("worker")) << path->dump();
 }
 
@@ -168,9 +168,7 @@ TEST(Trainer, TheResultSaysWhichEpilogueSimpleCnnRan) {
   EXPECT_FALSE(epilogue.contains("fused_kernel")) << path->dump();
 }
 
-// The fixture model's faults in the SGD updates a model may take
-// (sdk::Model::TakeSgdUpdates), on the CPU with SGD: the cell fails with one
-// error naming the model and what it did, and no result.
+// The fixture model (tests/fixtures/faulty_model.cc) with one of its faults.
 CellSpec FaultyCell(const std::string& fault) {
   CellSpec spec = SmallCell("simple_cnn", 32);
   const std::filesystem::path plugin = testing::TestPluginDir() / "libtrainbench_faulty_model.so";
@@ -208,54 +206,70 @@ std::string ErrorOf(const std::vector<protocol::Event>& events) {
   return std::get<protocol::Error>(events.back()).reason;
 }
 
-TEST(Trainer, AModelTakingSgdUpdatesOfAForeignTensorFailsItsCell) {
-  const auto [code, events] = RunInProcess(FaultyCell("sgd_foreign"));
+// The working copies a model may read its parameters through
+// (sdk::Model::UseWorkingCopies): listing a tensor that is not one of its
+// parameters, or one twice, or refusing the offer fails the cell with one
+// error naming the model and what it did, and no result.
+TEST(Trainer, AModelListingAForeignTensorForWorkingCopiesFailsItsCell) {
+  const auto [code, events] = RunInProcess(FaultyCell("copies_foreign"));
   EXPECT_EQ(code, 1);
   const std::string reason = ErrorOf(events);
-  EXPECT_NE(reason.find("model 'faulty_model' took SGD updates of a tensor that is not one of its parameters"),
+  EXPECT_NE(reason.find("model 'faulty_model' listed for working copies a tensor that is not one of its parameters"),
             std::string::npos)
       << reason;
-  EXPECT_NE(reason.find("overlap: false"), std::string::npos) << reason;
 }
 
-TEST(Trainer, AModelTakingOneParameterTwiceFailsItsCell) {
-  const auto [code, events] = RunInProcess(FaultyCell("sgd_twice"));
+TEST(Trainer, AModelListingOneParameterTwiceFailsItsCell) {
+  const auto [code, events] = RunInProcess(FaultyCell("copies_twice"));
   EXPECT_EQ(code, 1);
   const std::string reason = ErrorOf(events);
-  EXPECT_NE(reason.find("model 'faulty_model' took SGD updates of a tensor that is listed twice"), std::string::npos)
+  EXPECT_NE(reason.find("model 'faulty_model' listed for working copies a tensor that is listed twice"),
+            std::string::npos)
       << reason;
 }
 
-TEST(Trainer, AModelRefusingTheOfferOrALearningRateFailsItsCellWithItsReason) {
-  {
-    const auto [code, events] = RunInProcess(FaultyCell("sgd_error"));
-    EXPECT_EQ(code, 1);
-    const std::string reason = ErrorOf(events);
-    EXPECT_NE(reason.find("model 'faulty_model'"), std::string::npos) << reason;
-    EXPECT_NE(reason.find("fixture: no updates taken, on purpose"), std::string::npos) << reason;
-  }
-  {
-    // Took the bias: the host hands it each epoch's learning rate.
-    const auto [code, events] = RunInProcess(FaultyCell("sgd_lr_error"));
-    EXPECT_EQ(code, 1);
-    const std::string reason = ErrorOf(events);
-    EXPECT_NE(reason.find("fixture: learning rate 0.010000 refused on purpose"), std::string::npos) << reason;
+TEST(Trainer, AModelRefusingTheOfferFailsItsCellWithItsReason) {
+  const auto [code, events] = RunInProcess(FaultyCell("copies_error"));
+  EXPECT_EQ(code, 1);
+  const std::string reason = ErrorOf(events);
+  EXPECT_NE(reason.find("model 'faulty_model'"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("fixture: no working copies, on purpose"), std::string::npos) << reason;
+}
+
+// A model reading its parameters through the working copies trains with
+// every optimizer, and the result says so; on the CPU (no bf16 autocast, no
+// CUDA) the copies are the parameters and the optimizer updates them: the
+// same losses as the same model reading its parameters itself.
+TEST(Trainer, AModelReadingWorkingCopiesTrainsAndTheResultSaysSo) {
+  for (const std::string optimizer : {"sgd", "adamw"}) {
+    CellSpec plain = FaultyCell("none");
+    plain.training.optimizer.name = optimizer;
+    const auto [plain_code, plain_events] = RunInProcess(plain);
+    ASSERT_EQ(plain_code, 0) << optimizer;
+    const auto& expected = std::get<protocol::Result>(plain_events.back());
+    CellSpec spec = FaultyCell("copies");
+    spec.training.optimizer.name = optimizer;
+    const auto [code, events] = RunInProcess(spec);
+    ASSERT_EQ(code, 0) << optimizer;
+    ASSERT_TRUE(std::holds_alternative<protocol::Result>(events.back())) << optimizer;
+    const auto& result = std::get<protocol::Result>(events.back());
+    ASSERT_TRUE(result.path_taken.has_value()) << optimizer;
+    EXPECT_EQ((*result.path_taken)["worker"]["working_copies"],
+              nlohmann::json({{"parameters", 2}, {"groups", 1}, {"updates", "optimizer"}}))
+        << optimizer << ": " << result.path_taken->dump();
+    ASSERT_EQ(result.train_loss.size(), 2u) << optimizer;
+    EXPECT_EQ(result.train_loss, expected.train_loss) << optimizer;
+    EXPECT_NE(result.train_loss[1], result.train_loss[0]) << optimizer << ": the parameters were updated";
   }
 }
 
-TEST(Trainer, NoOfferWithoutOverlapOrWithAdam) {
-  // The same lying model trains where the host offers nothing.
-  for (const bool adam : {false, true}) {
-    CellSpec spec = FaultyCell("sgd_foreign");
-    if (adam)
-      spec.training.optimizer.name = "adam";
-    else
-      spec.training.optimizer.overlap = false;
-    const auto [code, events] = RunInProcess(spec);
-    EXPECT_EQ(code, 0) << (adam ? "adam" : "overlap: false");
-    ASSERT_FALSE(events.empty());
-    EXPECT_TRUE(std::holds_alternative<protocol::Result>(events.back()));
-  }
+// SDK 1.3's offer of SGD updates is no longer made: a model that would take
+// one and refuse every learning rate trains (the host updates everything).
+TEST(Trainer, NoHostOffersSdk13sSgdUpdatesAnyMore) {
+  const auto [code, events] = RunInProcess(FaultyCell("sgd_taken"));
+  EXPECT_EQ(code, 0);
+  ASSERT_FALSE(events.empty());
+  EXPECT_TRUE(std::holds_alternative<protocol::Result>(events.back()));
 }
 
 // A kernel trace (trainbench run --kernel-trace, a diagnostic) never costs a

@@ -4,7 +4,7 @@
 
 namespace trainbench::worker {
 
-nlohmann::json PathTaken(sdk::Model& model, int abi_minor, const GraphedStep* graphed) {
+nlohmann::json PathTaken(sdk::Model& model, int abi_minor, const GraphedStep* graphed, const MixedPrecision* copies) {
   constexpr size_t kMaxBytes = 64 * 1024;
   nlohmann::json path = nlohmann::json::object();
   if (abi_minor >= 4) {
@@ -28,6 +28,11 @@ nlohmann::json PathTaken(sdk::Model& model, int abi_minor, const GraphedStep* gr
     const GraphedStep::Path g = graphed->path();
     path["worker"] = {{"graphs_captured", g.captures}};
     if (g.memsets_as_kernels >= 0) path["worker"]["memsets_as_kernels"] = g.memsets_as_kernels;
+  }
+  if (copies != nullptr && copies->Groups() > 0) {
+    path["worker"]["working_copies"] = {{"parameters", copies->Parameters().size()},
+                                        {"groups", copies->Groups()},
+                                        {"updates", copies->Updates() ? "sgd_in_backward" : "optimizer"}};
   }
   return path;
 }

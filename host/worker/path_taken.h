@@ -2,10 +2,11 @@
 // What a cell's rules chose for the steps it ran, for its record
 // (results.json's `path_taken`): the model's own (SDK 1.4's
 // Model::PathTaken) and the worker's (the captured graphs, their memsets
-// rewritten as kernels).
+// rewritten as kernels, the model's working copies).
 
 #include <nlohmann/json.hpp>
 
+#include "mixed_precision.h"
 #include "step_timer.h"
 #include "trainbench/sdk/model.h"
 
@@ -13,8 +14,11 @@ namespace trainbench::worker {
 
 /// {"model": the model's answer} (asked only of plugins of ABI minor 4 or
 /// later; an answer that is not a JSON object of at most 64 KiB, or a
-/// refusal, is "model_error" instead, never a choice), and {"worker": ...}
-/// where the step was captured (`graphed` not null).
-nlohmann::json PathTaken(sdk::Model& model, int abi_minor, const GraphedStep* graphed);
+/// refusal, is "model_error" instead, never a choice), and {"worker": ...}:
+/// the captures where the step was captured (`graphed` not null), and
+/// "working_copies" where the model reads parameters through them (`copies`
+/// not null, with groups): how many parameters and groups, and whether they
+/// were updated in the backward (mixed-precision SGD) or cast.
+nlohmann::json PathTaken(sdk::Model& model, int abi_minor, const GraphedStep* graphed, const MixedPrecision* copies);
 
 }  // namespace trainbench::worker

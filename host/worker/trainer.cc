@@ -17,6 +17,7 @@
 #include "epoch_energy.h"
 #include "interrupt.h"
 #include "kernel_trace.h"
+#include "mixed_precision.h"
 #include "optimizer.h"
 #include "path_taken.h"
 #include "plugin_loader.h"
@@ -150,7 +151,7 @@ class CellRun {
       cross_rank_sum_ = std::make_unique<CollectiveSum>(*collective_);
       Check(model_->SyncBatchNorm(cross_rank_sum_.get()), "sync_batchnorm: model '" + s_.model.name + "'");
     }
-    optimizer_ = MakeOptimizer(s_.training.optimizer, ParametersLeftToTheHost(model_plugin));
+    optimizer_ = MakeOptimizer(s_.training.optimizer, OfferWorkingCopies(model_plugin));
 
     const int64_t steps_per_epoch = train_->size() / s_.training.batch_size;
     if (steps_per_epoch < 1) {
@@ -233,7 +234,7 @@ class CellRun {
     result.backend = collective_ ? collective_->backend() : std::string();
     result.hardware = json::parse(device_->DescribeJson(), nullptr, false);
     if (collective_) result.sync_batchnorm = cross_rank_sum_ != nullptr;
-    result.path_taken = PathTaken(*model_, model_plugin.descriptor->abi_minor, graphed_.get());
+    result.path_taken = PathTaken(*model_, model_plugin.descriptor->abi_minor, graphed_.get(), copies_.get());
     sink_.Emit(result);
     return 0;
   }
@@ -315,44 +316,47 @@ class CellRun {
     return loss.detach();
   }
 
-  // The parameters the host's optimizer updates: all of them, but those the
-  // model takes (sdk::Model::TakeSgdUpdates), offered to plugins of SDK 1.3+
-  // where the update may run inside the backward with SGD's arithmetic: SGD
-  // with `overlap`, one rank (no gradients to average first), no fp16 loss
-  // scaling (no gradients to unscale first). The plugin decides which
-  // devices it takes them on (the ResNets: CUDA). What it returns is
-  // checked: parameters of its module, each once.
-  std::vector<torch::Tensor> ParametersLeftToTheHost(const LoadedPlugin& plugin) {
+  // Offers the model working copies of its parameters (sdk::WorkingCopies,
+  // plugins of SDK 1.5+) and returns the parameters the optimizer updates:
+  // all of them, but those the working copies update themselves. They do
+  // (mixed-precision SGD inside the backward, mixed_precision.h) where the
+  // optimizer is SGD with `overlap`, the cell has one rank (no gradients to
+  // average first), the forward runs under bf16 autocast (fp16's loss
+  // scaling unscales gradients first; without autocast there is no cast to
+  // save) and every listed parameter is a dense fp32 tensor on the one CUDA
+  // device; elsewhere they cast (one kernel per group each way) and leave
+  // the update to the optimizer. What the model lists is checked: parameters
+  // of its module, each once.
+  std::vector<torch::Tensor> OfferWorkingCopies(const LoadedPlugin& plugin) {
     std::vector<torch::Tensor> params = model_->module().parameters();
-    const protocol::OptimizerSettings& o = s_.training.optimizer;
-    if (o.name != "sgd" || !o.overlap || collective_ || settings_.amp == sdk::Amp::kFp16 ||
-        plugin.descriptor->abi_minor < 3)
-      return params;
-    sdk::SgdSettings sgd;
-    sgd.lr = o.lr;
-    sgd.momentum = o.momentum;
-    sgd.weight_decay = o.weight_decay;
-    sgd.nesterov = o.nesterov;
-    sgd.bf16_autocast = settings_.amp == sdk::Amp::kBf16;
-    std::vector<torch::Tensor> taken;
+    if (plugin.descriptor->abi_minor < 5) return params;
+    copies_ = std::make_unique<MixedPrecision>();
+    std::vector<std::vector<torch::Tensor>> groups;
     const std::string who = "model '" + s_.model.name + "'";
-    Check(model_->TakeSgdUpdates(sgd, &taken), who);
-    if (taken.empty()) return params;
-    std::vector<torch::Tensor> left;
-    std::set<const void*> claimed;
-    for (const torch::Tensor& t : taken) {
-      const void* impl = t.defined() ? t.unsafeGetTensorImpl() : nullptr;
-      const bool ours = std::any_of(params.begin(), params.end(),
-                                    [&](const torch::Tensor& p) { return p.unsafeGetTensorImpl() == impl; });
-      if (!ours || !claimed.insert(impl).second) {
-        throw CellError(who + " took SGD updates of a tensor that is " +
-                        (ours ? "listed twice" : "not one of its parameters") +
-                        ": a fault of the plugin (set training.optimizer.overlap: false to train without them)");
+    Check(model_->UseWorkingCopies(copies_.get(), &groups), who);
+    std::set<const void*> listed;
+    for (const auto& group : groups) {
+      for (const torch::Tensor& t : group) {
+        const void* impl = t.defined() ? t.unsafeGetTensorImpl() : nullptr;
+        const bool ours = std::any_of(params.begin(), params.end(),
+                                      [&](const torch::Tensor& p) { return p.unsafeGetTensorImpl() == impl; });
+        if (!ours || !listed.insert(impl).second) {
+          throw CellError(who + " listed for working copies a tensor that is " +
+                          (ours ? "listed twice" : "not one of its parameters") +
+                          ": a fault of the plugin; rebuild it, or run another model");
+        }
       }
     }
+    const protocol::OptimizerSettings& o = s_.training.optimizer;
+    std::optional<SgdArithmetic> sgd;
+    if (o.name == "sgd" && o.overlap && !collective_ && settings_.amp == sdk::Amp::kBf16 &&
+        MixedPrecision::UpdatesApply(groups))
+      sgd = SgdArithmetic{o.lr, o.momentum, o.weight_decay, o.nesterov};
+    copies_->Adopt(std::move(groups), sgd);
+    if (!copies_->Updates()) return params;
+    std::vector<torch::Tensor> left;
     for (const torch::Tensor& p : params)
-      if (claimed.count(p.unsafeGetTensorImpl()) == 0) left.push_back(p);
-    model_takes_sgd_ = true;
+      if (listed.count(p.unsafeGetTensorImpl()) == 0) left.push_back(p);
     return left;
   }
 
@@ -502,7 +506,7 @@ class CellRun {
       const double lr = LearningRate(s_.training, epoch);
       if (lr != current_lr) {
         optimizer_->SetLearningRate(lr);
-        if (model_takes_sgd_) Check(model_->SetSgdLearningRate(lr), "model '" + s_.model.name + "'");
+        if (copies_) copies_->SetLearningRate(lr);
         if (graphed_) graphed_->Invalidate();  // the lr is baked into the graph
         current_lr = lr;
       }
@@ -638,12 +642,12 @@ class CellRun {
 
   const CellSpec& s_;
   EventSink& sink_;
+  std::unique_ptr<MixedPrecision> copies_;  // offered to the model (OfferWorkingCopies); outlives it here
   std::shared_ptr<sdk::Device> device_;
   std::shared_ptr<sdk::Model> model_;
   sdk::DeviceSettings settings_;
   std::unique_ptr<DeviceDataset> train_, test_;
   std::unique_ptr<Optimizer> optimizer_;
-  bool model_takes_sgd_ = false;  // the model updates some parameters itself (ParametersLeftToTheHost)
   std::unique_ptr<StepTimer> timer_;
   std::unique_ptr<KernelTrace> kernel_trace_;
   std::unique_ptr<GraphedStep> graphed_;

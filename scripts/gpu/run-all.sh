@@ -147,7 +147,7 @@ for stage in $STAGES; do
     # their tests alone (a subset of `test`).
     # KERNEL_TESTS: another ctest regex (a rerun of a few); KERNEL_BENCH=0:
     # without the batch norm micro-benchmark.
-    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WeightCast|Classifier|FusedSgd|StemConv|CudnnConv|SideStream|OptimizerOverlap|StreamGate|Models\.|Stem|GraphFill|BeforeSm90|WholeMap|SideStreams|BatchNormPlan|KernelTrace}" > "$OUT/kernels.log" 2>&1
+    kernels) ctest --test-dir build-gpu --output-on-failure -j 4 -R "${KERNEL_TESTS:-BiasReluMaxPool|BatchNormAct|MaxPool|WorkingCopies|Classifier|MixedPrecisionSgd|StemConv|CudnnConv|SideStream|OptimizerOverlap|StreamGate|Models\.|Stem|GraphFill|BeforeSm90|WholeMap|SideStreams|BatchNormPlan|KernelTrace}" > "$OUT/kernels.log" 2>&1
       echo "kernel tests rc=$?"; tail -4 "$OUT/kernels.log"; grep -E "FAILED|Failure" -A8 "$OUT/kernels.log" | head -60
       # The ResNets' batch norm alone, fused vs composite, per shape.
       [ "${KERNEL_BENCH:-1}" = 0 ] || build-gpu/bin/batch_norm_act_bench 1024 | tee "$OUT/batch-norm-bench.md" ;;

@@ -26,7 +26,7 @@ grep -q -- "-O3" "$TMP/device-nobuildtype/CMakeFiles/bf16_cpu.dir/flags.make" \
 grep -q "model   vgg11 " "$TMP/plugins.txt" || { cat "$TMP/plugins.txt"; exit 1; }
 grep -q "model   resnet50 " "$TMP/plugins.txt" || { cat "$TMP/plugins.txt"; exit 1; }
 grep -q "device  bf16_cpu " "$TMP/plugins.txt" || { cat "$TMP/plugins.txt"; exit 1; }
-if [ "$CXX_OTHER" = clang++ ]; then grep -q "(ABI 1.4, clang/" "$TMP/plugins.txt" || { cat "$TMP/plugins.txt"; exit 1; }; fi
+if [ "$CXX_OTHER" = clang++ ]; then grep -q "(ABI 1.5, clang/" "$TMP/plugins.txt" || { cat "$TMP/plugins.txt"; exit 1; }; fi
 cat > "$TMP/exp.yaml" <<YAML
 name: out-of-tree
 dataset: {kind: cifar10, path: $DATA, train_size: 64, test_size: 32}

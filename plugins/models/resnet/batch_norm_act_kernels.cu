@@ -19,9 +19,9 @@
 #include "batch_norm_act_kernels.h"
 #include "batch_norm_one_pass.cuh"
 #include "batch_norm_two_pass.cuh"
-#include "cuda_element.cuh"
 #include "kernel_host.h"
 #include "path_log.h"
+#include "trainbench/sdk/cuda_element.cuh"
 
 namespace resnet::kernels {
 namespace {

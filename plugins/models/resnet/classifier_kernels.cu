@@ -18,8 +18,8 @@
 #include <initializer_list>
 
 #include "classifier_kernels.h"
-#include "cuda_element.cuh"
 #include "kernel_host.h"
+#include "trainbench/sdk/cuda_element.cuh"
 
 namespace resnet::kernels {
 namespace {

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cuda_element.cuh"
 #include "kernel_host.h"
 #include "max_pool_kernels.h"
+#include "trainbench/sdk/cuda_element.cuh"
 
 namespace resnet::kernels {
 namespace {

@@ -18,14 +18,13 @@
 #include "batch_norm_act.h"
 #include "classifier.h"
 #include "cudnn_conv.h"
-#include "fused_sgd.h"
 #include "max_pool.h"
 #include "path_log.h"
 #include "side_stream.h"
 #include "stem.h"
 #include "trainbench/sdk/autocast.h"
 #include "trainbench/sdk/module_model.h"
-#include "weight_cast.h"
+#include "trainbench/sdk/working_copies.h"
 #include "whole_map.h"
 
 namespace trainbench::plugins {
@@ -109,31 +108,29 @@ class ConvImpl : public sdk::CountedConv2dImpl {
 TORCH_MODULE(Conv);
 
 // For one forward on CUDA, the weights of the convolutions on the cuDNN path,
-// a group at a time (the stem's, then each stage's): under autocast cast to
-// its type (weight_cast.h: one kernel, and one for the gradients back,
-// instead of one each way per weight); inside a captured step with side
-// streams, behind JoinBeforeGradients, so that each convolution's backward
-// may leave its filter gradient running beside the rest of the backward,
-// joined before the group's gradients are read (side_stream.h).
+// a group at a time (the stem's, then each stage's): through the host's
+// working copies where it offered them (sdk::WorkingCopies: under autocast in
+// its type, the host's casts or its mixed-precision SGD's kept copies; the
+// group's node of the backward is where its gradients are final), else under
+// autocast each weight's cast; inside a captured step with side streams,
+// behind JoinBeforeGradients, so that each convolution's backward may leave
+// its filter gradient running beside the rest of the backward, joined before
+// the group's gradients are read (side_stream.h).
 // Prepare(g) comes just before the forward of group g - 1: autograd runs a
 // backward node after every node created after it that is ready (the
-// higher sequence number first), so group g's join and cast back run once
-// group g - 1's backward is queued, when its filter gradients have long
+// higher sequence number first), so group g's join and the host's node run
+// once group g - 1's backward is queued, when its filter gradients have long
 // finished, and its weights' gradients are final from there on: the
-// optimizer can update them beside the rest of the backward (the host's
-// `training.optimizer.overlap`). Where the model took the weights' SGD
-// updates (`sgd`, fused_sgd.h), the weights come from there instead of the
-// cast: kept copies, and the group's update in the backward of the cast's
-// place.
+// optimizer can update them beside the rest of the backward.
 class StepWeights {
  public:
-  StepWeights(const std::vector<std::vector<ConvImpl*>>& groups, const torch::Tensor& input, resnet::SgdWeights* sgd)
+  StepWeights(const std::vector<std::vector<ConvImpl*>>& groups, const torch::Tensor& input, sdk::WorkingCopies* copies)
       : groups_(groups) {
     if (!input.is_cuda()) return;
     cast_ = sdk::autocast::Enabled(c10::kCUDA);
     late_ = SideStreamsApply(input.device()) && torch::GradMode::is_enabled();
-    sgd_ = sgd;
-    if (sgd_) sgd_->BeginForward();
+    copies_ = copies;
+    if (copies_) copies_->BeginForward();
   }
   ~StepWeights() {
     for (ConvImpl* conv : used_) conv->UseStepWeight({}, -1);
@@ -143,7 +140,7 @@ class StepWeights {
 
   /// Group g's weights for this forward (nothing past the last group).
   void Prepare(size_t g) {
-    if ((!cast_ && !late_ && !sgd_) || g >= groups_.size()) return;
+    if ((!cast_ && !late_ && !copies_) || g >= groups_.size()) return;
     std::vector<ConvImpl*> convs;
     std::vector<torch::Tensor> weights;
     for (ConvImpl* conv : groups_[g]) {
@@ -154,10 +151,11 @@ class StepWeights {
     if (weights.empty()) return;
     const std::optional<at::ScalarType> type =
         cast_ ? std::optional<at::ScalarType>(sdk::autocast::Type(c10::kCUDA)) : std::nullopt;
-    if (sgd_)
-      weights = sgd_->Weights(g, type);
-    else if (cast_)
-      weights = resnet::CastWeights(weights, *type);
+    if (copies_) {
+      weights = copies_->Group(g, type);
+    } else if (cast_) {
+      for (torch::Tensor& w : weights) w = w.to(*type);
+    }
     if (late_) weights = JoinBeforeGradients(weights, static_cast<int64_t>(g));
     for (size_t i = 0; i < convs.size(); ++i) {
       convs[i]->UseStepWeight(std::move(weights[i]), late_ ? static_cast<int64_t>(g) : -1);
@@ -168,7 +166,7 @@ class StepWeights {
  private:
   const std::vector<std::vector<ConvImpl*>>& groups_;
   bool cast_ = false, late_ = false;
-  resnet::SgdWeights* sgd_ = nullptr;
+  sdk::WorkingCopies* copies_ = nullptr;
   std::vector<ConvImpl*> used_;
 };
 
@@ -319,7 +317,7 @@ class ResNetImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input) {
     // Each group's weights just before the previous group's forward
     // (StepWeights): the stem's and layer1's first, layer2's before layer1.
-    StepWeights weights(conv_groups_, input, sgd_.get());
+    StepWeights weights(conv_groups_, input, copies_);
     weights.Prepare(0);
     weights.Prepare(1);
     torch::Tensor x = BatchNormAct(bn1_, conv1_(input), {}, /*relu=*/true, bn_);
@@ -351,15 +349,14 @@ class ResNetImpl : public torch::nn::Module {
     return fc_(x);
   }
 
-  /// The convolutions' weights on the cuDNN path, for SGD updates inside the
-  /// backward (fused_sgd.h), where the forward runs under bf16 autocast, the
-  /// weights are dense fp32 CUDA tensors on one device and this build has
-  /// the kernels; else none. Without autocast there is no cast to save: the
-  /// host's updates beside the backward were as fast or faster on an H200.
-  std::vector<torch::Tensor> TakeSgd(const sdk::SgdSettings& sgd) {
-    sgd_.reset();
-    if (!resnet::FusedSgdBuilt() || !sgd.bf16_autocast) return {};
+  /// The weights of the convolutions on the cuDNN path, a group per stage
+  /// (the stem's first), read through `copies` from the next forward on;
+  /// none (and `copies` unused) where those weights are not dense fp32 CUDA
+  /// tensors on one device.
+  std::vector<std::vector<torch::Tensor>> UseWorkingCopies(sdk::WorkingCopies* copies) {
+    copies_ = nullptr;
     std::vector<std::vector<torch::Tensor>> groups;
+    size_t count = 0;
     for (const auto& group : conv_groups_) {
       groups.emplace_back();
       for (ConvImpl* conv : group) {
@@ -369,19 +366,12 @@ class ResNetImpl : public torch::nn::Module {
             w.device() != conv_groups_[0][0]->weight.device())
           return {};
         groups.back().push_back(w);
+        ++count;
       }
     }
-    sgd_ = std::make_unique<resnet::SgdWeights>(sgd, std::move(groups));
-    std::vector<torch::Tensor> taken = sgd_->All();
-    if (taken.empty()) sgd_.reset();  // no convolution on the cuDNN path
-    return taken;
-  }
-
-  /// The learning rate of the updates TakeSgd took; false where it took none.
-  bool SetSgdLearningRate(double lr) {
-    if (!sgd_) return false;
-    sgd_->SetLearningRate(lr);
-    return true;
+    if (count == 0) return {};  // no convolution on the cuDNN path
+    copies_ = copies;
+    return groups;
   }
 
  private:
@@ -405,7 +395,7 @@ class ResNetImpl : public torch::nn::Module {
   bool fused_classifier_;
   // The convolutions (owned by the modules below): the stem's, then each stage's.
   std::vector<std::vector<ConvImpl*>> conv_groups_;
-  std::unique_ptr<resnet::SgdWeights> sgd_;  // where the model took SGD's updates
+  sdk::WorkingCopies* copies_ = nullptr;  // the host's, where it offered them (UseWorkingCopies)
   Conv conv1_{nullptr};
   BatchNorm2d bn1_{nullptr};
   torch::nn::Sequential layers_[4] = {nullptr, nullptr, nullptr, nullptr};
@@ -414,36 +404,24 @@ class ResNetImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ResNet);
 
-// The network as a Model, taking SGD's updates of its convolutions' weights
-// where `fused_sgd` is on (the host offers them: sdk::Model::TakeSgdUpdates).
+// The network as a Model, reading its convolutions' weights through the
+// host's working copies where it offers them (sdk::Model::UseWorkingCopies).
 class ResNetModel : public sdk::ModuleModel<ResNet> {
  public:
-  ResNetModel(ResNet net, std::array<int64_t, 3> input_shape, int64_t num_classes, bool fused_sgd)
-      : ModuleModel(std::move(net), input_shape, num_classes), fused_sgd_(fused_sgd) {}
+  using ModuleModel::ModuleModel;
 
-  sdk::Status TakeSgdUpdates(const sdk::SgdSettings& sgd, std::vector<torch::Tensor>* taken) noexcept override {
+  sdk::Status UseWorkingCopies(sdk::WorkingCopies* copies,
+                               std::vector<std::vector<torch::Tensor>>* groups) noexcept override {
     try {
-      taken->clear();
-      if (fused_sgd_) *taken = net()->TakeSgd(sgd);
-      sgd_parameters_ = static_cast<int64_t>(taken->size());
+      *groups = net()->UseWorkingCopies(copies);
       return sdk::Status::Ok();
     } catch (const std::exception& e) {
-      return sdk::Status::Error(std::string("fused_sgd: ") + e.what());
-    }
-  }
-
-  sdk::Status SetSgdLearningRate(double lr) noexcept override {
-    try {
-      if (net()->SetSgdLearningRate(lr)) return sdk::Status::Ok();
-      return sdk::Status::Error("fused_sgd: the model took no SGD updates");
-    } catch (const std::exception& e) {
-      return sdk::Status::Error(std::string("fused_sgd: ") + e.what());
+      return sdk::Status::Error(std::string("working copies: ") + e.what());
     }
   }
 
   // Each rule's choices as the host ran them (path_log.h), how the cuDNN
-  // path's engines were chosen and what ran beside the backward, and the
-  // parameters whose SGD updates the model took.
+  // path's engines were chosen and what ran beside the backward.
   sdk::Status PathTaken(std::string* json_object) noexcept override {
     try {
       nlohmann::json path = nlohmann::json::parse(trainbench::plugins::PathJson());
@@ -456,17 +434,12 @@ class ResNetModel : public sdk::ModuleModel<ResNet> {
         path["side_streams"] = {{"filter_gradients_beside", c.side_stream_grads},
                                 {"filter_gradients_joined_late", c.late_filter_grads}};
       }
-      path["fused_sgd_parameters"] = sgd_parameters_;
       *json_object = path.dump();
       return sdk::Status::Ok();
     } catch (const std::exception& e) {
       return sdk::Status::Error(std::string("path: ") + e.what());
     }
   }
-
- private:
-  bool fused_sgd_;
-  int64_t sgd_parameters_ = 0;
 };
 
 cudnn_conv::Settings ConvSettings(const sdk::Options& options) {
@@ -492,7 +465,7 @@ std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Option
       ConvSettings(options),
       options.GetBool("stem_space_to_depth")};
   return std::make_unique<ResNetModel>(ResNet(spec, classes, stem == "imagenet", paths),
-                                       std::array<int64_t, 3>{3, size, size}, classes, options.GetBool("fused_sgd"));
+                                       std::array<int64_t, 3>{3, size, size}, classes);
 }
 
 }  // namespace trainbench::plugins

@@ -44,12 +44,6 @@ inline const TbParamSpec kResNetParams[] = {
      "with cudnn_engine_cache, one line in the cell's log per autotuned convolution: its candidates, their times "
      "and the engine chosen (a diagnostic: bench/tuning_log.py sums the lines up; the choice is the same)",
      nullptr, 0, 0, 0},
-    {"fused_sgd", TB_PARAM_BOOL, "true",
-     "with cudnn_engine_cache on CUDA, where the host offers it (SGD, one rank, bf16 autocast), the "
-     "convolutions' SGD updates run inside the backward as each stage's gradients are final, in one kernel that reads "
-     "the bf16 gradients, updates the fp32 weights and writes the next forward's bf16 copies (apex's and MLPerf's "
-     "mixed-precision SGD; the same arithmetic as torch.optim.SGD); false: autocast's casts and the host's optimizer",
-     nullptr, 0, 0, 0},
     {"stem_space_to_depth", TB_PARAM_BOOL, "true",
      "with cudnn_engine_cache, the imagenet stem's 7x7/2 convolution as a 4x4/1 one over 2x2 pixel blocks (the same "
      "sums; on an H200 2x faster at 32 px, 2.6x at 224 px than cuDNN's kernels for the 7x7 one), for channels_last "

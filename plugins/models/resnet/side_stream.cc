@@ -63,16 +63,15 @@ bool SideStreamsApply(const c10::Device& device) {
 
 struct SideStream::Streams {
   // LibTorch's high-priority pool has priorities below 0, the default pool 0.
-  Streams(c10::DeviceIndex device, SidePriority priority)
+  explicit Streams(c10::DeviceIndex device)
       : here(c10::cuda::getCurrentCUDAStream(device)),
-        side(c10::cuda::getStreamFromPool(priority == SidePriority::kAsHere && here.priority() < 0, device)) {}
+        side(c10::cuda::getStreamFromPool(here.priority() < 0, device)) {}
   c10::cuda::CUDAStream here, side;
   at::cuda::CUDAEvent forked, joined;  // without timing
   bool open = true;
 };
 
-SideStream::SideStream(const c10::Device& device, SidePriority priority)
-    : streams_(std::make_unique<Streams>(device.index(), priority)) {
+SideStream::SideStream(const c10::Device& device) : streams_(std::make_unique<Streams>(device.index())) {
   streams_->forked.record(streams_->here);
   streams_->forked.block(streams_->side);
 }
@@ -154,9 +153,7 @@ std::vector<torch::Tensor> JoinBeforeGradients(const std::vector<torch::Tensor>&
 
 bool SideStreamsApply(const c10::Device&) { return false; }
 struct SideStream::Streams {};
-SideStream::SideStream(const c10::Device&, SidePriority) {
-  TORCH_CHECK(false, "this build of trainbench has no CUDA side streams");
-}
+SideStream::SideStream(const c10::Device&) { TORCH_CHECK(false, "this build of trainbench has no CUDA side streams"); }
 SideStream::~SideStream() = default;
 void SideStream::Run(const std::function<void()>&) {}
 void SideStream::Join() {}

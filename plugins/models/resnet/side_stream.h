@@ -6,8 +6,7 @@
 // (cudnn_conv.cc), a residual block's downsampling branch beside its main
 // path (resnet.cc), the filter gradients left running past their
 // convolution's backward until every weight's gradient is needed
-// (JoinBeforeGradients), and the model's own SGD updates of a stage's
-// weights beside the rest of the backward (fused_sgd.h). Outside a capture nothing forks (the cuDNN engines
+// (JoinBeforeGradients). Outside a capture nothing forks (the cuDNN engines
 // are tuned there, and a neighbour on the GPU would skew their timing).
 // Kernels with per-device state must not run on two streams at once; the batch norm's counters are per stream
 // (batch_norm_act_kernels.h).
@@ -32,14 +31,11 @@ bool SideStreamsApply(const c10::Device& device);
 /// Run() allocates and frees itself, such as a workspace, belongs to the side
 /// stream and is safe there).
 /// Throws c10::Error where SideStreamsApply is false for lack of CUDA.
-/// `priority`: kAsHere, a stream of the current stream's priority class
-/// (LibTorch's pools: high or default); kDefault, one of the default priority
-/// whatever the current stream's, so that work of its own (the SGD updates)
-/// takes only the multiprocessors a step on a high-priority stream leaves.
-enum class SidePriority { kAsHere, kDefault };
+/// The side stream has the current stream's priority class (LibTorch's
+/// pools: high or default).
 class SideStream {
  public:
-  explicit SideStream(const c10::Device& device, SidePriority priority = SidePriority::kAsHere);
+  explicit SideStream(const c10::Device& device);
   ~SideStream();
   SideStream(const SideStream&) = delete;
   SideStream& operator=(const SideStream&) = delete;

@@ -4,8 +4,8 @@
 // graph.
 #include <cstdint>
 
-#include "cuda_element.cuh"
 #include "stem_kernels.h"
+#include "trainbench/sdk/cuda_element.cuh"
 
 namespace resnet::kernels {
 namespace {

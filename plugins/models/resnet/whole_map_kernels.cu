@@ -6,8 +6,8 @@
 // written, the taps no window reaches with zero: no separate zeroing.
 #include <cstdint>
 
-#include "cuda_element.cuh"
 #include "kernel_host.h"
+#include "trainbench/sdk/cuda_element.cuh"
 #include "whole_map_kernels.h"
 
 namespace resnet::kernels {

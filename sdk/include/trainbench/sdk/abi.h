@@ -26,7 +26,10 @@
 /// 1.3 appended Model::TakeSgdUpdates() and Model::SetSgdLearningRate()
 /// (called only on plugins of 1.3+).
 /// 1.4 appended Model::PathTaken() (called only on plugins of 1.4+).
-#define TRAINBENCH_SDK_ABI_MINOR 4
+/// 1.5 appended Model::UseWorkingCopies() (called only on plugins of 1.5+)
+/// and stopped calling Model::TakeSgdUpdates() and SetSgdLearningRate():
+/// the host's optimizer updates every parameter.
+#define TRAINBENCH_SDK_ABI_MINOR 5
 
 /// Name of the one symbol a plugin exports (a Boost.DLL alias).
 #define TRAINBENCH_PLUGIN_ENTRY_NAME "trainbench_plugin_entry"

@@ -11,13 +11,16 @@
 #include <vector>
 
 #include "trainbench/sdk/status.h"
+#include "trainbench/sdk/working_copies.h"
 
 namespace trainbench::sdk {
 
 class CrossRankSum;  // batch_norm.h
 
-/// SDK ABI 1.3. SGD's settings (torch.optim.SGD's, dampening 0), for a model
-/// that updates parameters itself (Model::TakeSgdUpdates).
+/// SDK ABI 1.3, no longer used: the argument of Model::TakeSgdUpdates(),
+/// which hosts of ABI 1.5 and newer never call (the optimizer is the host's;
+/// see Model::UseWorkingCopies()). Kept so that plugins built against 1.3
+/// and 1.4 keep their layout.
 struct SgdSettings {
   double lr = 0;
   double momentum = 0;
@@ -76,29 +79,18 @@ class Model {
     return Status::Error("this model cannot synchronise batch normalisation across ranks");
   }
 
-  /// SDK ABI 1.3. The host's offer, before the first Forward() of a cell
-  /// whose optimizer is SGD with `overlap` on one rank, without fp16 loss
-  /// scaling (bf16 autocast or none): the model may update some of its
-  /// parameters itself,
-  /// during the backward, as soon as their gradients are final, with
-  /// `sgd`'s arithmetic, torch.optim.SGD's (fused=True), so that a parameter
-  /// it casts to a lower precision for its forward can be updated from the
-  /// low-precision gradient and write the next forward's copy in the same
-  /// pass (as apex's and MLPerf's mixed-precision SGD do). Every parameter it
-  /// takes goes into `taken` (the host's optimizer leaves those alone: they
-  /// get no `.grad`), and the model must have finished (joined into the
-  /// current CUDA stream) every update of a backward when that backward
-  /// returns. The default takes none. The host calls it only on plugins
-  /// built against ABI 1.3 or newer, once, after moving the module to its
-  /// device.
+  /// SDK ABI 1.3, no longer called: hosts of ABI 1.5 and newer update every
+  /// parameter themselves (a model that read low-precision copies of its
+  /// weights answers UseWorkingCopies() instead). A plugin built against
+  /// 1.3 or 1.4 that overrides it still loads and trains: its parameters are
+  /// updated by the host. The slot stays for their layout.
   virtual Status TakeSgdUpdates(const SgdSettings& sgd, std::vector<torch::Tensor>* taken) noexcept {
     (void)sgd;
     taken->clear();
     return Status::Ok();
   }
 
-  /// SDK ABI 1.3. The learning rate of the updates TakeSgdUpdates took, from
-  /// the next step on (the host calls it only where the model took some).
+  /// SDK ABI 1.3, no longer called (see TakeSgdUpdates()).
   virtual Status SetSgdLearningRate(double lr) noexcept {
     (void)lr;
     return Status::Error("this model takes no SGD updates");
@@ -114,6 +106,24 @@ class Model {
   /// against ABI 1.4 or newer.
   virtual Status PathTaken(std::string* json_object) noexcept {
     json_object->clear();
+    return Status::Ok();
+  }
+
+  /// SDK ABI 1.5. The host's offer, once, after moving the module to its
+  /// device and before the first Forward(): `copies` (working_copies.h),
+  /// through which the model may read some of its parameters. The model
+  /// lists those in `groups`: each a set of parameters whose gradients are
+  /// final at the same point of the backward (a stage of a network), each
+  /// parameter of its module() at most once; every Forward() then asks
+  /// `copies` for a group's tensors (Group()) instead of reading those
+  /// parameters. Leaving `groups` empty (the default) declines: the model
+  /// reads its parameters as usual. The host checks the answer (a tensor
+  /// that is not one of the module's parameters, or one listed twice, fails
+  /// the cell naming the plugin) and calls it only on plugins built against
+  /// ABI 1.5 or newer. `copies` stays valid while the host trains the model.
+  virtual Status UseWorkingCopies(WorkingCopies* copies, std::vector<std::vector<torch::Tensor>>* groups) noexcept {
+    (void)copies;
+    groups->clear();
     return Status::Ok();
   }
 };

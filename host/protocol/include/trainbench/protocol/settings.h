@@ -70,8 +70,10 @@ void VisitFields(OptimizerSettings& o, V& v) {
   v(Field{"overlap",
           "sgd on one CUDA GPU in a captured step (cuda_graph): update each parameter once its gradient is final, "
           "on a side stream beside the rest of the backward (the same arithmetic; false: after the whole backward). "
-          "Also what lets a model of SDK 1.3+ take its own parameters' updates inside the backward, with one rank and "
-          "no fp16 loss scaling (the ResNets' fused_sgd, under bf16 autocast; false: no offer). "
+          "With one rank and bf16 autocast, the parameters a model of SDK 1.5+ reads through working copies (the "
+          "ResNets' convolutions on CUDA) get mixed-precision SGD inside the backward, in eager and captured steps: "
+          "one kernel per group reads the bf16 gradients, updates the fp32 weights and writes the next forward's bf16 "
+          "copies (the same arithmetic; false: the copies cast each way and this optimizer updates them). "
           "Assumes the model reads no parameter in the backward after its gradient (true of the shipped models)"},
     o.overlap);
 }

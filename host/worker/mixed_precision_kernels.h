@@ -1,19 +1,23 @@
 #pragma once
-// One CUDA kernel that converts many tensors between fp32 and bf16 or half:
-// autocast's weight casts of a whole network (ResNet50: 53 convolutions) and
-// their gradients' casts back, as one launch each way instead of one per
-// tensor (113 kernels and 301 us per ResNet50 bf16 b1024 step on an H200,
-// mostly the fixed cost of small kernels). Raw device pointers; each
-// tensor's elements are converted in memory order, so a destination has the
-// source's strides.
+// The CUDA kernels of the worker's working copies (mixed_precision.h), on raw
+// device pointers (nvcc alone, no LibTorch):
+// - one launch that converts many tensors between fp32 and bf16 or half: the
+//   casts of a model's working copies under autocast (ResNet50: 53
+//   convolutions) and their gradients' casts back, one launch each way
+//   instead of one per tensor (113 kernels and 301 us per ResNet50 bf16
+//   b1024 step on an H200, mostly the fixed cost of small kernels);
+// - mixed-precision SGD: the low-precision gradients in, the fp32 parameters
+//   and momentum updated, the next forward's copies out, in one pass.
+// Each tensor's elements are read and written in memory order, so a
+// destination has the source's strides.
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-#include "kernel_types.h"
+namespace trainbench::worker::kernels {
 
-namespace resnet::kernels {
+enum class DType { kFloat, kBFloat16, kHalf };
 
 struct CastJob {
   const void* src;
@@ -26,7 +30,7 @@ struct CastJob {
 /// ceil(jobs / 48) launches on `stream`.
 cudaError_t CastTensors(const CastJob* jobs, int count, DType from, DType to, cudaStream_t stream) noexcept;
 
-/// One fp32 parameter's SGD update (fused_sgd.h): its gradient read in the
+/// One fp32 parameter's SGD update (mixed_precision.h): its gradient read in the
 /// autocast type it was computed in, the update written, and with `copy` the
 /// updated parameter in the next forward's type, in one pass.
 struct SgdJob {
@@ -54,4 +58,4 @@ struct SgdArgs {
 cudaError_t SgdTensors(const SgdJob* jobs, int count, DType grad_type, DType copy_type, const SgdArgs& args,
                        cudaStream_t stream) noexcept;
 
-}  // namespace resnet::kernels
+}  // namespace trainbench::worker::kernels

@@ -1,4 +1,4 @@
-// See weight_cast_kernels.h. Each block converts kPerBlock elements of one
+// See mixed_precision_kernels.h. Each block converts kPerBlock elements of one
 // job (8 per thread: 32 bytes of fp32, 16 of bf16 or half, where every
 // pointer of the launch is aligned to its pack); a block finds its job in the
 // launch's table of first blocks, passed by value.
@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda_element.cuh"
-#include "weight_cast_kernels.h"
+#include "mixed_precision_kernels.h"
+#include "trainbench/sdk/cuda_element.cuh"
 
-namespace resnet::kernels {
+namespace trainbench::worker::kernels {
 namespace {
 
 using trainbench::cuda::ForElementType;
@@ -234,4 +234,4 @@ cudaError_t CastTensors(const CastJob* jobs, int count, DType from, DType to, cu
   });
 }
 
-}  // namespace resnet::kernels
+}  // namespace trainbench::worker::kernels

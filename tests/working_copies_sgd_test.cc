@@ -1,12 +1,11 @@
-// The ResNets' own SGD updates (plugins/models/resnet/fused_sgd.h) against
-// torch.optim.SGD's arithmetic written out in ATen ops: weights and momentum
+// The worker's mixed-precision SGD of a model's working copies
+// (host/worker/mixed_precision.h) against torch.optim.SGD's arithmetic
+// written out in ATen ops: weights and momentum
 // after several steps, with bf16, half or fp32 gradients, weight decay,
 // Nesterov, no momentum; the next forward's copies exactly the updated
 // weights rounded; a copy made again where its weight changed in place; the
 // same updates from a CUDA graph whose updates run on side streams. Built
 // only where the kernels are; skipped without a GPU.
-#include "fused_sgd.h"
-
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -18,9 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "mixed_precision.h"
+
 namespace {
 
-using trainbench::sdk::SgdSettings;
+using trainbench::worker::MixedPrecision;
+using SgdSettings = trainbench::worker::SgdArithmetic;
 
 // Weights of assorted shapes in two groups: a channels_last convolution,
 // odd element counts, a 1-D view one element into its storage (not aligned
@@ -65,14 +67,14 @@ std::vector<std::vector<std::vector<torch::Tensor>>> StepGradients(
   return all;
 }
 
-// One forward and backward through SgdWeights: every group's weights for
-// the forward, the step's gradients into them.
-void Step(resnet::SgdWeights& sgd, size_t groups, std::optional<at::ScalarType> cast,
+// One forward and backward through the working copies: every group's
+// weights for the forward, the step's gradients into them.
+void Step(MixedPrecision& sgd, size_t groups, std::optional<at::ScalarType> cast,
           const std::vector<std::vector<torch::Tensor>>& grads) {
   sgd.BeginForward();
   std::vector<torch::Tensor> outputs, upstream;
   for (size_t g = 0; g < groups; ++g) {
-    const std::vector<torch::Tensor> w = sgd.Weights(g, cast);
+    const std::vector<torch::Tensor> w = sgd.Group(g, cast);
     for (size_t i = 0; i < w.size(); ++i) {
       EXPECT_EQ(w[i].scalar_type(), cast.value_or(at::kFloat));
       outputs.push_back(w[i]);
@@ -104,7 +106,8 @@ void ExpectUpdatesAsSgd(const SgdSettings& settings, std::optional<at::ScalarTyp
         ++k;
       }
   }
-  resnet::SgdWeights sgd(settings, groups);
+  MixedPrecision sgd;
+  sgd.Adopt(groups, settings);
   if (!captured) {
     for (const auto& step : grads) Step(sgd, groups.size(), cast, step);
   } else {
@@ -141,13 +144,13 @@ void ExpectUpdatesAsSgd(const SgdSettings& settings, std::optional<at::ScalarTyp
     if (!cast) continue;
     // The next forward's copies: the updated weights, rounded.
     torch::NoGradGuard no_grad;
-    const std::vector<torch::Tensor> copies = sgd.Weights(g, cast);
+    const std::vector<torch::Tensor> copies = sgd.Group(g, cast);
     for (size_t i = 0; i < copies.size(); ++i)
       EXPECT_TRUE(torch::equal(copies[i], groups[g][i].detach().to(*cast))) << what << ", copy of group " << g;
   }
 }
 
-TEST(FusedSgd, UpdatesAsTorchOptimSgd) {
+TEST(MixedPrecisionSgd, UpdatesAsTorchOptimSgd) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const SgdSettings plain{0.1, 0.9, 5e-4, false}, nesterov{0.05, 0.9, 0, true}, no_momentum{0.2, 0, 1e-2, false};
   for (const SgdSettings& s : {plain, nesterov, no_momentum})
@@ -160,28 +163,29 @@ TEST(FusedSgd, UpdatesAsTorchOptimSgd) {
 // Inside a capture each group's update runs on a side stream, joined by the
 // last group's node: a missing join fails the capture, a missing wait reads
 // a gradient before it is copied in.
-TEST(FusedSgd, UpdatesFromACapturedStepOnSideStreams) {
+TEST(MixedPrecisionSgd, UpdatesFromACapturedStepOnSideStreams) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ExpectUpdatesAsSgd({0.1, 0.9, 5e-4, false}, at::kBFloat16, /*captured=*/true);
   ExpectUpdatesAsSgd({0.1, 0.9, 0, false}, std::nullopt, /*captured=*/true);
 }
 
-TEST(FusedSgd, MakesACopyAgainWhereItsWeightChangedInPlace) {
+TEST(MixedPrecisionSgd, MakesACopyAgainWhereItsWeightChangedInPlace) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(4);
   std::vector<std::vector<torch::Tensor>> groups = Groups();
-  resnet::SgdWeights sgd({0.1, 0.9, 0, false}, groups);
+  MixedPrecision sgd;
+  sgd.Adopt(groups, SgdSettings{0.1, 0.9, 0, false});
   Step(sgd, groups.size(), at::kBFloat16, StepGradients(groups, 1, at::kBFloat16)[0]);
   torch::NoGradGuard no_grad;
   groups[1][1].mul_(-3);  // anything but the update's kernel: its version counter moves
-  const std::vector<torch::Tensor> copies = sgd.Weights(1, at::kBFloat16);
+  const std::vector<torch::Tensor> copies = sgd.Group(1, at::kBFloat16);
   EXPECT_TRUE(torch::equal(copies[1], groups[1][1].to(at::kBFloat16)));
   EXPECT_TRUE(torch::equal(copies[0], groups[1][0].to(at::kBFloat16)));
 }
 
-// A backward that runs after the SgdWeights (the model) was destroyed still
+// A backward that runs after the working copies were destroyed still
 // updates the weights: its autograd nodes keep the state alive.
-TEST(FusedSgd, ABackwardAfterTheObjectIsGoneStillUpdates) {
+TEST(MixedPrecisionSgd, ABackwardAfterTheObjectIsGoneStillUpdates) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(10);
   std::vector<std::vector<torch::Tensor>> groups = Groups();
@@ -189,10 +193,11 @@ TEST(FusedSgd, ABackwardAfterTheObjectIsGoneStillUpdates) {
   const auto grads = StepGradients(groups, 1, at::kBFloat16)[0];
   std::vector<torch::Tensor> outputs, upstream, expected;
   {
-    resnet::SgdWeights sgd(settings, groups);
+    MixedPrecision sgd;
+    sgd.Adopt(groups, settings);
     sgd.BeginForward();
     for (size_t g = 0; g < groups.size(); ++g) {
-      const std::vector<torch::Tensor> w = sgd.Weights(g, at::kBFloat16);
+      const std::vector<torch::Tensor> w = sgd.Group(g, at::kBFloat16);
       for (size_t i = 0; i < w.size(); ++i) {
         outputs.push_back(w[i]);
         upstream.push_back(grads[g][i]);
@@ -212,13 +217,16 @@ TEST(FusedSgd, ABackwardAfterTheObjectIsGoneStillUpdates) {
     }
 }
 
-TEST(FusedSgd, RefusesWeightsItCannotUpdate) {
+TEST(MixedPrecisionSgd, RefusesWeightsItCannotUpdate) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const SgdSettings s{0.1, 0.9, 0, false};
-  EXPECT_THROW(resnet::SgdWeights(s, {{torch::zeros({4})}}), std::invalid_argument);  // on the CPU
-  EXPECT_THROW(resnet::SgdWeights(s, {{torch::zeros({4}, torch::TensorOptions(torch::kCUDA).dtype(torch::kHalf))}}),
-               std::invalid_argument);
-  EXPECT_THROW(resnet::SgdWeights(s, {{torch::zeros({4, 4}, torch::kCUDA).narrow(1, 0, 2)}}), std::invalid_argument);
+  const auto cuda = torch::TensorOptions(torch::kCUDA);
+  for (const torch::Tensor& w :
+       {torch::zeros({4}), torch::zeros({4}, cuda.dtype(torch::kHalf)), torch::zeros({4, 4}, cuda).narrow(1, 0, 2)}) {
+    MixedPrecision sgd;
+    EXPECT_FALSE(MixedPrecision::UpdatesApply({{w}})) << w.options();
+    EXPECT_THROW(sgd.Adopt({{w}}, s), std::invalid_argument) << w.options();
+  }
 }
 
 }  // namespace
