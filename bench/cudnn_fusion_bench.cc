@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "batch_norm_act.h"
-#include "cudnn_backend.h"
+#include "cudnn_descriptors.h"
 #include "graph_timer.h"
 
 namespace {

@@ -672,22 +672,20 @@ TEST(OptimizerOverlap, UpdatesACapturedResNetStepAsAfterItsBackward) {
 
 // A ResNet on CUDA reading its convolutions' weights through the worker's
 // working copies (sdk::Model::UseWorkingCopies, host/worker/mixed_precision.h)
-// as the worker offers them: with `take` (and bf16), mixed-precision SGD
-// inside the backward, the worker's optimizer for the rest; else the
-// copies' casts and the optimizer for everything.
+// as the worker offers them under bf16 autocast: with `take`,
+// mixed-precision SGD inside the backward, the worker's optimizer for the
+// rest; else the copies' casts and the optimizer for everything.
 struct SgdRun {
   std::unique_ptr<trainbench::worker::MixedPrecision> copies;  // outlives the model
   std::unique_ptr<sdk::Model> model;
   std::vector<torch::Tensor> params;
   std::vector<bool> taken;
   std::unique_ptr<trainbench::worker::Optimizer> optimizer;
-  bool bf16 = true;  // the forward under bf16 autocast, else fp32
 };
 
-SgdRun MakeSgdRun(bool bottleneck, bool take, double lr, bool bf16 = true) {
+SgdRun MakeSgdRun(bool bottleneck, bool take, double lr) {
   using trainbench::worker::MixedPrecision;
   SgdRun run;
-  run.bf16 = bf16;
   run.model = CudaResNet(bottleneck);
   run.params = run.model->module().parameters();
   trainbench::protocol::OptimizerSettings settings;
@@ -696,7 +694,7 @@ SgdRun MakeSgdRun(bool bottleneck, bool take, double lr, bool bf16 = true) {
   std::vector<std::vector<torch::Tensor>> groups;
   EXPECT_TRUE(run.model->UseWorkingCopies(run.copies.get(), &groups).ok());
   std::optional<trainbench::worker::SgdArithmetic> sgd;
-  if (take && bf16 && MixedPrecision::UpdatesApply(groups))
+  if (take && MixedPrecision::UpdatesApply(groups))
     sgd = trainbench::worker::SgdArithmetic{settings.lr, settings.momentum, settings.weight_decay, false};
   run.copies->Adopt(groups, sgd);
   std::vector<torch::Tensor> taken, left;
@@ -714,7 +712,7 @@ SgdRun MakeSgdRun(bool bottleneck, bool take, double lr, bool bf16 = true) {
 // The worker's training step.
 void SgdStep(SgdRun& run, const torch::Tensor& x, const torch::Tensor& labels) {
   torch::Tensor loss;
-  StepLoss(*run.model, x, labels, &loss, run.bf16);
+  StepLoss(*run.model, x, labels, &loss);
   ASSERT_TRUE(loss.defined());
   run.optimizer->BeginBackward();
   loss.backward();

@@ -159,8 +159,7 @@ if(TARGET trainbench_resnet_kernels AND TRAINBENCH_CUDNN_INCLUDE_DIR AND TRAINBE
   trainbench_resnet_test(stem_tests stem_test.cc)
   target_include_directories(stem_tests PRIVATE ${PROJECT_SOURCE_DIR}/host/worker)
   # cuDNN's fused convolutions (statistics, scale-bias-ReLU prologue) against
-  # the model's convolutions and batch norms (bench/cudnn_fusion_bench.cc);
-  # the plugin's cudnn_backend.h before cuDNN's header of the same name.
+  # the model's convolutions and batch norms (bench/cudnn_fusion_bench.cc).
   add_executable(cudnn_fusion_bench ${PROJECT_SOURCE_DIR}/bench/cudnn_fusion_bench.cc)
   target_include_directories(cudnn_fusion_bench PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/resnet/cudnn
                                                         ${TRAINBENCH_CUDNN_INCLUDE_DIR})

@@ -390,11 +390,11 @@ class AccuracyParity(unittest.TestCase):
     def run_compare(self, ours, theirs):
         with tempfile.TemporaryDirectory() as d:
             py = os.path.join(d, "pytorch.json")
-            write(py, {"resnet18": [{"seed": i, "accuracy": a} for i, a in enumerate(theirs)]})
+            write(py, {"resnet18 fp32": [{"seed": i, "accuracy": a} for i, a in enumerate(theirs)]})
             files = []
             for i, a in enumerate(ours):
                 f = os.path.join(d, f"seed-{i}.json")
-                write(f, {"cells": [{"model": "resnet18", "status": "ok", "test_accuracy": [0.1, a]}]})
+                write(f, {"cells": [{"model": "resnet18", "device": "fp32", "status": "ok", "test_accuracy": [0.1, a]}]})
                 files.append(f)
             r = subprocess.run([sys.executable, os.path.join(BENCH, "accuracy_parity.py"), "--compare", py] + files,
                                capture_output=True, text=True)
@@ -403,7 +403,7 @@ class AccuracyParity(unittest.TestCase):
 
     def test_means_within_a_point_agree(self):
         out = self.run_compare([0.560, 0.552, 0.554, 0.569], [0.574, 0.567, 0.564, 0.563])
-        self.assertIn("| resnet18 | 56.0, 55.2, 55.4, 56.9 | 55.88% | 57.4, 56.7, 56.4, 56.3 | 56.70% | -0.82 |", out)
+        self.assertIn("| resnet18 fp32 | 56.0, 55.2, 55.4, 56.9 | 55.88% | 57.4, 56.7, 56.4, 56.3 | 56.70% | -0.82 |", out)
         self.assertIn("0.82 points (within 1 point)", out)
 
     def test_a_larger_gap_is_called_out(self):
@@ -439,9 +439,29 @@ class AbaOfGeometryRuns(unittest.TestCase):
         # a: 102.2 against 100.2 (+2.00%, apart); b: 50.3 against 50.3 (+0.00%, overlapping)
         self.assertIn("| mask | +2.00% | +0.00% (overlaps) |", r.stdout)
         self.assertIn("The default runs' spread: 0.40-1.20%.", r.stdout)
-        self.assertLess(r.stdout.index("## batch 1024"), r.stdout.index("## batch 128"))
+        self.assertLess(r.stdout.index("## geometry, batch 1024"), r.stdout.index("## geometry, batch 128"))
         self.assertNotEqual(empty.returncode, 0)
-        self.assertIn("no geometry-b", empty.stderr)
+        self.assertIn("no <what>-b<batch>", empty.stderr)
+
+    def test_kinds_of_runs_apart_and_any_field_of_a_cell(self):
+        """aba-epochs: cold and warm runs compared apart, on a field where
+        lower is faster (the time to train)."""
+        with tempfile.TemporaryDirectory() as d:
+            for kind, times in (("cold", (7.0, 7.7, 7.2, 7.5)), ("warm", (5.0, 4.0, 5.2, 4.2))):
+                for n, t in enumerate(times, 1):
+                    run = os.path.join(d, f"{kind}-b1024-{n}-{'base' if n % 2 else 'head'}")
+                    os.makedirs(run)
+                    write(os.path.join(run, "results.json"), {"cells": [
+                        {"model": "resnet50", "device": "autotuned", "status": "ok", "time_to_train_seconds": t,
+                         "samples_per_second": 1000.0}]})
+            r = subprocess.run([sys.executable, os.path.join(BENCH, "aba.py"), d, "--baseline", "base",
+                                "--metric", "time_to_train_seconds"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertLess(r.stdout.index("## cold, batch 1024: time_to_train_seconds"),
+                        r.stdout.index("## warm, batch 1024: time_to_train_seconds"))
+        # cold: 7.6 against 7.1 (+7.04%, apart); warm: 4.1 against 5.1 (-19.61%, apart).
+        self.assertIn("| head | +7.04% |", r.stdout)
+        self.assertIn("| head | -19.61% |", r.stdout)
 
 
 class KernelProfileOfATrace(unittest.TestCase):

@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "cudnn_backend.h"
+#include "cudnn_descriptors.h"
 #include "cudnn_plans.h"
 #include "cudnn_tuner.h"
 #include "engine_cache.h"

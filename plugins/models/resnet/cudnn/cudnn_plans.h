@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "cudnn_backend.h"
 #include "cudnn_conv.h"
+#include "cudnn_descriptors.h"
 #include "engine_cache.h"
 
 namespace trainbench::plugins::cudnn_conv::detail {
