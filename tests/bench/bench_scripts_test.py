@@ -363,6 +363,25 @@ class CpuAgainstPlainPyTorch(unittest.TestCase):
             self.assertEqual(len(cells[3].split(",")), 2, cells)  # a ratio per round
             self.assertGreater(float(cells[4]), 0, cells)  # their median
 
+    def test_two_builds_side_by_side(self):
+        """bench/cpu_aba.sh: one build as both base and head, alternating,
+        summed up by aba.py: every cell in the table, a change per cell."""
+        if not os.environ.get("TRAINBENCH_BIN"):
+            self.skipTest("TRAINBENCH_BIN not set")
+        build = os.path.dirname(os.path.dirname(os.environ["TRAINBENCH_BIN"]))
+        env = dict(os.environ, BENCH_MODELS="simple_cnn", BENCH_STEPS="1", BENCH_THREADS="1", ABA_STEPS="base head")
+        with tempfile.TemporaryDirectory() as out:
+            r = subprocess.run(["bash", os.path.join(BENCH, "cpu_aba.sh"), build, build, out],
+                               capture_output=True, text=True, env=env, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertIn("cpu-b128-1-base rc=0", r.stdout)
+        self.assertIn("cpu-b128-2-head rc=0", r.stdout)
+        self.assertIn("## cpu, batch 128: samples_per_second", r.stdout)
+        self.assertIn("| run | setting | simple_cnn fp32 | simple_cnn fp32-cl |", r.stdout)
+        head = [line for line in r.stdout.splitlines() if line.startswith("| head |")]
+        self.assertEqual(len(head), 1, r.stdout)
+        self.assertEqual(head[0].count("%"), 2, head[0])
+
     def test_the_summary_is_the_median_of_each_rounds_ratio(self):
         """compare.py --cpu over rounds (no PyTorch needed): the median of
         the ratios, not the ratio of the medians; a round whose Python side
