@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "mixed_precision_kernels.h"
+#include "stream_capture.h"
 #endif
 
 namespace trainbench::worker {
@@ -50,12 +51,6 @@ kernels::DType DTypeOf(at::ScalarType type) {
   return type == at::kFloat      ? kernels::DType::kFloat
          : type == at::kBFloat16 ? kernels::DType::kBFloat16
                                  : kernels::DType::kHalf;
-}
-
-bool Capturing(const c10::cuda::CUDAStream& stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &status));
-  return status == cudaStreamCaptureStatusActive;
 }
 
 // A new tensor on `t`'s memory, not a view: autograd treats it as a tensor of

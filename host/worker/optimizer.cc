@@ -14,20 +14,14 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+
+#include "stream_capture.h"
 #endif
 
 #include <mutex>
 
 namespace trainbench::worker {
 namespace {
-
-#ifdef TRAINBENCH_EARLY_UPDATES
-bool Capturing(const c10::cuda::CUDAStream& stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &status));
-  return status == cudaStreamCaptureStatusActive;
-}
-#endif
 
 // torch.optim.SGD's multi-tensor algorithm, same arithmetic; its fused
 // variant on CUDA with LibTorch 2.x.
