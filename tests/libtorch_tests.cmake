@@ -47,20 +47,25 @@ set_target_properties(fake_nvml PROPERTIES OUTPUT_NAME nvidia-ml SOVERSION 1 VER
 
 # A real plugin that fails on demand, for fault tests.
 trainbench_add_plugin(faulty_model SOURCES fixtures/faulty_model.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
+trainbench_torch_pch(faulty_model)
 # The same, declared as SDK ABI 1.0 (compatibility with older plugins).
 trainbench_add_plugin(old_abi_model SOURCES fixtures/faulty_model.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
+trainbench_torch_pch(old_abi_model)
 target_compile_definitions(old_abi_model PRIVATE FIXTURE_OLD_ABI)
 
 # The same, built against the previous ABI minor's real headers (the ABI
 # check's baseline): it must load and train on this host.
 trainbench_add_plugin(sdk11_model SOURCES fixtures/faulty_model.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
+trainbench_torch_pch(sdk11_model)
 target_include_directories(sdk11_model BEFORE PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/sdk-1.1/include)
 target_compile_definitions(sdk11_model PRIVATE FIXTURE_PLUGIN_NAME="sdk11_model")
 
 # A GPU's stand-in (a CPU device with a device_index), for the Slurm test's --gres cells.
 trainbench_add_plugin(gpu_stand_in SOURCES fixtures/gpu_stand_in.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
+trainbench_torch_pch(gpu_stand_in)
 # The same under a name the host has never heard of: devices describe themselves.
 trainbench_add_plugin(acme_npu SOURCES fixtures/gpu_stand_in.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
+trainbench_torch_pch(acme_npu)
 target_compile_definitions(acme_npu PRIVATE FIXTURE_DEVICE_NAME="acme_npu")
 
 # A test program of the ResNets' code from its sources: trainbench_resnet_impl
@@ -68,6 +73,7 @@ target_compile_definitions(acme_npu PRIVATE FIXTURE_DEVICE_NAME="acme_npu")
 function(trainbench_resnet_test name)
   add_executable(${name} ${ARGN})
   target_link_libraries(${name} PRIVATE trainbench_resnet_impl GTest::gtest_main)
+  trainbench_torch_pch(${name})
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60)
 endfunction()
 
@@ -76,6 +82,8 @@ endfunction()
 add_executable(engine_tests plugin_loader_test.cc models_test.cc batch_norm_test.cc dataset_test.cc energy_test.cc
                             optimizer_test.cc trainer_test.cc working_copies_cast_test.cc)
 target_link_libraries(engine_tests PRIVATE trainbench::training GTest::gtest_main trainbench_test_paths)
+trainbench_torch_pch(engine_tests)
+set_source_files_properties(energy_test.cc PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
 if(TARGET trainbench_mixed_precision_kernels)
   target_sources(engine_tests PRIVATE working_copies_sgd_test.cc)
   target_compile_definitions(engine_tests PRIVATE TRAINBENCH_MIXED_PRECISION_KERNELS)
