@@ -313,7 +313,8 @@ models: [simple_cnn]
 devices: [cpu, {plugin: cpu, label: one-thread, options: {threads: 1}}]
 training: {epochs: 2, batch_size: 100}
 measurement: {warmup_steps: 2, repeats: 3, peak_tflops: 0.5}
-)");
+)",
+                                    ", train_size: 500");
   const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const json r = Results();
