@@ -9,11 +9,14 @@
 # says in the build log when a unit cannot use it (it then parses the
 # headers as text: slower, never wrong).
 #
-# Off with other compilers, in host-only builds (no LibTorch code) and with
+# Builds against a CPU LibTorch (Debian's, CI's) only: a CUDA LibTorch's
+# build compiles its units as before. Off with other compilers, in
+# host-only builds (no LibTorch code) and with
 # -DCMAKE_DISABLE_PRECOMPILE_HEADERS=ON. Not for out-of-tree plugins:
 # trainbench_add_plugin() leaves their headers alone.
 set(TRAINBENCH_TORCH_PCH OFF)
-if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND NOT CMAKE_DISABLE_PRECOMPILE_HEADERS AND NOT TRAINBENCH_WORKER_BUILD)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND NOT CMAKE_DISABLE_PRECOMPILE_HEADERS AND NOT TRAINBENCH_WORKER_BUILD
+   AND TRAINBENCH_TORCH_CUDA_VERSION STREQUAL "none")
   set(TRAINBENCH_TORCH_PCH ON)
   file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/torch_pch/torch_pch.cc
        CONTENT "// The unit that makes the shared <torch/torch.h> precompiled header.\n")
