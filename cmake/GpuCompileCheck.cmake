@@ -106,13 +106,11 @@ set_target_properties(trainbench_gpu_check_units PROPERTIES CXX_VISIBILITY_PRESE
 target_compile_options(trainbench_gpu_check_units PRIVATE -O0 -g0)
 # LibTorch's and the CUDA headers most units include, parsed once for all of
 # them (the units' flags differ from the rest of the build's: a header of
-# their own).
-if(NOT CMAKE_DISABLE_PRECOMPILE_HEADERS)
-  target_precompile_headers(trainbench_gpu_check_units PRIVATE <torch/torch.h> <c10/cuda/CUDAStream.h>
-                            <c10/cuda/CUDAGuard.h> <ATen/cuda/CUDAGraph.h>)
-  if(TRAINBENCH_BUILD_TESTS)
-    target_precompile_headers(trainbench_gpu_check_units PRIVATE <gtest/gtest.h>)
-  endif()
+# their own; -DCMAKE_DISABLE_PRECOMPILE_HEADERS=ON goes without).
+target_precompile_headers(trainbench_gpu_check_units PRIVATE <torch/torch.h> <c10/cuda/CUDAStream.h>
+                          <c10/cuda/CUDAGuard.h> <ATen/cuda/CUDAGraph.h>)
+if(TRAINBENCH_BUILD_TESTS)
+  target_precompile_headers(trainbench_gpu_check_units PRIVATE <gtest/gtest.h>)
 endif()
 message(STATUS "trainbench: the GPU code is compiled (not linked or run) with nvcc ${CMAKE_CUDA_COMPILER_VERSION}: "
                "TRAINBENCH_GPU_COMPILE_CHECK")

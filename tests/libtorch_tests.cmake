@@ -45,27 +45,28 @@ add_library(fake_nvml SHARED fixtures/fake_nvml.cc)
 set_target_properties(fake_nvml PROPERTIES OUTPUT_NAME nvidia-ml SOVERSION 1 VERSION 1
                       LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests/fake_nvml CXX_VISIBILITY_PRESET default)
 
+# Real plugins the tests load, built as the project's own are.
+function(trainbench_test_plugin target source)
+  trainbench_add_plugin(${target} SOURCES ${source} OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
+  trainbench_torch_pch(${target})
+endfunction()
+
 # A real plugin that fails on demand, for fault tests.
-trainbench_add_plugin(faulty_model SOURCES fixtures/faulty_model.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
-trainbench_torch_pch(faulty_model)
+trainbench_test_plugin(faulty_model fixtures/faulty_model.cc)
 # The same, declared as SDK ABI 1.0 (compatibility with older plugins).
-trainbench_add_plugin(old_abi_model SOURCES fixtures/faulty_model.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
-trainbench_torch_pch(old_abi_model)
+trainbench_test_plugin(old_abi_model fixtures/faulty_model.cc)
 target_compile_definitions(old_abi_model PRIVATE FIXTURE_OLD_ABI)
 
 # The same, built against the previous ABI minor's real headers (the ABI
 # check's baseline): it must load and train on this host.
-trainbench_add_plugin(sdk11_model SOURCES fixtures/faulty_model.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
-trainbench_torch_pch(sdk11_model)
+trainbench_test_plugin(sdk11_model fixtures/faulty_model.cc)
 target_include_directories(sdk11_model BEFORE PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/sdk-1.1/include)
 target_compile_definitions(sdk11_model PRIVATE FIXTURE_PLUGIN_NAME="sdk11_model")
 
 # A GPU's stand-in (a CPU device with a device_index), for the Slurm test's --gres cells.
-trainbench_add_plugin(gpu_stand_in SOURCES fixtures/gpu_stand_in.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
-trainbench_torch_pch(gpu_stand_in)
+trainbench_test_plugin(gpu_stand_in fixtures/gpu_stand_in.cc)
 # The same under a name the host has never heard of: devices describe themselves.
-trainbench_add_plugin(acme_npu SOURCES fixtures/gpu_stand_in.cc OUTPUT_DIRECTORY ${TEST_PLUGIN_DIR})
-trainbench_torch_pch(acme_npu)
+trainbench_test_plugin(acme_npu fixtures/gpu_stand_in.cc)
 target_compile_definitions(acme_npu PRIVATE FIXTURE_DEVICE_NAME="acme_npu")
 
 # A test program of the ResNets' code from its sources: trainbench_resnet_impl
