@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
-# One command from a fresh machine to the quickstart table: installs what is
-# missing, builds, and runs configs/quickstart.yaml (SimpleCNN, ResNet18 and
-# ResNet50 on the CPU, and on CUDA where it exists).
-# CIFAR-10: set TRAINBENCH_DATA to the folder with data_batch_1.bin ...
-# test_batch.bin (default: ../shared/data/cifar-10-mini beside the checkout).
+# One command from a fresh machine to the quickstart table: installs what
+# building and running need, builds the trainbench command, the worker and
+# the plugins, fetches CIFAR-10 when it is not here yet, and runs
+# configs/quickstart.yaml (SimpleCNN, ResNet18 and ResNet50 on the CPU, and
+# on CUDA where it exists).
+# CIFAR-10: TRAINBENCH_DATA when set; else ../shared/data beside the checkout
+# where it exists; else the default data folder (~/.local/share/trainbench),
+# fetched there once with `trainbench data fetch cifar10`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+TB="${BUILD_DIR:-build}"/bin/trainbench
 if [ -z "${TRAINBENCH_DATA:-}" ]; then
-  export TRAINBENCH_DATA=$(realpath -m ../shared/data/cifar-10-mini)
+  for d in ../shared/data/cifar-10-batches-bin ../shared/data/cifar-10-mini; do
+    if [ -f "$d/data_batch_1.bin" ]; then
+      export TRAINBENCH_DATA=$(realpath "$d")
+      break
+    fi
+  done
+fi
+if [ -z "${TRAINBENCH_DATA:-}" ] && ! "$TB" data list > /dev/null 2>&1; then
+  "$TB" data fetch cifar10
 fi
 # A folder of its own each time: trainbench never writes over earlier results.
-exec "${BUILD_DIR:-build}"/bin/trainbench run configs/quickstart.yaml --out "${OUT:-results/quickstart-$(date +%Y%m%d-%H%M%S)}" "$@"
+exec "$TB" run configs/quickstart.yaml --out "${OUT:-results/quickstart-$(date +%Y%m%d-%H%M%S)}" "$@"

@@ -5,7 +5,7 @@
 # ../shared/data beside the checkout (or TRAINBENCH_TEST_DATA).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --tests
 # The code as .clang-format has it (fails on drift).
 scripts/check_format.sh
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"

@@ -156,10 +156,31 @@ TEST(ConfigLoader, MissingRequiredSections) {
   EXPECT_NE(ErrorOf("- just\n- a list\n").find("expected a mapping at the top level"), std::string::npos);
 }
 
-TEST(ConfigLoader, Cifar10NeedsAPath) {
+// Without dataset.path or TRAINBENCH_DATA, CIFAR-10 is where `trainbench
+// data fetch cifar10` installs it; without a data folder at all, the
+// message says what to set.
+TEST(ConfigLoader, Cifar10WithoutAPathIsInTheDefaultDataFolder) {
+  const std::string config = Replace(kGood, "kind: synthetic", "kind: cifar10");
+  const std::string with_variable = Replace(kGood, "kind: synthetic", "kind: cifar10, path: \"${TRAINBENCH_DATA}\"");
   unsetenv("TRAINBENCH_DATA");
-  const std::string error = ErrorOf(Replace(kGood, "kind: synthetic", "kind: cifar10"));
-  EXPECT_NE(error.find("dataset.path: no CIFAR-10 folder given"), std::string::npos) << error;
+  const char* home = std::getenv("HOME");
+  const std::string saved_home = home != nullptr ? home : "";
+  setenv("XDG_DATA_HOME", "/srv/xdg", 1);
+  EXPECT_EQ(ParseExperiment(config, "exp.yaml", "/srv/exp").dataset.path, "/srv/xdg/trainbench/cifar-10-batches-bin");
+  EXPECT_EQ(ParseExperiment(with_variable, "exp.yaml", "/srv/exp").dataset.path,
+            "/srv/xdg/trainbench/cifar-10-batches-bin");
+  unsetenv("XDG_DATA_HOME");
+  setenv("HOME", "/home/someone", 1);
+  EXPECT_EQ(ParseExperiment(config, "exp.yaml", "/srv/exp").dataset.path,
+            "/home/someone/.local/share/trainbench/cifar-10-batches-bin");
+  setenv("TRAINBENCH_DATA", "/data/c10", 1);
+  EXPECT_EQ(ParseExperiment(config, "exp.yaml", "/srv/exp").dataset.path, "/data/c10");
+  unsetenv("TRAINBENCH_DATA");
+  unsetenv("HOME");
+  const std::string error = ErrorOf(config);
+  EXPECT_NE(error.find("dataset.path: no CIFAR-10 folder: set dataset.path or TRAINBENCH_DATA"), std::string::npos)
+      << error;
+  if (!saved_home.empty()) setenv("HOME", saved_home.c_str(), 1);
 }
 
 TEST(ConfigLoader, RelativeDataPathIsAgainstTheConfigFolder) {

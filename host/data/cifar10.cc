@@ -48,8 +48,8 @@ std::vector<fs::path> SplitFiles(const fs::path& dir, Split split) {
   }
   if (!exists(files.front())) {
     throw DataError(files.front().string() +
-                    ": not found; point dataset.path (or TRAINBENCH_DATA) at the folder holding "
-                    "the CIFAR-10 binary files (cifar-10-batches-bin)");
+                    ": not found; fetch CIFAR-10 with `trainbench data fetch cifar10`, or point dataset.path "
+                    "(or TRAINBENCH_DATA) at the folder holding its binary files (cifar-10-batches-bin)");
   }
   return files;
 }

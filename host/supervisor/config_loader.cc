@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cifar10.h"
+#include "data_home.h"
 #include "plugin_catalog.h"
 #include "settings_yaml.h"
 #include "yaml_validator.h"
@@ -265,23 +266,28 @@ void ParseDataset(Validator& v, const YAML::Node& root, const std::string& base_
         v.Fail(d[key], std::string("dataset.") + key,
                "applies to synthetic data only (CIFAR-10 is 32x32, 10 classes); remove it or use kind: synthetic");
     if (e.dataset.kind == "cifar10") {
-      if (e.dataset.path.empty()) {
-        const char* env = std::getenv("TRAINBENCH_DATA");
-        if (env == nullptr || *env == '\0') {
-          v.Fail(d, "dataset.path",
-                 "no CIFAR-10 folder given: set dataset.path or the TRAINBENCH_DATA environment "
-                 "variable to the folder holding data_batch_1.bin ... test_batch.bin");
+      // TRAINBENCH_DATA, else the folder `trainbench data fetch cifar10`
+      // installs into: what an empty path and ${TRAINBENCH_DATA} stand for.
+      const char* env = std::getenv("TRAINBENCH_DATA");
+      const std::string fallback =
+          env != nullptr && *env != '\0' ? std::string(env) : data::DefaultCifar10Dir().string();
+      const auto need_fallback = [&](const YAML::Node& at) {
+        if (fallback.empty()) {
+          v.Fail(at, "dataset.path",
+                 "no CIFAR-10 folder: set dataset.path or TRAINBENCH_DATA (with neither HOME nor XDG_DATA_HOME "
+                 "set there is no default data folder)");
         }
-        e.dataset.path = env;
+      };
+      if (e.dataset.path.empty()) {
+        need_fallback(d);
+        e.dataset.path = fallback;
       } else {
         // A variable in the path, as in "${TRAINBENCH_DATA}/cifar-10-mini".
         const std::string marker = "${TRAINBENCH_DATA}";
         const auto pos = e.dataset.path.find(marker);
         if (pos != std::string::npos) {
-          const char* env = std::getenv("TRAINBENCH_DATA");
-          if (env == nullptr || *env == '\0')
-            v.Fail(d["path"], "dataset.path", "uses ${TRAINBENCH_DATA}, which is not set");
-          e.dataset.path.replace(pos, marker.size(), env);
+          need_fallback(d["path"]);
+          e.dataset.path.replace(pos, marker.size(), fallback);
         }
         if (fs::path(e.dataset.path).is_relative())
           e.dataset.path = (fs::path(base_dir) / e.dataset.path).lexically_normal().string();

@@ -24,8 +24,9 @@ bool PositiveSeconds(const std::string& value) {
 const std::vector<EnvironmentVariable>& EnvironmentVariables() {
   static const std::vector<EnvironmentVariable> kTable = {
       {"TRAINBENCH_DATA", "a folder",
-       "the CIFAR-10 folder where `dataset.path` is not given, and what `${TRAINBENCH_DATA}` in it stands for", false,
-       AnyText},
+       "the CIFAR-10 folder where `dataset.path` is not given, and what `${TRAINBENCH_DATA}` in it stands for "
+       "(default: the folder `trainbench data fetch cifar10` installs into)",
+       false, AnyText},
       {"TRAINBENCH_PLUGIN_PATH", "folders separated by `:`",
        "searched for plugins after `--plugin-dir` and before the installation's folder", false, AnyText},
       {"TRAINBENCH_WORKER", "a file",

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -12,12 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "cifar10_release.h"
 #include "plugin_caches.h"
 #include "trainbench/engine.h"
 #include "trainbench/sdk/cache.h"
 
 namespace fs = std::filesystem;
 using namespace trainbench;
+using trainbench::data::kCifar10Url;
 
 namespace {
 
@@ -114,6 +117,48 @@ int CacheCommand(fs::path dir, bool clear, const std::string& log_format) {
                 machine.c_str());
   }
   return kExitOk;
+}
+
+// `trainbench data fetch`: progress on a terminal as one line redrawn,
+// else as log lines (JSON with --log-format json).
+int DataFetchCommand(const std::string& dataset, const fs::path& dir, DatasetFetch request,
+                     const std::string& log_format) {
+  request.dir = dir;
+  DatasetProgress progress;
+  if (log_format == "text" && isatty(STDERR_FILENO)) {
+    progress = [](const std::string& stage, std::uint64_t done, std::uint64_t total) {
+      if (total > 0)
+        std::fprintf(stderr, "\r%-8s %5.1f%%  %7.1f of %.1f MiB ", stage.c_str(), 100.0 * done / total,
+                     done / 1048576.0, total / 1048576.0);
+      else
+        std::fprintf(stderr, "\r%-8s %7.1f MiB ", stage.c_str(), done / 1048576.0);
+    };
+  }
+  const DatasetStatus status = FetchDataset(dataset, request, progress);
+  if (progress) std::fprintf(stderr, "\n");
+  std::printf("%s: %s\n  %s\n", dataset.c_str(), status.folder.c_str(), status.detail.c_str());
+  if (status.folder.parent_path() != DefaultDataFolder() && std::getenv("TRAINBENCH_DATA") == nullptr)
+    std::printf("  configs find it with dataset.path: %s, or TRAINBENCH_DATA=%s\n", status.folder.c_str(),
+                status.folder.c_str());
+  return status.state == "verified" ? kExitOk : kExitError;
+}
+
+// `trainbench data list`: each dataset's folder and whether it verifies.
+int DataListCommand(const fs::path& dir) {
+  const std::vector<DatasetStatus> all = ListDatasets(dir);
+  if (all.empty()) {
+    std::printf("no data folder: neither XDG_DATA_HOME nor HOME is an absolute path; name one with --dir\n");
+    return kExitConfig;
+  }
+  bool ok = true;
+  for (const auto& d : all) {
+    std::printf("%-8s %-10s %s\n         %s\n", d.dataset.c_str(), d.state.c_str(), d.folder.c_str(), d.detail.c_str());
+    if (d.state == "missing") std::printf("         fetch it with: trainbench data fetch %s\n", d.dataset.c_str());
+    if (d.state == "damaged")
+      std::printf("         fetch it again with: trainbench data fetch %s --force\n", d.dataset.c_str());
+    ok = ok && d.state == "verified";
+  }
+  return ok ? kExitOk : kExitError;
 }
 
 // "--log-format json" or "--log-format=json" among the arguments.
@@ -228,6 +273,26 @@ int main(int argc, char** argv) {
   cache->add_option("--dir", cache_dir,
                     "the cache folder (default: $XDG_CACHE_HOME/trainbench, else ~/.cache/trainbench)");
   cache->add_flag("--clear", cache_clear, "remove them: the next run on this machine times every engine again");
+  auto* data = app.add_subcommand("data", "fetch datasets and check them (CIFAR-10)");
+  data->require_subcommand(1);
+  DatasetFetch fetch_request;
+  std::string dataset_name;
+  auto* data_fetch = data->add_subcommand(
+      "fetch", "download a dataset, verify it against its pinned checksums and install it where configs find it");
+  data_fetch->add_option("dataset", dataset_name, "the dataset: cifar10")
+      ->required()
+      ->check(CLI::IsMember({"cifar10"}));
+  fs::path data_dir;
+  for (auto* cmd : {data_fetch, data->add_subcommand("list", "say where each dataset is and whether it verifies")}) {
+    cmd->add_option("--dir", data_dir,
+                    "the data folder (default: $XDG_DATA_HOME/trainbench, else ~/.local/share/trainbench)");
+  }
+  auto* data_list = data->get_subcommand("list");
+  data_fetch->add_option("--url", fetch_request.url, std::string("download from here (default: ") + kCifar10Url + ")");
+  data_fetch->add_option(
+      "--from", fetch_request.from,
+      "install from cifar-10-binary.tar.gz or a folder of its files already on disk (offline machines)");
+  data_fetch->add_flag("--force", fetch_request.force, "install again even where a verified copy is");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -258,6 +323,8 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
     if (cache->parsed()) return CacheCommand(cache_dir, cache_clear, log_format);
+    if (data_fetch->parsed()) return DataFetchCommand(dataset_name, data_dir, fetch_request, log_format);
+    if (data_list->parsed()) return DataListCommand(data_dir);
     const Engine engine(engine_options);
     if (plugins->parsed()) {
       PrintPlugins(engine);

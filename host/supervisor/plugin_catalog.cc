@@ -8,7 +8,7 @@
 #include <map>
 #include <sstream>
 
-#include "file_digest.h"
+#include "sha256.h"
 #include "worker_client.h"
 
 namespace trainbench {
@@ -146,7 +146,7 @@ PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs, bool al
       info.path = file;
       info.reason = file + ": not described";
     }
-    info.sha256 = Sha256OfFile(file);
+    info.sha256 = data::Sha256OfFile(file);
     if (info.loaded) {
       auto [it, inserted] = first_by_name.emplace(info.name(), file);
       if (!inserted) {

@@ -24,12 +24,16 @@ print(os.path.dirname(found[0]) if found else "")
 PY
 )}
 echo "nccl.h: ${NCCL_INCLUDE:-not found}"
-# The system's zlib and curl runtime libraries back the Debian headers.
+# The system's zlib and curl runtime libraries back the Debian headers;
+# libarchive: the system's where it has one, else Debian's.
 SYS=/usr/lib/x86_64-linux-gnu
+ARCHIVE_LIB=$SYS/libarchive.so.13
+[ -e "$ARCHIVE_LIB" ] || ARCHIVE_LIB=$LIB/libarchive.so.13
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PREFIX/usr" \
   -DZLIB_INCLUDE_DIR="$PREFIX/usr/include" -DZLIB_LIBRARY="$SYS/libz.so.1" \
   -DCURL_INCLUDE_DIR="$PREFIX/usr/include/x86_64-linux-gnu" -DCURL_LIBRARY="$SYS/libcurl.so.4" \
+  -DLibArchive_INCLUDE_DIR="$PREFIX/usr/include" -DLibArchive_LIBRARY="$ARCHIVE_LIB" \
   -DOPENSSL_INCLUDE_DIR="$PREFIX/usr/include" -DOPENSSL_CRYPTO_LIBRARY="$SYS/libcrypto.so.3" -DOPENSSL_SSL_LIBRARY="$SYS/libssl.so.3" \
   -DCMAKE_CXX_FLAGS="-isystem $PREFIX/usr/include/x86_64-linux-gnu" \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 \

@@ -7,4 +7,4 @@ mkdir -p .debs && cd .debs
 apt-get download libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev \
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0 \
   libcivetweb1 libcivetweb-dev civetweb libgtest-dev libyaml-cpp-dev libyaml-cpp0.7 zlib1g-dev \
-  libcurl4-openssl-dev libssl-dev
+  libcurl4-openssl-dev libssl-dev libarchive-dev libarchive13 libb2-1

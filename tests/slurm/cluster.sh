@@ -83,6 +83,14 @@ for _ in $(seq 1 60); do
   if sinfo -h -N -o '%T' 2>/dev/null | grep -qx idle; then exit 0; fi
   sleep 0.5
 done
+# slurmd needs a cgroup mount even with proctrack/linuxproc (Slurm 22.05); a
+# container without one cannot run this cluster: skipped (77), with the reason.
+cgroup=$(grep -h -i -m1 cgroup "$DIR/slurmd.log" "$DIR/slurmd.out" 2>/dev/null || true)
+if [ -n "$cgroup" ] && ! pgrep -F "$DIR/slurmd.pid" > /dev/null 2>&1; then
+  echo "skipped: slurmd cannot start without a cgroup mount here (a container?): $cgroup"
+  stop
+  exit 77
+fi
 echo "slurm test cluster did not come up; logs in $DIR:" >&2
 tail -20 "$DIR/slurmctld.log" "$DIR/slurmd.log" "$DIR/munged.log" >&2 || true
 stop

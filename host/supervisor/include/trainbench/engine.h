@@ -24,6 +24,7 @@
 // that break callers bump the major (see docs/embedding.md).
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -38,7 +39,7 @@
 namespace trainbench {
 
 inline constexpr int kEngineApiVersionMajor = 1;
-inline constexpr int kEngineApiVersionMinor = 3;
+inline constexpr int kEngineApiVersionMinor = 4;
 
 /// Exit codes of `trainbench run`, also RunSummary::exit_code.
 enum ExitCode : int {
@@ -320,5 +321,41 @@ TRAINBENCH_ENGINE_API std::string Report(const std::vector<std::filesystem::path
 /// .svg with gnuplot; throws EngineError naming the package when it is missing.
 TRAINBENCH_ENGINE_API void PlotReport(const std::vector<std::filesystem::path>& results_files,
                                       const std::filesystem::path& output);
+
+/// What `trainbench data fetch` is asked (API 1.4).
+struct DatasetFetch {
+  std::filesystem::path dir;   ///< the data folder; empty: DefaultDataFolder()
+  std::string url;             ///< empty: the dataset's official address
+  std::filesystem::path from;  ///< an archive or a folder on disk instead of a download
+  bool force = false;          ///< install again over a folder that verifies
+};
+
+/// Where a dataset is and whether it verifies (API 1.4).
+struct DatasetStatus {
+  std::string dataset;           ///< "cifar10"
+  std::filesystem::path folder;  ///< where configs find it
+  std::string state;             ///< "verified", "missing", "unverified" or "damaged"
+  std::string release;           ///< the pinned release it matches, when verified
+  std::string detail;            ///< one line for people
+};
+
+/// Called while a fetch works: the stage ("download", "unpack", "copy"),
+/// bytes done and the total (0 when unknown). Called on the fetching thread.
+using DatasetProgress = std::function<void(const std::string& stage, std::uint64_t done, std::uint64_t total)>;
+
+/// The folder datasets are fetched into and found in by default:
+/// $XDG_DATA_HOME/trainbench, else ~/.local/share/trainbench; empty when
+/// neither XDG_DATA_HOME nor HOME is an absolute path. (API 1.4)
+TRAINBENCH_ENGINE_API std::filesystem::path DefaultDataFolder();
+/// Downloads (or takes from request.from), verifies against the pinned
+/// checksums and installs a dataset ("cifar10") atomically. Without a
+/// progress callback, progress is logged (event "data_progress"). Throws
+/// EngineError with one line naming the file that failed; nothing is left
+/// where configs look. Blocks; one fetch per data folder at a time. (API 1.4)
+TRAINBENCH_ENGINE_API DatasetStatus FetchDataset(const std::string& dataset, const DatasetFetch& request,
+                                                 const DatasetProgress& progress = {});
+/// The datasets in `dir` (empty: DefaultDataFolder()) and in TRAINBENCH_DATA
+/// when set, each checked file by file. (API 1.4)
+TRAINBENCH_ENGINE_API std::vector<DatasetStatus> ListDatasets(const std::filesystem::path& dir);
 
 }  // namespace trainbench

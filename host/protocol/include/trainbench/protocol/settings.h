@@ -35,7 +35,8 @@ void VisitFields(DatasetSettings& d, V& v) {
     d.kind);
   v(Field{"path",
           "folder holding data_batch_1.bin ... test_batch.bin; relative to the config file; may use "
-          "${TRAINBENCH_DATA}, which is also the default"},
+          "${TRAINBENCH_DATA}; default: TRAINBENCH_DATA, else where `trainbench data fetch cifar10` installs "
+          "(~/.local/share/trainbench/cifar-10-batches-bin)"},
     d.path);
   v(Field{"train_size", "training images used (default: all; synthetic: 50000)", 1, 1e7}, d.train_size);
   v(Field{"test_size", "test images used (default: all; synthetic: 10000)", 1, 1e7}, d.test_size);
