@@ -6,7 +6,8 @@
 # on CUDA where it exists).
 # CIFAR-10: TRAINBENCH_DATA when set; else ../shared/data beside the checkout
 # where it exists; else the default data folder (~/.local/share/trainbench),
-# fetched there once with `trainbench data fetch cifar10`.
+# fetched there once with `trainbench data fetch cifar10` (from CIFAR10_URL
+# when set: a mirror; default: the dataset authors' address).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -20,7 +21,9 @@ if [ -z "${TRAINBENCH_DATA:-}" ]; then
   done
 fi
 if [ -z "${TRAINBENCH_DATA:-}" ] && ! "$TB" data list > /dev/null 2>&1; then
-  "$TB" data fetch cifar10
+  echo "quickstart: fetching CIFAR-10"
+  "$TB" data fetch cifar10 ${CIFAR10_URL:+--url "$CIFAR10_URL"}
 fi
+echo "quickstart: running configs/quickstart.yaml"
 # A folder of its own each time: trainbench never writes over earlier results.
 exec "$TB" run configs/quickstart.yaml --out "${OUT:-results/quickstart-$(date +%Y%m%d-%H%M%S)}" "$@"

@@ -39,6 +39,7 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+echo "setup: packages ready; building"
 
 jobs=$(nproc)
 if [ "$TESTS" = ON ]; then

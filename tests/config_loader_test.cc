@@ -183,6 +183,26 @@ TEST(ConfigLoader, Cifar10WithoutAPathIsInTheDefaultDataFolder) {
   if (!saved_home.empty()) setenv("HOME", saved_home.c_str(), 1);
 }
 
+// {name: adamw} trains with AdamW's defaults, not SGD's; what is given wins.
+TEST(ConfigLoader, EachOptimizerHasItsOwnDefaults) {
+  const auto optimizer = [](const std::string& yaml) {
+    return ParseExperiment(Replace(kGood, "optimizer: {name: sgd, lr: 0.1}", "optimizer: " + yaml), "exp.yaml", "/")
+        .training.optimizer;
+  };
+  const auto adamw = optimizer("{name: adamw}");
+  EXPECT_DOUBLE_EQ(adamw.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(adamw.weight_decay, 1e-2);
+  const auto adam = optimizer("{name: adam}");
+  EXPECT_DOUBLE_EQ(adam.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(adam.weight_decay, 0.0);
+  const auto sgd = optimizer("{name: sgd}");
+  EXPECT_DOUBLE_EQ(sgd.lr, 0.01);
+  EXPECT_DOUBLE_EQ(sgd.weight_decay, 5e-4);
+  const auto given = optimizer("{name: adamw, lr: 0.05, weight_decay: 0.1}");
+  EXPECT_DOUBLE_EQ(given.lr, 0.05);
+  EXPECT_DOUBLE_EQ(given.weight_decay, 0.1);
+}
+
 TEST(ConfigLoader, RelativeDataPathIsAgainstTheConfigFolder) {
   Experiment e =
       ParseExperiment(Replace(kGood, "kind: synthetic", "kind: cifar10, path: data/c10"), "exp.yaml", "/srv/exp");

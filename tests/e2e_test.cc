@@ -689,6 +689,34 @@ measurement: {warmup_steps: 1, time_budget_seconds: 6}
   EXPECT_TRUE(gone) << "worker " << workers[0] << " trains on, orphaned";
 }
 
+// A signal to a worker alone (an administrator's kill, the OOM killer's
+// SIGTERM-first tools): the run goes on, but does not end as if all was well.
+TEST_F(EndToEnd, ASignalToAWorkerAloneMakesTheRunExitNonZero) {
+  const std::string config = Config(R"(name: worker-signal
+models: [simple_cnn, {plugin: simple_cnn, label: next}]
+devices: [cpu]
+training: {epochs: 50, batch_size: 50}
+measurement: {warmup_steps: 1, time_budget_seconds: 6}
+)");
+  const pid_t pid = StartRun(config);
+  ASSERT_GE(pid, 0);
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 1200 && workers.empty(); ++i) {
+    usleep(50000);
+    if (fs::exists(dir_ / "out" / "results.json")) workers = ChildrenOf(pid);
+  }
+  ASSERT_FALSE(workers.empty());
+  usleep(1500000);
+  kill(workers[0], SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 3);
+  const json r = Results();
+  EXPECT_EQ(r["cells"][0]["status"], "interrupted") << r["cells"][0];
+  EXPECT_EQ(r["cells"][1]["status"], "ok") << r["cells"][1];
+}
+
 TEST_F(EndToEnd, RunsAreKeptApartPerFolderAndPerMachine) {
   std::string holder;
   const pid_t first = StartHolder(&holder);
@@ -793,9 +821,15 @@ TEST_F(EndToEnd, TheCacheCommandListsAndClearsThePluginCaches) {
   EXPECT_EQ(listed.output.find("notes.txt"), std::string::npos) << listed.output;
   const Outcome cleared = Trainbench("cache --clear --dir " + folder.string());
   EXPECT_EQ(cleared.exit_code, 0) << cleared.output;
-  EXPECT_NE(cleared.output.find("removed 3 plugin cache file(s) from " + folder.string()), std::string::npos)
+  // Only what reads as a plugin cache goes: a .json file that does not (a
+  // project's package.json, a damaged file) is named and left alone.
+  EXPECT_NE(cleared.output.find("removed 2 plugin cache file(s) from " + folder.string()), std::string::npos)
+      << cleared.output;
+  EXPECT_NE(cleared.output.find("left alone: cudnn-engines-Other-sm80-108mp.json (not valid JSON"), std::string::npos)
       << cleared.output;
   EXPECT_FALSE(fs::exists(folder / "cudnn-engines-NVIDIA_H200-sm90-132mp.json"));
+  EXPECT_FALSE(fs::exists(folder / "acme-npu-kernels.json"));
+  EXPECT_TRUE(fs::exists(folder / "cudnn-engines-Other-sm80-108mp.json"));
   EXPECT_TRUE(fs::exists(folder / "notes.txt"));
   const Outcome nowhere = Shell("env -u HOME -u XDG_CACHE_HOME " + (BinDir() / "trainbench").string() + " cache 2>&1");
   EXPECT_EQ(nowhere.exit_code, 2) << nowhere.output;
@@ -1454,6 +1488,53 @@ measurement: {warmup_steps: 1, max_steps: 3}
   EXPECT_EQ(r["cells"][1]["status"], "ok") << r["cells"][1];
 }
 
+// --resume keeps a finished cell only where it is the same cell: labels,
+// place and config. Four alike cells are four cells; a renamed one runs again
+// and the old one is kept aside, named.
+TEST_F(EndToEnd, ResumeMatchesCellsByIdentityNotByConfigAlone) {
+  const std::string body = R"(name: identity
+models: [{plugin: simple_cnn, label: a}, {plugin: simple_cnn, label: b}, {plugin: simple_cnn, label: c},
+         {plugin: simple_cnn, label: d}]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)";
+  std::string config = Config(body);
+  const std::string out = " --out " + (dir_ / "out").string() + Plugins();
+  ASSERT_EQ(Trainbench("run " + config + out + " --cells 0,2").exit_code, 0);
+  const double c_rate = Results()["cells"][2]["samples_per_second"].get<double>();
+  const Outcome resumed = Trainbench("run " + config + out + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  json r = Results();
+  std::vector<std::string> labels;
+  for (const auto& cell : r["cells"]) labels.push_back(cell["model"]);
+  EXPECT_EQ(labels, (std::vector<std::string>{"a", "b", "c", "d"}));
+  EXPECT_TRUE(r["cells"][0].value("resumed", false));
+  EXPECT_FALSE(r["cells"][1].value("resumed", false)) << "b took another cell's measurement";
+  EXPECT_TRUE(r["cells"][2].value("resumed", false));
+  EXPECT_EQ(r["cells"][2]["samples_per_second"].get<double>(), c_rate);
+  EXPECT_FALSE(r["cells"][3].value("resumed", false));
+  for (const auto& cell : r["cells"]) EXPECT_EQ(cell["status"], "ok") << cell;
+
+  // b renamed e: e runs, b's result is kept aside and named.
+  config = Config(std::string(body).replace(body.find("label: b"), 8, "label: e"));
+  const Outcome renamed = Trainbench("run " + config + out + " --resume");
+  ASSERT_EQ(renamed.exit_code, 0) << renamed.output;
+  r = Results();
+  EXPECT_EQ(r["cells"][1]["model"], "e");
+  EXPECT_FALSE(r["cells"][1].value("resumed", false));
+  EXPECT_TRUE(r["cells"][3].value("resumed", false));
+  EXPECT_NE(renamed.output.find("b on cpu: no longer in the experiment"), std::string::npos) << renamed.output;
+  bool kept_aside = false;
+  for (const auto& entry : fs::directory_iterator(dir_ / "out")) {
+    if (entry.path().filename().string().rfind("results.dropped-", 0) != 0) continue;
+    std::ifstream in(entry.path());
+    const json dropped = json::parse(in);
+    kept_aside = dropped["cells"].size() == 1 && dropped["cells"][0]["model"] == "b";
+  }
+  EXPECT_TRUE(kept_aside);
+}
+
 TEST_F(EndToEnd, LinksPlantedInTheOutputFolderAreRefusedNotFollowed) {
   const std::string config = Config(R"(name: planted
 models: [simple_cnn]
@@ -1509,6 +1590,25 @@ TEST_F(EndToEnd, NamesInAResultsFileNeverReachAShellThroughThePlot) {
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_FALSE(fs::exists(pwned)) << "a name in a results file ran a shell command";
   EXPECT_TRUE(fs::exists(dir_ / "figure.svg"));
+}
+
+// A link planted where the plot goes (a shared results folder): replaced by
+// the plot, its target never written.
+TEST_F(EndToEnd, ThePlotNeverWritesThroughALink) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
+  const fs::path victim = dir_ / "victim.txt";
+  std::ofstream(victim) << "keep me";
+  fs::create_symlink(victim, dir_ / "figure.svg");
+  const fs::path file = SourceDir() / "docs/results/raw/h200-paper-10k-run1.results.json";
+  const Outcome o = Trainbench("report " + file.string() + " --plot " + (dir_ / "figure.svg").string());
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "keep me");
+  EXPECT_FALSE(fs::is_symlink(dir_ / "figure.svg"));
+  EXPECT_GT(fs::file_size(dir_ / "figure.svg"), 1000u);
+  for (const auto& entry : fs::directory_iterator(dir_))
+    EXPECT_EQ(entry.path().filename().string().find(".figure.svg.tmp"), std::string::npos) << entry.path();
 }
 
 TEST_F(EndToEnd, APasswordFileWithoutAUserIsRefusedOnTheCommandLine) {

@@ -55,14 +55,20 @@ TEST_F(PluginCaches, EachCacheFileIsListedWithItsMachineOrItsProblem) {
 }
 
 TEST_F(PluginCaches, ClearingRemovesCacheFilesLocksAndLeftoversOnly) {
-  for (const char* name : {"cudnn-engines-A-sm90-132mp.json", "cudnn-engines-A-sm90-132mp.json.lock",
-                           "cudnn-engines-A-sm90-132mp.json.tmp.4242", "acme-npu.json"})
+  const char* cache = R"({"machine": {"gpu": "A"}, "entries": {}})";
+  for (const char* name : {"cudnn-engines-A-sm90-132mp.json", "acme-npu.json"}) std::ofstream(dir_ / name) << cache;
+  for (const char* name : {"cudnn-engines-A-sm90-132mp.json.lock", "cudnn-engines-A-sm90-132mp.json.tmp.4242"})
     std::ofstream(dir_ / name) << "x";
-  // Not caches: other files, a temporary file's look-alike, a bare
-  // extension, a link (its target stays), a folder.
-  const std::vector<std::string> kept = {"notes.txt", "cudnn-engines-A-sm90-132mp.json.tmp.evil", ".json",
-                                         "acme.json.lock.old"};
-  for (const auto& name : kept) std::ofstream(dir_ / name) << "x";
+  // Not caches: other files, JSON that is not a plugin cache (a project's
+  // package.json) and its look-alike companions, a temporary file's
+  // look-alike, a bare extension, a link (its target stays), a folder.
+  std::ofstream(dir_ / "package.json") << R"({"name": "mine", "dependencies": {}})";
+  const std::vector<std::string> kept = {"notes.txt",    "cudnn-engines-A-sm90-132mp.json.tmp.evil",
+                                         ".json",        "acme.json.lock.old",
+                                         "package.json", "package.json.lock",
+                                         "broken.json",  "broken.json.tmp.12"};
+  for (const auto& name : kept)
+    if (name != "package.json") std::ofstream(dir_ / name) << "x";
   fs::create_directories(dir_ / "elsewhere");
   std::ofstream(dir_ / "elsewhere" / "target.json") << "keep me";
   fs::create_symlink(dir_ / "elsewhere" / "target.json", dir_ / "linked.json");
@@ -80,6 +86,22 @@ TEST_F(PluginCaches, ClearingRemovesCacheFilesLocksAndLeftoversOnly) {
   EXPECT_TRUE(fs::is_directory(dir_ / "folder.json"));
   EXPECT_EQ(ClearPluginCaches(dir_ / "absent", &errors), 0u);
   EXPECT_TRUE(errors.empty());
+}
+
+// A run's folder pointed at by mistake: its results are not caches, whatever
+// the other .json files in it are.
+TEST_F(PluginCaches, AFolderWithResultsIsRefusedAndKeptWhole) {
+  std::ofstream(dir_ / "results.json") << R"({"machine": {}, "entries": {}})";
+  std::ofstream(dir_ / "cudnn-engines-A-sm90-132mp.json") << R"({"machine": {"gpu": "A"}, "entries": {}})";
+  std::vector<std::string> errors;
+  try {
+    ClearPluginCaches(dir_, &errors);
+    FAIL() << "a folder holding results.json was cleared";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds results.json: a run's folder"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::exists(dir_ / "results.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "cudnn-engines-A-sm90-132mp.json"));
 }
 
 TEST(PluginCacheDirectory, FollowsXdgThenHome) {

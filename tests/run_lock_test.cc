@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -55,6 +56,33 @@ TEST_F(RunLockTest, TheMachineLockIsCreatedForEveryUserWhateverTheUmask) {
   struct stat st {};
   ASSERT_EQ(::stat((dir_ / "trainbench.lock").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0666u);
+}
+
+// The shared lock file is anyone's to write: what a waiting run shows of its
+// holder is one printable line, and nothing of a holder that is gone.
+TEST_F(RunLockTest, TheHolderLineIsSanitisedAndForgottenWhenItsRunIsGone) {
+  const fs::path file = dir_ / "trainbench.lock";
+  const auto holder_seen = [&](const std::string& planted) {
+    std::ofstream(file, std::ios::trunc) << planted;
+    const int fd = ::open(file.c_str(), O_RDWR);
+    ::flock(fd, LOCK_EX);  // held by this descriptor: the try below fails and reads the line
+    std::string seen;
+    InChild([&] {
+      RunLock lock = RunLock::TryTake(file, "probe");
+      std::ofstream(dir_ / "seen") << lock.holder();
+      return 0;
+    });
+    ::close(fd);
+    std::ifstream in(dir_ / "seen");
+    std::getline(in, seen);
+    return seen;
+  };
+  const std::string me = "PID " + std::to_string(::getpid()) + " (someone's run)";
+  EXPECT_EQ(holder_seen(me + "\x1b]0;owned\x07\nsecond line\n"), me + "?]0;owned?");
+  // A PID that no process has (a run killed before it could clear its line).
+  EXPECT_EQ(holder_seen("PID 2147483000 (a finished run)\n"), "another process");
+  { RunLock lock = RunLock::TryTake(file, "clears its line"); }
+  EXPECT_EQ(fs::file_size(file), 0u);
 }
 
 TEST_F(RunLockTest, AFolderLockStaysTheOwners) {

@@ -301,7 +301,13 @@ void ParseTraining(Validator& v, const YAML::Node& root, Experiment& e) {
   if (const YAML::Node t = root["training"]) {
     ReadSettings(v, t, "training", e.training);
     if (const YAML::Node o = t["optimizer"]) {
-      const auto& opt = e.training.optimizer;
+      auto& opt = e.training.optimizer;
+      // Each optimizer's own defaults, as PyTorch's: Adam lr 0.001, no weight
+      // decay; AdamW lr 0.001, weight decay 0.01 (SGD's are trainbench's).
+      if (opt.name != "sgd") {
+        if (!o["lr"]) opt.lr = 1e-3;
+        if (!o["weight_decay"]) opt.weight_decay = opt.name == "adamw" ? 1e-2 : 0.0;
+      }
       if (opt.nesterov && opt.momentum <= 0) v.Fail(o["nesterov"], "training.optimizer.nesterov", "needs momentum > 0");
       for (const char* key : {"momentum", "nesterov", "overlap"})
         if (opt.name != "sgd" && o[key])

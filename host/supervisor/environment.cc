@@ -13,6 +13,7 @@ namespace {
 
 bool AnyText(const std::string&) { return true; }
 bool ZeroOrOne(const std::string& value) { return value == "0" || value == "1"; }
+bool AbsolutePath(const std::string& value) { return !value.empty() && value.front() == '/'; }
 bool PositiveSeconds(const std::string& value) {
   char* end = nullptr;
   const double v = std::strtod(value.c_str(), &end);
@@ -33,8 +34,10 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
        "the trainbench-worker program to start (default: the one installed beside "
        "`trainbench`)",
        false, AnyText},
-      {"TRAINBENCH_MACHINE_LOCK", "a file",
-       "the machine-wide benchmark lock file (default `/run/lock/trainbench.lock`)", false, AnyText},
+      {"TRAINBENCH_MACHINE_LOCK", "an absolute file path",
+       "the machine-wide benchmark lock file (default `/run/lock/trainbench.lock`); relative paths are refused (they "
+       "would lock per working folder)",
+       false, AbsolutePath},
       {"TRAINBENCH_DESCRIBE_TIMEOUT", "seconds (up to 86400)",
        "how long describing the plugins may take before the worker is stopped (default 60)", false, PositiveSeconds},
       {"TRAINBENCH_NVML_LIBRARY", "a file",
@@ -84,11 +87,51 @@ std::vector<std::string> UnknownEnvironment() {
   return unknown;
 }
 
+const std::vector<OutsideVariable>& OutsideVariables() {
+  static const std::vector<OutsideVariable> kList = {
+      {"ATEN_CPU_CAPABILITY", false, "the vector instructions LibTorch's CPU kernels use"},
+      {"OMP_", true, "OpenMP's threads, their placement and waiting (LibTorch's CPU parallelism)"},
+      {"GOMP_", true, "GNU OpenMP's thread placement and spinning"},
+      {"KMP_", true, "Intel OpenMP's thread placement and waiting"},
+      {"MKL_", true, "MKL's threads, instruction sets and reproducibility mode"},
+      {"DNNL_", true, "oneDNN's instruction sets and kernels (LibTorch's CPU convolutions)"},
+      {"ONEDNN_", true, "oneDNN's instruction sets and kernels, newer names"},
+      {"OPENBLAS_", true, "OpenBLAS's threads and core type"},
+      {"LD_PRELOAD", false, "libraries put in front of the process's own (an allocator such as jemalloc)"},
+      {"MALLOC_CONF", false, "jemalloc's configuration"},
+      {"MALLOC_ARENA_MAX", false, "glibc malloc's arenas"},
+      {"CUDA_LAUNCH_BLOCKING", false, "CUDA kernels launched synchronously"},
+      {"CUDA_MODULE_LOADING", false, "CUDA's lazy or eager loading of kernels"},
+      {"CUDA_DEVICE_MAX_CONNECTIONS", false, "CUDA's hardware work queues"},
+      {"CUBLAS_", true, "cuBLAS's workspace and math modes"},
+      {"CUBLASLT_", true, "cuBLASLt's heuristics"},
+      {"CUDNN_", true, "cuDNN's logging and engine choices"},
+      {"NVIDIA_TF32_OVERRIDE", false, "TF32 math on or off for every library"},
+      {"NCCL_", true, "NCCL's algorithms, protocols and transports (data-parallel cells)"},
+      {"TORCH_NCCL_", true, "LibTorch's NCCL process group"},
+      {"PYTORCH_CUDA_ALLOC_CONF", false, "LibTorch's CUDA caching allocator"},
+      {"PYTORCH_NO_CUDA_MEMORY_CACHING", false, "LibTorch's CUDA caching allocator off"},
+      {"TORCH_CUDNN_V8_API_ENABLED", false, "LibTorch's cuDNN frontend"},
+      {"TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT", false, "LibTorch's cache of cuDNN plans"},
+      {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", false, "TF32 in LibTorch's matrix products"},
+  };
+  return kList;
+}
+
 nlohmann::json RecordedEnvironment() {
   nlohmann::json recorded = nlohmann::json::object();
   for (const EnvironmentVariable& v : EnvironmentVariables()) {
     const char* value = std::getenv(v.name);
     if (v.recorded && value != nullptr && *value != '\0') recorded[v.name] = value;
+  }
+  for (char** e = environ; *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq == nullptr || eq[1] == '\0') continue;
+    const std::string name(*e, static_cast<size_t>(eq - *e));
+    const auto& list = OutsideVariables();
+    if (std::any_of(list.begin(), list.end(),
+                    [&](const OutsideVariable& v) { return v.prefix ? name.rfind(v.name, 0) == 0 : name == v.name; }))
+      recorded[name] = std::string(eq + 1);
   }
   return recorded;
 }
@@ -106,6 +149,13 @@ std::string EnvironmentReference() {
   for (const EnvironmentVariable& v : EnvironmentVariables())
     out << "| `" << v.name << "` | " << v.values << " | " << (v.recorded ? "yes" : "no") << " | " << v.meaning
         << " |\n";
+  out << "\nThe variables of LibTorch and the libraries under it that can change a figure are recorded the same "
+         "way when set (each cell's `config.environment`, `--resume`'s key, `report`'s differing settings), as "
+         "MLPerf's system description records them; trainbench does not check their values:\n\n"
+         "| variable | what it changes |\n|---|---|\n";
+  for (const OutsideVariable& v : OutsideVariables())
+    out << "| `" << v.name << (v.prefix ? "*" : "") << "` | " << v.meaning << " |\n";
+  out << "\nThe effective CPU settings are in each cell's `hardware` (`threads_used`, `cpu_capability`).\n";
   return out.str();
 }
 

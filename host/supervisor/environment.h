@@ -31,7 +31,20 @@ void CheckEnvironment();
 /// setting that does nothing), by name.
 std::vector<std::string> UnknownEnvironment();
 
-/// The recorded variables that are set, name -> value (empty: none).
+/// A variable of LibTorch or a library under it (OpenMP, MKL, oneDNN, CUDA,
+/// cuBLAS, cuDNN, NCCL, the allocator) that can change a figure: recorded
+/// when set, never checked.
+struct OutsideVariable {
+  const char* name;  ///< the name, or with `prefix` every name it begins
+  bool prefix;
+  const char* meaning;
+};
+
+/// The declared list of outside variables recorded beside the table's.
+const std::vector<OutsideVariable>& OutsideVariables();
+
+/// The recorded variables that are set, name -> value (empty: none): the
+/// table's marked recorded, and the outside ones.
 nlohmann::json RecordedEnvironment();
 
 /// docs/config-reference.md's section on the environment.

@@ -92,6 +92,11 @@ int CacheCommand(fs::path dir, bool clear, const std::string& log_format) {
     const std::size_t removed = ClearPluginCaches(dir, &errors);
     std::printf("removed %zu plugin cache file(s) from %s: the next run on this machine times every choice again\n",
                 removed, dir.c_str());
+    for (const auto& f : ListPluginCaches(dir)) {
+      const std::string why = f.problem.rfind("is ", 0) == 0 ? f.problem.substr(3) : f.problem;
+      std::printf("  left alone: %s (%s: not a plugin cache, or one no run can use; remove it yourself if it is)\n",
+                  f.file.filename().c_str(), why.c_str());
+    }
     for (const std::string& error : errors) spdlog::error("not removed: {}", error);
     return errors.empty() ? kExitOk : kExitError;
   }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <system_error>
 
 #include "trainbench/sdk/cache.h"
@@ -94,10 +95,32 @@ std::vector<PluginCacheFile> ListPluginCaches(const fs::path& directory) {
 }
 
 std::size_t ClearPluginCaches(const fs::path& directory, std::vector<std::string>* errors) {
+  // A run's folder is not a cache folder, whatever its files are named.
+  for (const char* results : {"results.json", "results.csv"}) {
+    std::error_code exists_ec;
+    if (fs::exists(fs::symlink_status(directory / results, exists_ec)))
+      throw std::runtime_error(directory.string() + " holds " + results +
+                               ": a run's folder, not a plugin cache folder; nothing removed (name the cache "
+                               "folder with --dir)");
+  }
   std::size_t removed = 0;
   std::error_code ec;
+  // Only what reads as a plugin cache goes, with its lock and leftovers: a
+  // file that merely ends in .json is not one.
+  std::vector<std::string> caches;
+  for (const auto& path : EntriesNamed(directory, IsCacheName, ec))
+    if (Summarise(path).problem.empty()) caches.push_back(path.filename().string());
+  const auto of_a_cache = [&](const std::string& name) {
+    const std::string base =
+        EndsWith(name, ".lock") ? name.substr(0, name.size() - 5) : name.substr(0, name.rfind(".tmp."));
+    return std::find(caches.begin(), caches.end(), base) != caches.end();
+  };
   const std::vector<fs::path> doomed = EntriesNamed(
-      directory, [](const std::string& name) { return IsCacheName(name) || IsCompanion(name); }, ec);
+      directory,
+      [&](const std::string& name) {
+        return std::find(caches.begin(), caches.end(), name) != caches.end() || (IsCompanion(name) && of_a_cache(name));
+      },
+      ec);
   if (ec && errors != nullptr && ec != std::errc::no_such_file_or_directory)
     errors->push_back(directory.string() + ": " + ec.message());
   for (const auto& path : doomed) {

@@ -25,10 +25,13 @@ struct PluginCacheFile {
 /// none when it does not exist. Not thread-safe against a concurrent clear.
 std::vector<PluginCacheFile> ListPluginCaches(const std::filesystem::path& directory);
 
-/// Removes the cache files in `directory` with their lock and temporary
-/// files (NAME.json.lock, NAME.json.tmp.DIGITS); nothing else, nothing below
-/// it, never a link's target. Returns the cache files removed; `errors` gets
-/// a line per file that could not be.
+/// Removes the cache files in `directory` that read as plugin caches (a JSON
+/// object with `machine` and `entries` objects, as ListPluginCaches finds no
+/// problem with) with their lock and temporary files (NAME.json.lock,
+/// NAME.json.tmp.DIGITS); nothing else, nothing below it, never a link's
+/// target. Returns the cache files removed; `errors` gets a line per file
+/// that could not be. Throws std::runtime_error, removing nothing, when
+/// `directory` holds a run's results (results.json or results.csv).
 std::size_t ClearPluginCaches(const std::filesystem::path& directory, std::vector<std::string>* errors);
 
 }  // namespace trainbench

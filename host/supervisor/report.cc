@@ -17,6 +17,7 @@
 
 #include "results.h"
 #include "safe_file.h"
+#include "text_escape.h"
 #include "trainbench/protocol/error.h"
 #include "worker_client.h"
 
@@ -119,6 +120,12 @@ int RunGnuplot(const fs::path& script, const fs::path& log) {
 }
 
 LoadedResults LoadOne(const std::string& file) {
+  std::error_code ec;
+  if (const std::uintmax_t size = fs::file_size(file, ec); !ec && size > kMaxResultsFileBytes) {
+    throw std::runtime_error(fmt::format("{}: {} MiB, larger than any results.json trainbench writes (the limit is {} "
+                                         "MiB): not read",
+                                         file, size >> 20, kMaxResultsFileBytes >> 20));
+  }
   std::ifstream in(file);
   if (!in) throw std::runtime_error(file + ": cannot read");
   json doc = json::parse(in, nullptr, false);
@@ -195,7 +202,8 @@ std::string SettingsThatDiffer(const std::vector<LoadedResults>& runs) {
         }
         if (!listed.empty()) {
           if (out.tellp() == 0) out << "\nSettings that differ between compared cells (run #1 / the other):\n\n";
-          out << fmt::format("- {} on {}, #1 and #{}: {}\n", first.model, first.device, k + 1, listed);
+          out << fmt::format("- {} on {}, #1 and #{}: {}\n", Printable(first.model), Printable(first.device), k + 1,
+                             Printable(listed));
         }
         break;
       }
@@ -220,14 +228,15 @@ std::string ReportMarkdown(const std::vector<LoadedResults>& runs) {
     const bool ok = r.status == "ok";
     std::string sps = ok ? fmt::format("{:.1f}", r.sps) : "-";
     if (ok && r.sps_half_ci) sps += fmt::format(" ± {:.1f}", *r.sps_half_ci);
-    out << fmt::format(
-        "| {} | {} | {:.2f}M | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.run, r.model,
-        r.params / 1e6, r.device, sps, ok ? fmt::format("{:.2f} s{}", r.epoch, r.projected ? " (projected)" : "") : "-",
-        ok ? optional(r.time_to_train, "{:.1f} s") : "-",
-        ok && r.accuracy >= 0 ? fmt::format("{:.1f}%", 100 * r.accuracy) : "-",
-        r.speedup.is_number() ? fmt::format("{:.2f}x", r.speedup.get<double>()) : "-",
-        optional(r.speedup_time, "{:.2f}x"), ok && r.mfu ? fmt::format("{:.1f}%", 100 * *r.mfu) : "-",
-        ok ? optional(r.joules_per_sample, "{:.4g}") : "-", optional(r.energy_ratio, "{:.2f}x"), r.status);
+    out << fmt::format("| {} | {} | {:.2f}M | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                       MarkdownCell(r.run), MarkdownCell(r.model), r.params / 1e6, MarkdownCell(r.device), sps,
+                       ok ? fmt::format("{:.2f} s{}", r.epoch, r.projected ? " (projected)" : "") : "-",
+                       ok ? optional(r.time_to_train, "{:.1f} s") : "-",
+                       ok && r.accuracy >= 0 ? fmt::format("{:.1f}%", 100 * r.accuracy) : "-",
+                       r.speedup.is_number() ? fmt::format("{:.2f}x", r.speedup.get<double>()) : "-",
+                       optional(r.speedup_time, "{:.2f}x"), ok && r.mfu ? fmt::format("{:.1f}%", 100 * *r.mfu) : "-",
+                       ok ? optional(r.joules_per_sample, "{:.4g}") : "-", optional(r.energy_ratio, "{:.2f}x"),
+                       MarkdownCell(r.status));
   }
   out << SettingsThatDiffer(runs);
   return out.str();
@@ -240,14 +249,44 @@ std::string ReportCsv(const std::vector<LoadedResults>& runs) {
          "time_to_train_seconds,speedup_time_to_train,mfu,joules_per_sample,energy_ratio\n";
   auto optional = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string(); };
   for (const Row& r : Rows(runs)) {
-    out << json(r.run).dump() << "," << json(r.model).dump() << "," << r.params << "," << json(r.device).dump() << ","
-        << r.sps << "," << r.epoch << "," << (r.projected ? "true" : "false") << ","
+    out << CsvText(r.run) << "," << CsvText(r.model) << "," << r.params << "," << CsvText(r.device) << "," << r.sps
+        << "," << r.epoch << "," << (r.projected ? "true" : "false") << ","
         << (r.accuracy >= 0 ? std::to_string(r.accuracy) : "") << ","
-        << (r.speedup.is_number() ? std::to_string(r.speedup.get<double>()) : "") << "," << r.status << ","
+        << (r.speedup.is_number() ? std::to_string(r.speedup.get<double>()) : "") << "," << CsvText(r.status) << ","
         << optional(r.time_to_train) << "," << optional(r.speedup_time) << "," << optional(r.mfu) << ","
         << optional(r.joules_per_sample) << "," << optional(r.energy_ratio) << "\n";
   }
   return out.str();
+}
+
+// Copies `from` to a new file beside `to` (created without following
+// links) and renames it over `to`: a link planted at `to` is replaced, its
+// target never written.
+void PutInPlace(const fs::path& from, const fs::path& to) {
+  const fs::path folder = to.has_parent_path() ? to.parent_path() : fs::path(".");
+  const fs::path temp = folder / ("." + to.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  const int fd = CreateFileNoFollow(temp);
+  std::ifstream in(from, std::ios::binary);
+  std::vector<char> buffer(1 << 16);
+  bool ok = true;
+  while (ok && (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) || in.gcount() > 0)) {
+    for (std::streamsize off = 0; ok && off < in.gcount();) {
+      const ssize_t w = ::write(fd, buffer.data() + off, static_cast<size_t>(in.gcount() - off));
+      if (w < 0 && errno == EINTR) continue;
+      ok = w > 0;
+      off += w;
+    }
+  }
+  const int error = ok ? 0 : errno;
+  ok = ok && !in.bad() && ::fsync(fd) == 0;
+  ::close(fd);
+  std::error_code ec;
+  if (ok) fs::rename(temp, to, ec);
+  if (!ok || ec) {
+    fs::remove(temp, ec);
+    throw std::runtime_error(to.string() +
+                             ": cannot write the plot: " + std::generic_category().message(error != 0 ? error : EIO));
+  }
 }
 
 void PlotReport(const std::vector<LoadedResults>& runs, const std::string& output) {
@@ -277,7 +316,10 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
   std::ofstream script(dir / "plot.gp");
   script << (ext == ".png" ? "set terminal pngcairo size 1400,1100 noenhanced\n"
                            : "set terminal svg size 1400,1100 noenhanced\n");
-  script << "set output " << Quote(output) << "\n"
+  // gnuplot draws in the private folder; the drawing is then put in place
+  // without following a link planted at `output`.
+  const fs::path drawn = dir / ("plot" + ext);
+  script << "set output " << Quote(drawn.string()) << "\n"
          << "set multiplot layout 2,2\n"
          << "set title 'Speedup against model size'\nset xlabel 'trainable parameters'\n"
          << "set ylabel " << Quote("speedup over " + baseline + " (x; bars: 95% interval)") << "\n"
@@ -377,12 +419,13 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
   // gnuplot without a shell between: no file name is ever a command.
   const int rc = RunGnuplot(dir / "plot.gp", dir / "gnuplot.log");
   std::error_code ec;
-  if (rc != 0 || !fs::exists(output, ec) || fs::file_size(output, ec) == 0) {
+  if (rc != 0 || !fs::exists(drawn, ec) || fs::file_size(drawn, ec) == 0) {
     std::ifstream log(dir / "gnuplot.log");
     std::string first;
     std::getline(log, first);
     throw std::runtime_error("gnuplot failed to draw " + output + ": " + first);
   }
+  PutInPlace(drawn, output);
 }
 
 }  // namespace trainbench

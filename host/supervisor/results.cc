@@ -14,6 +14,7 @@
 
 #include "safe_file.h"
 #include "statistics.h"
+#include "text_escape.h"
 #include "trainbench/protocol/error.h"
 
 namespace trainbench {
@@ -49,6 +50,8 @@ void WriteFileAtomically(const fs::path& path, const std::string& content) {
 }
 
 json ReadJsonFile(const fs::path& path) {
+  std::error_code ec;
+  if (fs::file_size(path, ec) > kMaxResultsFileBytes && !ec) return json();
   std::ifstream in(path);
   if (!in) return json();
   json doc = json::parse(in, nullptr, false);
@@ -207,13 +210,7 @@ void Results::ComputeSpeedups() {
 namespace {
 std::string CsvField(const json& v) {
   if (v.is_null()) return "";
-  if (v.is_string()) {
-    std::string s = v.get<std::string>();
-    if (s.find_first_of(",\"\n") == std::string::npos) return s;
-    std::string quoted = "\"";
-    for (char c : s) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return quoted + "\"";
-  }
+  if (v.is_string()) return CsvText(v.get<std::string>());
   if (v.is_array()) {
     std::string joined;
     for (const auto& x : v) joined += (joined.empty() ? "" : ";") + x.dump();
@@ -267,18 +264,19 @@ std::string Results::Table() const {
     const std::string speedup_time = c.speedup_time_to_train ? fmt::format("{:.2f}x", *c.speedup_time_to_train) : "-";
     std::string status = c.status;
     if (!ok && c.reason) status += ": " + *c.reason;
-    out << fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8}  {}\n", c.model, params, c.device,
-                       sps, epoch, train, acc, speedup, speedup_time, status);
+    out << fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8}  {}\n", Printable(c.model), params,
+                       Printable(c.device), sps, epoch, train, acc, speedup, speedup_time, Printable(status));
   }
   for (const auto& c : cells_) {
     const int64_t ranks = c.ranks.value_or(1);
     if (ranks <= 1 || !c.ok()) continue;
-    out << fmt::format(
-        "data parallel: {} on {}: {} ranks ({} backend), {:.1f} samples/s per rank{}\n", c.model, c.device, ranks,
-        c.backend.value_or("?"), c.samples_per_second.value_or(0.0) / static_cast<double>(ranks),
-        c.scaling_efficiency ? fmt::format(", scaling efficiency {:.0f}% against {}", 100.0 * *c.scaling_efficiency,
-                                           c.scaling_baseline.value_or(""))
-                             : std::string(", no one-rank cell to compare with"));
+    out << fmt::format("data parallel: {} on {}: {} ranks ({} backend), {:.1f} samples/s per rank{}\n",
+                       Printable(c.model), Printable(c.device), ranks, Printable(c.backend.value_or("?")),
+                       c.samples_per_second.value_or(0.0) / static_cast<double>(ranks),
+                       c.scaling_efficiency
+                           ? fmt::format(", scaling efficiency {:.0f}% against {}", 100.0 * *c.scaling_efficiency,
+                                         c.scaling_baseline.value_or(""))
+                           : std::string(", no one-rank cell to compare with"));
   }
   for (const auto& c : cells_) {
     if (!c.ok() || !c.target_accuracy) continue;

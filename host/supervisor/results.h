@@ -4,6 +4,7 @@
 // interruption leaves the last good file. Cells are typed records
 // (trainbench/protocol/cell_record.h).
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -20,7 +21,13 @@ using protocol::CellRecord;
 /// std::runtime_error naming the file on failure (disk full, no permission).
 void WriteFileAtomically(const std::filesystem::path& path, const std::string& content);
 
-/// The JSON document in `path`, or null when it is missing or not JSON.
+/// The largest results file trainbench reads (`report`, `--resume`): a
+/// run's results are a few MB; a larger file is refused rather than parsed
+/// into many times its size of memory.
+inline constexpr std::uintmax_t kMaxResultsFileBytes = std::uintmax_t{256} << 20;
+
+/// The JSON document in `path`, or null when it is missing, larger than
+/// kMaxResultsFileBytes or not JSON.
 nlohmann::json ReadJsonFile(const std::filesystem::path& path);
 
 /// The cells of a results.json document (this version's or older), or why

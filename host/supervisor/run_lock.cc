@@ -1,6 +1,7 @@
 #include "run_lock.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,19 +9,30 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <cstdio>
 #include <stdexcept>
+
+#include "text_escape.h"
 
 namespace trainbench {
 namespace fs = std::filesystem;
 
 namespace {
 
+// The holder line a run wrote ("PID N (what)"): a shared lock file anyone
+// can write, so only its first line, printable, and only while that PID
+// lives (a killed run cannot clear its line).
 std::string ReadHolder(int fd) {
   char buffer[512];
   const ssize_t n = ::pread(fd, buffer, sizeof(buffer) - 1, 0);
   if (n <= 0) return "another process";
   std::string text(buffer, static_cast<size_t>(n));
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
+  text = Printable(text.substr(0, text.find('\n')));
+  if (text.size() > 200) text = text.substr(0, 200) + "...";
+  long pid = 0;
+  if (std::sscanf(text.c_str(), "PID %ld", &pid) == 1 && pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 &&
+      errno == ESRCH)
+    return "another process";
   return text.empty() ? "another process" : text;
 }
 

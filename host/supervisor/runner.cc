@@ -18,6 +18,7 @@ extern char** environ;
 #include "run_log.h"
 #include "safe_file.h"
 #include "statistics.h"
+#include "text_escape.h"
 #include "trainbench/protocol/version.h"
 #include "worker_client.h"
 
@@ -290,13 +291,19 @@ void KeepDroppedCells(const fs::path& out_dir, const json& earlier_doc, const st
     cells.push_back(protocol::ToJson(c));
     names += (names.empty() ? "" : ", ") + c.model + " on " + c.device;
     // What changed, where this run plans a cell of the same labels.
-    for (const auto& p : planned) {
-      if (p.model != c.model || p.device != c.device) continue;
-      std::string keys;
-      for (const auto& key : DifferingSettings(c.config, p.config)) keys += (keys.empty() ? "" : ", ") + key;
-      if (!keys.empty()) names += ": " + keys + " differ";
-      break;
+    const auto same = std::find_if(planned.begin(), planned.end(),
+                                   [&](const CellRecord& p) { return p.model == c.model && p.device == c.device; });
+    if (same == planned.end()) {
+      names += ": no longer in the experiment (renamed or removed)";
+      continue;
     }
+    std::string keys;
+    for (const auto& key : DifferingSettings(c.config, same->config)) keys += (keys.empty() ? "" : ", ") + key;
+    if (!keys.empty())
+      names += ": " + keys + " differ";
+    else if (c.index != same->index)
+      names += c.index ? fmt::format(": moved from cell {} to {}", *c.index, same->index.value_or(-1))
+                       : ": recorded without its place in the experiment (an earlier version)";
   }
   json doc = {{"format", "trainbench-results/1"},
               {"experiment", earlier_doc.value("experiment", json::object())},
@@ -306,8 +313,8 @@ void KeepDroppedCells(const fs::path& out_dir, const json& earlier_doc, const st
   for (int n = 2; fs::exists(file); ++n) file = out_dir / fmt::format("results.dropped-{}-{}.json", Stamp(), n);
   WriteFileAtomically(file, doc.dump(2) + "\n");
   spdlog::warn(
-      "--resume: {} finished cell(s) of the earlier run no longer match this config ({}); kept in {}, and run "
-      "again where the config still lists them",
+      "--resume: {} finished cell(s) of the earlier run are not cells of this experiment any more ({}); kept in "
+      "{}, and run again where the experiment still lists them",
       dropped.size(), names, file.string());
 }
 
@@ -337,6 +344,10 @@ json CellConfig(const protocol::CellSpec& spec, const PluginUse& device) {
   if (spec.diagnostics) config["diagnostics"].erase("folder");  // where, not what
   config.erase("protocol");
   config.erase("cell_index");
+  // Adam and AdamW have no momentum: a record names only what the cell used.
+  if (json& optimizer = config["training"]["optimizer"]; optimizer.value("name", "sgd") != "sgd") {
+    for (const char* sgd_only : {"momentum", "nesterov", "overlap"}) optimizer.erase(sgd_only);
+  }
   config["model"].erase("path");
   config["device"].erase("path");
   config["device"]["ranks"] = device.ranks;
@@ -413,8 +424,11 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
     cell.index = static_cast<int64_t>(planned.index);
     cell.config =
         CellConfig(BuildCellSpec(e, planned.model, planned.device, planned.index, diagnostics), planned.device);
-    auto done =
-        std::find_if(earlier.begin(), earlier.end(), [&](const CellRecord& c) { return c.config == cell.config; });
+    // The same cell: its labels, its place in the experiment and its
+    // resolved config, not only the config (four alike cells are four cells).
+    auto done = std::find_if(earlier.begin(), earlier.end(), [&](const CellRecord& c) {
+      return c.model == cell.model && c.device == cell.device && c.index == cell.index && c.config == cell.config;
+    });
     if (done != earlier.end()) {
       CellRecord resumed = *done;
       resumed.index = cell.index;
@@ -491,7 +505,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
       }
       cell.index = static_cast<int64_t>(index);
       cell.config = CellConfig(spec, device);
-      const std::string reason = cell.reason.value_or("");
+      const std::string reason = Printable(cell.reason.value_or(""));  // a plugin's words, for a terminal
       if (cell.ok()) {
         SetEfficiency(cell, e.measurement);
         cell.target_accuracy = e.measurement.target_accuracy;
@@ -517,7 +531,9 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
         LogWith(spdlog::level::warn, {{"event", "cell_finished"}, {"status", "skipped"}},
                 "[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label, reason);
       } else {
-        any_failed |= cell.status == "failed";
+        // A cell interrupted while the run was not (a signal to its worker
+        // alone) did not finish either: the run says so in its exit code.
+        any_failed |= cell.status == "failed" || (cell.status == "interrupted" && g_stop_signal.load() == 0);
         stopped_by_failure |= cell.status == "failed" && e.measurement.stop_on_failure;
         LogWith(spdlog::level::err, {{"event", "cell_finished"}, {"status", cell.status}}, "[{}/{}] {} on {}: {}: {}",
                 index + 1, total, model.label, device.label, cell.status, reason);

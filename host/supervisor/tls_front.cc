@@ -4,6 +4,7 @@
 #include <openssl/x509.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -11,6 +12,8 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -35,21 +38,26 @@ tcp::endpoint Endpoint(const std::string& address) {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   // `open` counts the connections alive (one io thread: no lock needed).
-  Connection(tcp::socket socket, asio::ssl::context& ssl, tcp::endpoint backend, int& open)
+  // `ended` is called when it is gone.
+  Connection(tcp::socket socket, asio::ssl::context& ssl, tcp::endpoint backend, int& open, std::function<void()> ended)
       : front_(std::move(socket), ssl),
         back_(front_.get_executor()),
         backend_(backend),
         handshake_timer_(front_.get_executor()),
-        open_(open) {
+        open_(open),
+        ended_(std::move(ended)) {
     ++open_;
   }
-  ~Connection() { --open_; }
+  ~Connection() {
+    --open_;
+    ended_();
+  }
 
   void Start() {
     auto self = shared_from_this();
     // A client that never finishes its handshake, or then goes quiet, is
     // dropped; the backend cuts one that trickles its request.
-    Touch();
+    deadline_ = std::chrono::steady_clock::now() + kHandshake;
     handshake_timer_.expires_at(deadline_);
     handshake_timer_.async_wait([self](const boost::system::error_code& ec) { self->OnTimer(ec); });
     front_.async_handshake(asio::ssl::stream_base::server, [self](const boost::system::error_code& ec) {
@@ -64,9 +72,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
  private:
-  // A connection idle this long (no byte either way, or a handshake not
-  // finished) is closed.
+  // A connection idle this long (no byte either way) is closed; one whose
+  // TLS handshake has not finished within kHandshake too (a scraper's takes
+  // milliseconds; clients waiting in the backlog get its place sooner).
   static constexpr auto kIdle = std::chrono::seconds(5);
+  static constexpr auto kHandshake = std::chrono::seconds(2);
 
   void Touch() { deadline_ = std::chrono::steady_clock::now() + kIdle; }
 
@@ -111,6 +121,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::array<char, 16384> up_{}, down_{};
   bool closed_ = false;
   int& open_;
+  std::function<void()> ended_;
 };
 
 }  // namespace
@@ -121,19 +132,28 @@ struct TlsFront::Impl {
   tcp::acceptor acceptor{io};
   tcp::endpoint backend;
   std::vector<std::thread> threads;
-  int open = 0;  // connections alive, each holding up to two descriptors
+  int open = 0;         // connections alive, each holding up to two descriptors
+  bool paused = false;  // full: new clients wait in the listen backlog
+  // False once the front is being destroyed: connections ending then (their
+  // handlers destroyed with the io context) resume nothing.
+  std::shared_ptr<bool> running = std::make_shared<bool>(true);
   asio::steady_timer retry{io};
 
+  // When full, stops accepting until a connection ends: new clients wait in
+  // the kernel's listen backlog, first come first served, holding none of
+  // the run's descriptors, instead of being turned away; idle ones are
+  // closed after their deadline, so that a scraper's turn comes within it.
   void Accept() {
+    if (open >= TlsFront::kMaxConnections) {
+      paused = true;
+      return;
+    }
     acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec && open >= TlsFront::kMaxConnections) {
-        // Full: this client is turned away at once, so that no number of
-        // idle or half-open clients can take the run's descriptors.
-        boost::system::error_code ignored;
-        socket.close(ignored);
-      } else if (!ec) {
-        std::make_shared<Connection>(std::move(socket), ssl, backend, open)->Start();
+      if (!ec) {
+        std::make_shared<Connection>(std::move(socket), ssl, backend, open, [this, alive = running] {
+          if (*alive) Resume();
+        })->Start();
       } else {
         // Out of descriptors (EMFILE) or the like: try again shortly rather
         // than spin on accept.
@@ -145,6 +165,14 @@ struct TlsFront::Impl {
       }
       Accept();
     });
+  }
+
+  // A connection ended: accept again if full had stopped it.
+  void Resume() {
+    if (paused && open < TlsFront::kMaxConnections) {
+      paused = false;
+      Accept();
+    }
   }
 };
 
@@ -194,6 +222,9 @@ TlsFront::TlsFront(const std::string& listen, const std::string& backend, const 
 TlsFront::~TlsFront() {
   impl_->io.stop();
   for (auto& t : impl_->threads) t.join();
+  // No io thread now; connections whose handlers are destroyed with the
+  // context must not resume accepting.
+  *impl_->running = false;
 }
 
 }  // namespace trainbench

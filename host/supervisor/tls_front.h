@@ -24,8 +24,9 @@ class TlsFront {
   TlsFront(const TlsFront&) = delete;
   TlsFront& operator=(const TlsFront&) = delete;
 
-  /// Connections served at once; a client beyond them is closed at once. A
-  /// connection idle for 5 s (its handshake included) is closed.
+  /// Connections served at once; beyond them, new clients wait in the
+  /// listen backlog (first come, first served) until one ends. A connection
+  /// whose TLS handshake has not finished in 2 s, or idle for 5 s, is closed.
   static constexpr int kMaxConnections = 64;
 
  private:

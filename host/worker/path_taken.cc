@@ -4,6 +4,58 @@
 
 namespace trainbench::worker {
 
+namespace {
+
+// The SDK's shape for a path: names to numbers, strings, booleans or objects
+// of those, at most kMaxDepth objects deep and kMaxValues values in all.
+// Checked as the text is read (nothing deeper is ever built): a plugin's
+// answer must not make results.json huge, or too deep for other tools.
+class PathShape : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  static constexpr int kMaxDepth = 8;
+  static constexpr std::size_t kMaxValues = 4096;
+  std::string problem;
+
+  bool null() override { return Refuse("a null"); }
+  bool boolean(bool) override { return Count(); }
+  bool number_integer(number_integer_t) override { return Count(); }
+  bool number_unsigned(number_unsigned_t) override { return Count(); }
+  bool number_float(number_float_t, const string_t&) override { return Count(); }
+  bool string(string_t&) override { return Count(); }
+  bool binary(binary_t&) override { return Refuse("binary data"); }
+  bool start_object(std::size_t) override {
+    if (++depth_ > kMaxDepth) return Refuse("objects nested deeper than " + std::to_string(kMaxDepth));
+    return Count();
+  }
+  bool key(string_t&) override { return true; }
+  bool end_object() override {
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    return Refuse(depth_ == 0 ? "no JSON object" : "an array (a path holds numbers, strings, booleans or objects)");
+  }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return Refuse("no JSON object");
+  }
+
+ private:
+  bool Count() {
+    if (depth_ == 0) return Refuse("no JSON object");
+    if (++values_ > kMaxValues) return Refuse("more than " + std::to_string(kMaxValues) + " values");
+    return true;
+  }
+  bool Refuse(const std::string& what) {
+    if (problem.empty()) problem = what;
+    return false;
+  }
+  int depth_ = 0;
+  std::size_t values_ = 0;
+};
+
+}  // namespace
+
 nlohmann::json PathTaken(sdk::Model& model, int abi_minor, const GraphedStep* graphed, const MixedPrecision* copies) {
   constexpr size_t kMaxBytes = 64 * 1024;
   nlohmann::json path = nlohmann::json::object();
@@ -17,11 +69,12 @@ nlohmann::json PathTaken(sdk::Model& model, int abi_minor, const GraphedStep* gr
     } else if (text.size() > kMaxBytes) {
       path["model_error"] = "the model's PathTaken gave " + std::to_string(text.size()) + " bytes (at most 64 KiB)";
     } else if (!text.empty()) {
-      nlohmann::json answer = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-      if (answer.is_object())
-        path["model"] = std::move(answer);
+      PathShape shape;
+      if (nlohmann::json::sax_parse(text, &shape) && shape.problem.empty())
+        path["model"] = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
       else
-        path["model_error"] = "the model's PathTaken gave no JSON object";
+        path["model_error"] =
+            "the model's PathTaken gave " + (shape.problem.empty() ? "no JSON object" : shape.problem);
     }
   }
   if (graphed != nullptr) {

@@ -13,8 +13,10 @@
 namespace trainbench::worker {
 
 /// {"model": the model's answer} (asked only of plugins of ABI minor 4 or
-/// later; an answer that is not a JSON object of at most 64 KiB, or a
-/// refusal, is "model_error" instead, never a choice), and {"worker": ...}:
+/// later; an answer that is not a JSON object of at most 64 KiB in the SDK's
+/// shape (names to numbers, strings, booleans or objects of those; at most 8
+/// objects deep and 4,096 values), or a refusal, is "model_error" instead,
+/// never a choice), and {"worker": ...}:
 /// the captures where the step was captured (`graphed` not null), and
 /// "working_copies" where the model reads parameters through them (`copies`
 /// not null, with groups): how many parameters and groups, and whether they

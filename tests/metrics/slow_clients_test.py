@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""/metrics stays reachable while slow clients hold connections.
+"""/metrics stays reachable while slow clients hold connections, and while
+idle clients reconnecting at once keep the TLS front full.
 
 50 clients connect and send a request one byte every 2 seconds (a slowloris),
 over HTTP and over HTTPS (after a finished TLS handshake); meanwhile a normal
@@ -82,6 +83,75 @@ class SlowClientsCannotStarveMetrics(unittest.TestCase):
 
     def test_https(self):
         self.run_with_metrics(tls=True)
+
+
+class ReconnectingIdleClients:
+    """Clients that connect, stay idle, and connect again as soon as they are
+    closed, so that the front is always full of them."""
+
+    def __init__(self, port, count):
+        self.stop, self.port = threading.Event(), port
+        self.threads = [threading.Thread(target=self.hold, daemon=True) for _ in range(count)]
+        for t in self.threads:
+            t.start()
+
+    def hold(self):
+        while not self.stop.is_set():
+            try:
+                s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            except OSError:
+                self.stop.wait(0.05)
+                continue
+            s.settimeout(0.5)
+            while not self.stop.is_set():
+                try:
+                    if s.recv(1) == b"":
+                        break  # closed by the server: come back at once
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+            s.close()
+
+    def close(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+class IdleClientsCannotTurnScrapersAway(unittest.TestCase):
+    """70 idle clients reconnecting as soon as they are closed, more than the
+    TLS front's 64 connections: every one of 30 scrapes must still succeed."""
+
+    def test_https(self):
+        tmp = tempfile.mkdtemp(prefix="tb-idle-")
+        port = free_port()
+        config = os.path.join(tmp, "exp.yaml")
+        with open(config, "w") as f:
+            f.write(f"name: idle\ndataset: {{kind: cifar10, path: {DATA}}}\nmodels: [simple_cnn]\ndevices: [cpu]\n"
+                    "measurement: {warmup_steps: 1, max_steps: 2}\n")
+        args, url, context = run_args(BIN, config, os.path.join(tmp, "out"), port, True, 120, tmp)
+        run = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until_served(url, context, lambda: True)
+            idle = ReconnectingIdleClients(port, 70)
+            failed = []
+            try:
+                time.sleep(2)  # the front is full of them
+                for i in range(30):
+                    try:
+                        with urllib.request.urlopen(url, timeout=10, context=context) as r:
+                            self.assertEqual(r.status, 200)
+                            r.read()
+                    except OSError as e:
+                        failed.append(f"scrape {i}: {e}")
+                    time.sleep(0.2)
+            finally:
+                idle.close()
+            self.assertEqual(failed, [])
+        finally:
+            run.terminate()
+            run.wait(timeout=60)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // The CPU device: LibTorch's CPU kernels with a chosen number of threads.
 
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -69,6 +70,13 @@ class CpuDevice : public trainbench::sdk::Device {
       j["name"] = CpuModelName();
       j["logical_cores"] = std::thread::hardware_concurrency();
       j["threads_used"] = at::get_num_threads();
+      // The vector instructions LibTorch's CPU kernels run with (what
+      // ATEN_CPU_CAPABILITY can lower): the line "CPU capability usage: AVX2"
+      // of its build configuration.
+      const std::string config = at::show_config();
+      const std::string key = "CPU capability usage: ";
+      if (const auto at = config.find(key); at != std::string::npos)
+        j["cpu_capability"] = config.substr(at + key.size(), config.find('\n', at) - at - key.size());
       j["channels_last"] = channels_last_;
       return j.dump();
     } catch (...) {

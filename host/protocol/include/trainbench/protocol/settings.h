@@ -58,11 +58,11 @@ void VisitFields(OptimizerSettings& o, V& v) {
           "sgd (fused on CUDA), adam, or adamw (PyTorch's AdamW: decoupled weight decay, bias-corrected moments)", 0, 0,
           "sgd,adam,adamw"},
     o.name);
-  v(Field{"lr", "learning rate", 1e-12, 100}, o.lr);
+  v(Field{"lr", "learning rate (default: sgd 0.01; adam and adamw 0.001, as PyTorch's)", 1e-12, 100}, o.lr);
   v(Field{"momentum", "SGD momentum (sgd only)", 0, 0.999999}, o.momentum);
   v(Field{"weight_decay",
           "sgd and adam: L2 penalty added to the gradients; adamw: decoupled, the weights shrunk by lr x this each "
-          "step",
+          "step (default: sgd 5e-4; adam 0; adamw 0.01, as PyTorch's)",
           0, 1},
     o.weight_decay);
   v(Field{"betas", "adam and adamw: decay rates of the gradient's first and second moments", 0, 0.999999}, o.betas);
