@@ -122,9 +122,10 @@ int RunGnuplot(const fs::path& script, const fs::path& log) {
 LoadedResults LoadOne(const std::string& file) {
   std::error_code ec;
   if (const std::uintmax_t size = fs::file_size(file, ec); !ec && size > kMaxResultsFileBytes) {
-    throw std::runtime_error(fmt::format("{}: {} MiB, larger than any results.json trainbench writes (the limit is {} "
-                                         "MiB): not read",
-                                         file, size >> 20, kMaxResultsFileBytes >> 20));
+    throw std::runtime_error(
+        fmt::format("{}: {} MiB, larger than any results.json trainbench writes (the limit is {} "
+                    "MiB): not read",
+                    file, size >> 20, kMaxResultsFileBytes >> 20));
   }
   std::ifstream in(file);
   if (!in) throw std::runtime_error(file + ": cannot read");
