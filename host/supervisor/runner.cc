@@ -313,8 +313,8 @@ void KeepDroppedCells(const fs::path& out_dir, const json& earlier_doc, const st
   for (int n = 2; fs::exists(file); ++n) file = out_dir / fmt::format("results.dropped-{}-{}.json", Stamp(), n);
   WriteFileAtomically(file, doc.dump(2) + "\n");
   spdlog::warn(
-      "--resume: {} finished cell(s) of the earlier run are not cells of this experiment any more ({}); kept in "
-      "{}, and run again where the experiment still lists them",
+      "--resume: {} finished cell(s) of the earlier run no longer match this config ({}); kept in {}, and run "
+      "again where the config still lists them",
       dropped.size(), names, file.string());
 }
 
