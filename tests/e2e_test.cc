@@ -1535,6 +1535,39 @@ measurement: {warmup_steps: 1, max_steps: 3}
   EXPECT_TRUE(kept_aside);
 }
 
+// {name: adamw} trains with AdamW's defaults and its record names only what
+// AdamW uses.
+TEST_F(EndToEnd, AnAdamWCellHasAdamWsDefaultsAndNoMomentumInItsRecord) {
+  const std::string config = Config(R"(name: adamw
+models: [simple_cnn]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100, optimizer: {name: adamw}}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const json optimizer = Results()["cells"][0]["config"]["training"]["optimizer"];
+  EXPECT_EQ(optimizer["name"], "adamw");
+  EXPECT_DOUBLE_EQ(optimizer["lr"].get<double>(), 1e-3);
+  EXPECT_DOUBLE_EQ(optimizer["weight_decay"].get<double>(), 1e-2);
+  for (const char* sgd_only : {"momentum", "nesterov", "overlap"})
+    EXPECT_FALSE(optimizer.contains(sgd_only)) << sgd_only << ": " << optimizer.dump();
+}
+
+// A results file larger than any run writes is refused before it is parsed
+// (2.8 GB once took `report` past 8 GB of memory).
+TEST_F(EndToEnd, ReportRefusesAResultsFileLargerThanItsLimit) {
+  const fs::path huge = dir_ / "huge.results.json";
+  std::ofstream(huge) << "{";
+  fs::resize_file(huge, std::uintmax_t{300} << 20);  // sparse: no disk used
+  const Outcome o = Trainbench("report " + huge.string());
+  EXPECT_NE(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find(huge.string() + ": 300 MiB, larger than any results.json trainbench writes (the limit is "
+                                          "256 MiB): not read"),
+            std::string::npos)
+      << o.output;
+}
+
 TEST_F(EndToEnd, LinksPlantedInTheOutputFolderAreRefusedNotFollowed) {
   const std::string config = Config(R"(name: planted
 models: [simple_cnn]

@@ -179,6 +179,12 @@ json SettingsOf(const protocol::CellRecord& c) {
                       ? c.config
                       : json{{"model", {{"options", c.model_options}}}, {"device", {{"options", c.device_options}}}};
   if (c.path_taken) settings["path_taken"] = *c.path_taken;
+  // What the device says took effect (the CPU's threads and vector
+  // instructions), beside the variables that asked for it.
+  if (c.hardware.is_object()) {
+    for (const char* key : {"threads_used", "cpu_capability"})
+      if (c.hardware.contains(key)) settings["effective"][key] = c.hardware[key];
+  }
   return settings;
 }
 

@@ -67,14 +67,12 @@ nlohmann::json PathTaken(sdk::Model& model, int abi_minor, const GraphedStep* gr
       for (const char c : status.message().substr(0, 200)) shown += c >= 0x20 && c < 0x7f ? c : '?';
       path["model_error"] = "the model's PathTaken failed: " + shown;
     } else if (text.size() > kMaxBytes) {
-      path["model_error"] = "the model's PathTaken gave " + std::to_string(text.size()) + " bytes (at most 64 KiB)";
+      throw PathRefused("its PathTaken gave " + std::to_string(text.size()) + " bytes (at most 64 KiB)");
     } else if (!text.empty()) {
       PathShape shape;
-      if (nlohmann::json::sax_parse(text, &shape) && shape.problem.empty())
-        path["model"] = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-      else
-        path["model_error"] =
-            "the model's PathTaken gave " + (shape.problem.empty() ? "no JSON object" : shape.problem);
+      if (!nlohmann::json::sax_parse(text, &shape) || !shape.problem.empty())
+        throw PathRefused("its PathTaken gave " + (shape.problem.empty() ? "no JSON object" : shape.problem));
+      path["model"] = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     }
   }
   if (graphed != nullptr) {

@@ -234,7 +234,13 @@ class CellRun {
     result.backend = collective_ ? collective_->backend() : std::string();
     result.hardware = json::parse(device_->DescribeJson(), nullptr, false);
     if (collective_) result.sync_batchnorm = cross_rank_sum_ != nullptr;
-    result.path_taken = PathTaken(*model_, model_plugin.descriptor->abi_minor, graphed_.get(), copies_.get());
+    try {
+      result.path_taken = PathTaken(*model_, model_plugin.descriptor->abi_minor, graphed_.get(), copies_.get());
+    } catch (const PathRefused& e) {
+      throw std::runtime_error("model plugin '" + s_.model.name + "': " + e.what() +
+                               "; a path is a JSON object of names to numbers, strings, booleans or objects "
+                               "(trainbench/sdk/model.h): the cell's record is not kept");
+    }
     sink_.Emit(result);
     return 0;
   }

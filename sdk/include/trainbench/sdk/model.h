@@ -100,10 +100,12 @@ class Model {
   /// the cell's record (results.json's `path`): a JSON object of names to
   /// numbers, strings, booleans or objects of those, such as which kernel
   /// form each layer took or how its engines were chosen. Asked once, after
-  /// the last step; at most 64 KiB. A model without rules of its own leaves
-  /// it empty (the default); what is not a JSON object is recorded as an
-  /// error, never as a choice. The host calls it only on plugins built
-  /// against ABI 1.4 or newer.
+  /// the last step; at most 64 KiB, 8 objects deep and 4,096 values; no
+  /// arrays or nulls. A model without rules of its own leaves it empty (the
+  /// default); a refusal (an error Status) is recorded as an error, never as
+  /// a choice; an answer out of these bounds fails the cell, naming the
+  /// plugin. The host calls it only on plugins built against ABI 1.4 or
+  /// newer.
   virtual Status PathTaken(std::string* json_object) noexcept {
     json_object->clear();
     return Status::Ok();
