@@ -24,7 +24,7 @@ ROOT=$TMP/root
 SERVER_PID=""
 cleanup() {
   [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2> /dev/null || true
-  for m in dev/pts dev sys proc; do umount -l "$ROOT/$m" 2> /dev/null || true; done
+  for m in dev sys proc; do umount -R -l "$ROOT/$m" 2> /dev/null || true; done
   [ "${KEEP_ROOT:-0}" = 1 ] || rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -37,7 +37,10 @@ echo "fresh-root: debootstrap --variant=minbase bookworm" | stamp
 debootstrap --variant=minbase bookworm "$ROOT" "$MIRROR" > "$TMP/debootstrap.log" 2>&1 \
   || { tail -5 "$TMP/debootstrap.log"; exit 1; }
 echo "fresh-root: root ready" | stamp
-for m in proc sys dev dev/pts; do mount --bind "/$m" "$ROOT/$m"; done
+# As a machine has them: /sys with its cgroup mount (Slurm's slurmd needs it),
+# /dev with its pts.
+mount --bind /proc "$ROOT/proc"
+for m in sys dev; do mount --rbind "/$m" "$ROOT/$m"; done
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 mkdir -p "$ROOT/work"
 # The repository alone: what git tracks (the working tree's versions).

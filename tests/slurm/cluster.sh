@@ -77,16 +77,18 @@ export SLURM_CONF=$DIR/slurm.conf
 ENV
 export SLURM_CONF=$DIR/slurm.conf
 slurmctld -i > "$DIR/slurmctld.out" 2>&1
-slurmd -N "$NODE" > "$DIR/slurmd.out" 2>&1
-# Up when the node is idle.
+slurmd -N "$NODE" > "$DIR/slurmd.out" 2>&1 || true  # a slurmd that cannot start is told below
+# Up when the node is idle; a slurmd that gave up is not waited for.
+failed() { grep -qs "slurmd initialization failed" "$DIR/slurmd.log"; }
 for _ in $(seq 1 60); do
+  failed && break
   if sinfo -h -N -o '%T' 2>/dev/null | grep -qx idle; then exit 0; fi
   sleep 0.5
 done
 # slurmd needs a cgroup mount even with proctrack/linuxproc (Slurm 22.05); a
 # container without one cannot run this cluster: skipped (77), with the reason.
 cgroup=$(grep -h -i -m1 cgroup "$DIR/slurmd.log" "$DIR/slurmd.out" 2>/dev/null || true)
-if [ -n "$cgroup" ] && ! pgrep -F "$DIR/slurmd.pid" > /dev/null 2>&1; then
+if [ -n "$cgroup" ] && failed; then
   echo "skipped: slurmd cannot start without a cgroup mount here (a container?): $cgroup"
   stop
   exit 77
