@@ -611,6 +611,17 @@ std::vector<pid_t> ChildrenOf(pid_t pid) {
   return children;
 }
 
+// The first cell's worker of the run `pid` writing into DIR/out: once
+// results.json lists the cells, the host's child. Empty if none came.
+std::vector<pid_t> FirstWorkerOf(pid_t pid, const fs::path& out) {
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 1200 && workers.empty(); ++i) {
+    usleep(50000);
+    if (fs::exists(out / "results.json")) workers = ChildrenOf(pid);
+  }
+  return workers;
+}
+
 bool Alive(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string id, comm, state;
@@ -671,12 +682,7 @@ measurement: {warmup_steps: 1, time_budget_seconds: 6}
   // A host killed outright (nothing it can handle): its worker ends too.
   fs::remove_all(dir_ / "out");
   pid = StartRun(config);
-  std::vector<pid_t> workers;
-  // Once results.json lists the cells, the child is the first cell's worker.
-  for (int i = 0; i < 1200 && workers.empty(); ++i) {
-    usleep(50000);
-    if (fs::exists(dir_ / "out" / "results.json")) workers = ChildrenOf(pid);
-  }
+  const std::vector<pid_t> workers = FirstWorkerOf(pid, dir_ / "out");
   ASSERT_FALSE(workers.empty());
   usleep(500000);
   kill(pid, SIGKILL);
@@ -700,11 +706,7 @@ measurement: {warmup_steps: 1, time_budget_seconds: 6}
 )");
   const pid_t pid = StartRun(config);
   ASSERT_GE(pid, 0);
-  std::vector<pid_t> workers;
-  for (int i = 0; i < 1200 && workers.empty(); ++i) {
-    usleep(50000);
-    if (fs::exists(dir_ / "out" / "results.json")) workers = ChildrenOf(pid);
-  }
+  const std::vector<pid_t> workers = FirstWorkerOf(pid, dir_ / "out");
   ASSERT_FALSE(workers.empty());
   usleep(1500000);
   kill(workers[0], SIGTERM);
@@ -1641,7 +1643,7 @@ TEST_F(EndToEnd, ThePlotNeverWritesThroughALink) {
   EXPECT_FALSE(fs::is_symlink(dir_ / "figure.svg"));
   EXPECT_GT(fs::file_size(dir_ / "figure.svg"), 1000u);
   for (const auto& entry : fs::directory_iterator(dir_))
-    EXPECT_EQ(entry.path().filename().string().find(".figure.svg.tmp"), std::string::npos) << entry.path();
+    EXPECT_EQ(entry.path().filename().string().find("figure.svg.tmp"), std::string::npos) << entry.path();
 }
 
 TEST_F(EndToEnd, APasswordFileWithoutAUserIsRefusedOnTheCommandLine) {

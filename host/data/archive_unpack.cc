@@ -14,6 +14,7 @@
 
 #include "cifar10_release.h"
 #include "data_home.h"
+#include "file_descriptor.h"
 #include "sha256.h"
 
 namespace trainbench::data {
@@ -78,10 +79,7 @@ WrittenFile WriteNewFile(const fs::path& dest, const std::string& name,
   const fs::path path = dest / name;
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) throw DataError(path.string() + ": cannot create: " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const FileDescriptor closer(fd);
   const auto fail = [&](int error) {
     throw DataError(path.string() + ": cannot write: " + std::strerror(error) +
                     (error == ENOSPC || error == EDQUOT ? " (free some space, or fetch into another --dir)" : ""));
@@ -112,10 +110,7 @@ UnpackedArchive UnpackCifar10Archive(const fs::path& archive, const fs::path& de
   source.progress = &progress;
   source.fd = ::open(archive.c_str(), O_RDONLY | O_CLOEXEC);
   if (source.fd < 0) throw DataError(where + ": cannot open: " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{source.fd};
+  const FileDescriptor closer(source.fd);
   std::error_code ec;
   source.size = fs::file_size(archive, ec);
   if (ec) throw DataError(where + ": cannot read: " + ec.message());

@@ -18,6 +18,7 @@
 #include "cifar10_release.h"
 #include "data_home.h"
 #include "download.h"
+#include "file_descriptor.h"
 #include "sha256.h"
 
 namespace trainbench::data {
@@ -58,21 +59,17 @@ class ScratchFolder {
 // One fetch into a data folder at a time (an exclusive lock on a file there).
 class FetchLock {
  public:
-  explicit FetchLock(const fs::path& home) {
-    const fs::path file = home / ".cifar10-fetch.lock";
-    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw DataError(file.string() + ": cannot open: " + std::strerror(errno));
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      ::close(fd_);
+  explicit FetchLock(const fs::path& home)
+      : file_(home / ".cifar10-fetch.lock"),
+        fd_(::open(file_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644)) {
+    if (fd_.get() < 0) throw DataError(file_.string() + ": cannot open: " + std::strerror(errno));
+    if (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0)
       throw DataError(home.string() + ": another `trainbench data fetch` is installing here: wait for it to finish");
-    }
   }
-  ~FetchLock() { ::close(fd_); }
-  FetchLock(const FetchLock&) = delete;
-  FetchLock& operator=(const FetchLock&) = delete;
 
  private:
-  int fd_ = -1;
+  fs::path file_;
+  FileDescriptor fd_;
 };
 
 // The files of a folder on disk (the folder itself, or its
@@ -162,12 +159,13 @@ std::string Now() {
 }
 
 void WriteManifest(const fs::path& dest, const Cifar10Release& release, const std::string& source,
-                   const std::map<std::string, WrittenFile>& files, const UnpackedArchive* archive) {
+                   const std::string& installed, const std::map<std::string, WrittenFile>& files,
+                   const UnpackedArchive* archive) {
   nlohmann::json m = {{"dataset", "cifar10"},
                       {"release", release.id},
                       {"description", release.description},
                       {"source", source},
-                      {"installed", Now()}};
+                      {"installed", installed}};
   if (archive != nullptr) m["archive"] = {{"bytes", archive->archive_bytes}, {"sha256", archive->archive_sha256}};
   for (const auto& [name, f] : files) m["files"][name] = {{"bytes", f.bytes}, {"sha256", f.sha256}};
   const std::string text = m.dump(2) + "\n";
@@ -193,11 +191,18 @@ nlohmann::json ReadManifest(const fs::path& folder) {
 }
 
 void SyncFolder(const fs::path& folder) {
-  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  const FileDescriptor dir(::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() >= 0) ::fsync(dir.get());
+}
+
+// A folder whose files are `release`'s; `how` adds where they came from.
+FolderCheck Verified(const fs::path& folder, const Cifar10Release& release, const std::string& how) {
+  FolderCheck check;
+  check.state = FolderCheck::State::kVerified;
+  check.folder = folder;
+  check.release = release.id;
+  check.detail = "verified: " + release.description + how;
+  return check;
 }
 
 }  // namespace
@@ -230,12 +235,7 @@ FolderCheck CheckCifar10Folder(const fs::path& folder) {
       return check;
     }
   }
-  if (const Cifar10Release* r = ReleaseOfFiles(digests)) {
-    check.state = FolderCheck::State::kVerified;
-    check.release = r->id;
-    check.detail = "verified: " + r->description;
-    return check;
-  }
+  if (const Cifar10Release* r = ReleaseOfFiles(digests)) return Verified(folder, *r, "");
   const nlohmann::json manifest = ReadManifest(folder);
   const Cifar10Release* release = manifest.is_null() ? nullptr : ReleaseById(manifest.value("release", ""));
   if (release == nullptr) {
@@ -253,11 +253,8 @@ FolderCheck CheckCifar10Folder(const fs::path& folder) {
       return check;
     }
   }
-  check.state = FolderCheck::State::kVerified;
-  check.release = release->id;
-  check.detail = "verified: " + release->description + "; installed " + manifest.value("installed", "") + " from " +
-                 manifest.value("source", "");
-  return check;
+  return Verified(folder, *release,
+                  "; installed " + manifest.value("installed", "") + " from " + manifest.value("source", ""));
 }
 
 FolderCheck FetchCifar10(const FetchRequest& request, const FetchProgress& progress) {
@@ -309,6 +306,8 @@ FolderCheck FetchCifar10(const FetchRequest& request, const FetchProgress& progr
   }
 
   ScratchFolder scratch(home, std::string(".") + kCifar10Folder + ".partial-");
+  const Cifar10Release* installed_release = nullptr;
+  std::string installed;
   try {
     std::map<std::string, WrittenFile> files;
     UnpackedArchive unpacked;
@@ -320,6 +319,7 @@ FolderCheck FetchCifar10(const FetchRequest& request, const FetchProgress& progr
       files = CopyFolder(request.from, scratch.path(), stage("copy"));
     }
     const Cifar10Release& release = Identify(name, files, archive.empty() ? nullptr : &unpacked);
+    installed_release = &release;
     for (const Split split : {Split::kTrain, Split::kTest}) {
       try {
         CheckLabels(scratch.path(), split);
@@ -327,7 +327,8 @@ FolderCheck FetchCifar10(const FetchRequest& request, const FetchProgress& progr
         throw DataError(name + ": " + std::string(e.what()).substr(scratch.path().string().size() + 1));
       }
     }
-    WriteManifest(scratch.path(), release, source, files, archive.empty() ? nullptr : &unpacked);
+    installed = Now();
+    WriteManifest(scratch.path(), release, source, installed, files, archive.empty() ? nullptr : &unpacked);
     // mkdtemp's folder is the owner's alone; the install is as any new folder.
     const mode_t mask = ::umask(0);
     ::umask(mask);
@@ -357,7 +358,8 @@ FolderCheck FetchCifar10(const FetchRequest& request, const FetchProgress& progr
     throw;
   }
   if (!part.empty()) fs::remove(part, ec);
-  return CheckCifar10Folder(target);
+  // What was just verified file by file, said as `data list` will say it.
+  return Verified(target, *installed_release, "; installed " + installed + " from " + source);
 }
 
 }  // namespace trainbench::data

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <thread>
 
+#include "file_descriptor.h"
+
 namespace trainbench::data {
 namespace fs = std::filesystem;
 
@@ -90,10 +92,7 @@ void DownloadTo(const std::string& url, const fs::path& part, std::uint64_t max_
   if (global != CURLE_OK) throw DownloadError(url + ": cannot start libcurl: " + curl_easy_strerror(global));
   const int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) throw DownloadError(part.string() + ": cannot write: " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const FileDescriptor closer(fd);
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
   if (!curl) throw DownloadError(url + ": cannot start libcurl");
   char error[CURL_ERROR_SIZE] = "";

@@ -46,7 +46,6 @@ DatasetProgress LoggedProgress() {
     const auto now = std::chrono::steady_clock::now();
     const int tenth = total > 0 ? static_cast<int>(done * 10 / total) : -1;
     if (stage == state->stage && tenth == state->tenth && now - state->last < std::chrono::seconds(5)) return;
-    if (stage == state->stage && total == 0 && now - state->last < std::chrono::seconds(5)) return;
     state->stage = stage;
     state->tenth = tenth;
     state->last = now;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace trainbench {
 namespace {
@@ -73,11 +74,25 @@ void CheckEnvironment() {
   }
 }
 
-std::vector<std::string> UnknownEnvironment() {
-  std::vector<std::string> unknown;
+namespace {
+// The process's environment, each entry as its name and value ("" when it
+// has no '=').
+std::vector<std::pair<std::string, std::string>> ProcessEnvironment() {
+  std::vector<std::pair<std::string, std::string>> all;
   for (char** e = environ; *e != nullptr; ++e) {
     const char* eq = std::strchr(*e, '=');
-    const std::string name(*e, eq != nullptr ? static_cast<size_t>(eq - *e) : std::strlen(*e));
+    if (eq == nullptr)
+      all.emplace_back(*e, "");
+    else
+      all.emplace_back(std::string(*e, static_cast<size_t>(eq - *e)), eq + 1);
+  }
+  return all;
+}
+}  // namespace
+
+std::vector<std::string> UnknownEnvironment() {
+  std::vector<std::string> unknown;
+  for (const auto& [name, value] : ProcessEnvironment()) {
     if (name.rfind("TRAINBENCH_", 0) != 0) continue;
     const auto& table = EnvironmentVariables();
     if (std::none_of(table.begin(), table.end(), [&](const EnvironmentVariable& v) { return name == v.name; }))
@@ -124,14 +139,12 @@ nlohmann::json RecordedEnvironment() {
     const char* value = std::getenv(v.name);
     if (v.recorded && value != nullptr && *value != '\0') recorded[v.name] = value;
   }
-  for (char** e = environ; *e != nullptr; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq == nullptr || eq[1] == '\0') continue;
-    const std::string name(*e, static_cast<size_t>(eq - *e));
+  for (const auto& [name, value] : ProcessEnvironment()) {
+    if (value.empty()) continue;
     const auto& list = OutsideVariables();
     if (std::any_of(list.begin(), list.end(),
                     [&](const OutsideVariable& v) { return v.prefix ? name.rfind(v.name, 0) == 0 : name == v.name; }))
-      recorded[name] = std::string(eq + 1);
+      recorded[name] = value;
   }
   return recorded;
 }

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -266,36 +267,6 @@ std::string ReportCsv(const std::vector<LoadedResults>& runs) {
   return out.str();
 }
 
-// Copies `from` to a new file beside `to` (created without following
-// links) and renames it over `to`: a link planted at `to` is replaced, its
-// target never written.
-void PutInPlace(const fs::path& from, const fs::path& to) {
-  const fs::path folder = to.has_parent_path() ? to.parent_path() : fs::path(".");
-  const fs::path temp = folder / ("." + to.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  const int fd = CreateFileNoFollow(temp);
-  std::ifstream in(from, std::ios::binary);
-  std::vector<char> buffer(1 << 16);
-  bool ok = true;
-  while (ok && (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) || in.gcount() > 0)) {
-    for (std::streamsize off = 0; ok && off < in.gcount();) {
-      const ssize_t w = ::write(fd, buffer.data() + off, static_cast<size_t>(in.gcount() - off));
-      if (w < 0 && errno == EINTR) continue;
-      ok = w > 0;
-      off += w;
-    }
-  }
-  const int error = ok ? 0 : errno;
-  ok = ok && !in.bad() && ::fsync(fd) == 0;
-  ::close(fd);
-  std::error_code ec;
-  if (ok) fs::rename(temp, to, ec);
-  if (!ok || ec) {
-    fs::remove(temp, ec);
-    throw std::runtime_error(to.string() +
-                             ": cannot write the plot: " + std::generic_category().message(error != 0 ? error : EIO));
-  }
-}
-
 void PlotReport(const std::vector<LoadedResults>& runs, const std::string& output) {
   const std::string ext = fs::path(output).extension().string();
   if (ext != ".png" && ext != ".svg") throw std::runtime_error(output + ": the plot must be a .png or .svg file");
@@ -432,7 +403,10 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
     std::getline(log, first);
     throw std::runtime_error("gnuplot failed to draw " + output + ": " + first);
   }
-  PutInPlace(drawn, output);
+  // Put in place as results are: a new file beside it (never through a link
+  // planted there), renamed over it.
+  std::ifstream drawing(drawn, std::ios::binary);
+  WriteFileAtomically(output, std::string(std::istreambuf_iterator<char>(drawing), {}));
 }
 
 }  // namespace trainbench

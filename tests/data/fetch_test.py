@@ -277,21 +277,21 @@ class Fetch(unittest.TestCase):
         build_archive(path, extra=add, files=["batches.meta.txt"])
         return path
 
-    def test_an_entry_naming_dot_dot_is_refused(self):
+    def fetch_with_a_file_entry(self, archive, entry):
+        """Fetches from an archive that adds a 4-byte plain file named `entry`."""
         def add(tar):
-            info = tarfile.TarInfo("cifar-10-batches-bin/../../escaped.bin")
+            info = tarfile.TarInfo(entry)
             info.size = 4
             tar.addfile(info, io.BytesIO(b"evil"))
-        r = run("data", "fetch", "cifar10", "--from", self.crafted("dotdot.tar.gz", add), "--dir", self.home)
+        return run("data", "fetch", "cifar10", "--from", self.crafted(archive, add), "--dir", self.home)
+
+    def test_an_entry_naming_dot_dot_is_refused(self):
+        r = self.fetch_with_a_file_entry("dotdot.tar.gz", "cifar-10-batches-bin/../../escaped.bin")
         self.assertRefused(r, "'..'")
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "escaped.bin")))
 
     def test_an_absolute_entry_is_refused(self):
-        def add(tar):
-            info = tarfile.TarInfo("/tmp/trainbench-absolute-entry.bin")
-            info.size = 4
-            tar.addfile(info, io.BytesIO(b"evil"))
-        r = run("data", "fetch", "cifar10", "--from", self.crafted("absolute.tar.gz", add), "--dir", self.home)
+        r = self.fetch_with_a_file_entry("absolute.tar.gz", "/tmp/trainbench-absolute-entry.bin")
         self.assertRefused(r, "absolute")
         self.assertFalse(os.path.exists("/tmp/trainbench-absolute-entry.bin"))
 

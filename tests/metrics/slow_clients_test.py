@@ -50,16 +50,23 @@ class SlowClients:
             s.close()
 
 
+def start_serving_run(name, tls, linger):
+    """A one-cell run serving /metrics (HTTPS with `tls`), lingering `linger`
+    seconds after it; (the process, its port, the URL, the SSL context)."""
+    tmp = tempfile.mkdtemp(prefix=f"tb-{name}-")
+    port = free_port()
+    config = os.path.join(tmp, "exp.yaml")
+    with open(config, "w") as f:
+        f.write(f"name: {name}\ndataset: {{kind: cifar10, path: {DATA}}}\nmodels: [simple_cnn]\ndevices: [cpu]\n"
+                "measurement: {warmup_steps: 1, max_steps: 2}\n")
+    args, url, context = run_args(BIN, config, os.path.join(tmp, "out"), port, tls, linger, tmp)
+    run = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return run, port, url, context
+
+
 class SlowClientsCannotStarveMetrics(unittest.TestCase):
     def run_with_metrics(self, tls):
-        tmp = tempfile.mkdtemp(prefix="tb-slow-")
-        port = free_port()
-        config = os.path.join(tmp, "exp.yaml")
-        with open(config, "w") as f:
-            f.write(f"name: slow\ndataset: {{kind: cifar10, path: {DATA}}}\nmodels: [simple_cnn]\ndevices: [cpu]\n"
-                    "measurement: {warmup_steps: 1, max_steps: 2}\n")
-        args, url, context = run_args(BIN, config, os.path.join(tmp, "out"), port, tls, 90, tmp)
-        run = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run, port, url, context = start_serving_run("slow", tls, 90)
         scheme = "https" if tls else "http"
         try:
             wait_until_served(url, context, lambda: True)
@@ -124,14 +131,7 @@ class IdleClientsCannotTurnScrapersAway(unittest.TestCase):
     TLS front's 64 connections: every one of 30 scrapes must still succeed."""
 
     def test_https(self):
-        tmp = tempfile.mkdtemp(prefix="tb-idle-")
-        port = free_port()
-        config = os.path.join(tmp, "exp.yaml")
-        with open(config, "w") as f:
-            f.write(f"name: idle\ndataset: {{kind: cifar10, path: {DATA}}}\nmodels: [simple_cnn]\ndevices: [cpu]\n"
-                    "measurement: {warmup_steps: 1, max_steps: 2}\n")
-        args, url, context = run_args(BIN, config, os.path.join(tmp, "out"), port, True, 120, tmp)
-        run = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run, port, url, context = start_serving_run("idle", True, 120)
         try:
             wait_until_served(url, context, lambda: True)
             idle = ReconnectingIdleClients(port, 70)
