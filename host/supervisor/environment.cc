@@ -92,7 +92,8 @@ std::vector<std::pair<std::string, std::string>> ProcessEnvironment() {
 
 std::vector<std::string> UnknownEnvironment() {
   std::vector<std::string> unknown;
-  for (const auto& [name, value] : ProcessEnvironment()) {
+  for (const auto& variable : ProcessEnvironment()) {
+    const std::string& name = variable.first;
     if (name.rfind("TRAINBENCH_", 0) != 0) continue;
     const auto& table = EnvironmentVariables();
     if (std::none_of(table.begin(), table.end(), [&](const EnvironmentVariable& v) { return name == v.name; }))
@@ -139,7 +140,9 @@ nlohmann::json RecordedEnvironment() {
     const char* value = std::getenv(v.name);
     if (v.recorded && value != nullptr && *value != '\0') recorded[v.name] = value;
   }
-  for (const auto& [name, value] : ProcessEnvironment()) {
+  for (const auto& variable : ProcessEnvironment()) {
+    const std::string& name = variable.first;
+    const std::string& value = variable.second;
     if (value.empty()) continue;
     const auto& list = OutsideVariables();
     if (std::any_of(list.begin(), list.end(),
