@@ -21,11 +21,42 @@ LINE = re.compile(
     r"describing ([\d.]+) ms)?")
 
 
+# The workspace line that follows each tuning line (the chosen engine's
+# workspace, the tuning's, and the best time within each of five limits).
+WORKSPACE = re.compile(
+    r"cuDNN tuning workspace: chosen (\d+) B, tuned in (\d+) B, (\d+) over the limit of (\d+) B; "
+    r"best within 16 MiB ([\d.inf]+) ms, 64 MiB ([\d.inf]+) ms, 256 MiB ([\d.inf]+) ms, 1 GiB ([\d.inf]+) ms, "
+    r"4 GiB ([\d.inf]+) ms")
+
+
+def workspace_summary(rows, chosen_ms):
+    """What each workspace limit would cost: the chosen engines' summed time
+    against the best within each limit (each distinct operation once)."""
+    if not rows:
+        return []
+    mib = 2**20
+    out = [f"  workspace: the chosen engines need at most {max(int(r.group(1)) for r in rows) / mib:.0f} MiB "
+           f"(sum {sum(int(r.group(1)) for r in rows) / mib:.0f} MiB); tuning took at most "
+           f"{max(int(r.group(2)) for r in rows) / mib:.0f} MiB; {sum(int(r.group(3)) for r in rows)} candidates "
+           f"over the limit ({rows[0].group(4)} B)"]
+    for i, name in zip(range(5, 10), ("16 MiB", "64 MiB", "256 MiB", "1 GiB", "4 GiB")):
+        within = [float(r.group(i)) for r in rows]
+        missing = sum(w == float("inf") for w in within)
+        total = sum(w for w in within if w != float("inf"))
+        out.append(f"  within {name}: {total:.3f} ms against {chosen_ms:.3f} ms chosen "
+                   f"({(total / chosen_ms - 1) * 100 if chosen_ms else 0:+.2f}%), {missing} operations with no engine")
+    return out
+
+
 def summarise(paths):
-    rows = []
+    rows, spaces = [], []
     for path in paths:
         with open(path, errors="replace") as log:
-            rows += [m for m in (LINE.search(line) for line in log) if m]
+            for line in log:
+                m = LINE.search(line)
+                if m: rows.append(m)
+                w = WORKSPACE.search(line)
+                if w: spaces.append(w)
     if not rows:
         return "  no tuning lines (was the ResNets' cudnn_tune_log option on, and anything tuned?)"
     total = lambda i: sum(float(r.group(i)) for r in rows)
@@ -52,6 +83,7 @@ def summarise(paths):
         out.append(f"  runtime-compiled: {sum(int(r.group(9)) for r in new)} built in "
                    f"{sum(float(r.group(10)) for r in new) / 1e3:.2f} s; chosen for {len(chosen)} of {len(new)} "
                    f"operations, {gain:.4f} ms faster there than the best precompiled engines")
+    out += workspace_summary(spaces, total(7))
     return "\n".join(out)
 
 

@@ -446,6 +446,7 @@ cudnn_conv::Settings ConvSettings(const sdk::Options& options) {
   cudnn_conv::Settings settings;
   settings.runtime_compiled = options.GetBool("cudnn_runtime_compiled");
   settings.tune_log = options.GetBool("cudnn_tune_log");
+  settings.workspace_limit = options.GetInt("cudnn_workspace_limit_mb") << 20;
   return settings;
 }
 

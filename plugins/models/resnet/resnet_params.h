@@ -40,6 +40,10 @@ inline const TbParamSpec kResNetParams[] = {
      "with cudnn_engine_cache, whether cuDNN's runtime-compiled engines are autotuning candidates too, as in "
      "LibTorch (0.1-0.4 s each to build in NVRTC on a first run; on an H200 one won 2 of 288 ResNet convolutions)",
      nullptr, 0, 0, 0},
+    {"cudnn_workspace_limit_mb", TB_PARAM_INT, "1024",
+     "with cudnn_engine_cache, the most workspace (MiB) a cuDNN engine may need to be chosen, in autotuning and in "
+     "cuDNN's heuristic choice (0: no limit; the engine cache keeps choices per limit)",
+     nullptr, 1, 0, 1048576},
     {"cudnn_tune_log", TB_PARAM_BOOL, "false",
      "with cudnn_engine_cache, one line in the cell's log per autotuned convolution: its candidates, their times "
      "and the engine chosen (a diagnostic: bench/tuning_log.py sums the lines up; the choice is the same)",

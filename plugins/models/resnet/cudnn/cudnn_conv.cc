@@ -369,9 +369,12 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
   // backward_data, backward_filter: whether autograd will ask for x's and
   // w's gradients (the prefetch's hint; grad mode is off in here).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            std::vector<int64_t> geometry, bool runtime_compiled, int64_t late_join_group,
-                            bool backward_data, bool backward_filter) {
-    const Settings settings{runtime_compiled};
+                            std::vector<int64_t> geometry, bool runtime_compiled, int64_t workspace_limit,
+                            bool tune_log, int64_t late_join_group, bool backward_data, bool backward_filter) {
+    Settings settings;
+    settings.runtime_compiled = runtime_compiled;
+    settings.workspace_limit = workspace_limit;
+    settings.tune_log = tune_log;
     const bool channels_last = ChannelsLast(x, w);
     const at::MemoryFormat format = Format(channels_last);
     const at::Tensor xc = x.contiguous(format), wc = w.contiguous(format);
@@ -382,6 +385,8 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
     ctx->saved_data["geometry"] = geometry;
     ctx->saved_data["channels_last"] = channels_last;
     ctx->saved_data["runtime_compiled"] = runtime_compiled;
+    ctx->saved_data["workspace_limit"] = workspace_limit;
+    ctx->saved_data["tune_log"] = tune_log;
     ctx->saved_data["late_join_group"] = late_join_group;
     return y;
   }
@@ -392,7 +397,10 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
     const at::Tensor& w = saved[1];
     const std::vector<int64_t> geometry = ctx->saved_data["geometry"].toIntVector();
     const bool channels_last = ctx->saved_data["channels_last"].toBool();
-    const Settings settings{ctx->saved_data["runtime_compiled"].toBool()};
+    Settings settings;  // the engine choice's settings, as the forward had them
+    settings.runtime_compiled = ctx->saved_data["runtime_compiled"].toBool();
+    settings.workspace_limit = ctx->saved_data["workspace_limit"].toInt();
+    settings.tune_log = ctx->saved_data["tune_log"].toBool();
     const at::MemoryFormat format = Format(channels_last);
     const at::Tensor dy = grads[0].contiguous(format);
     at::Tensor dx, dw;
@@ -416,7 +424,7 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
       const std::lock_guard lock(state.mutex);
       ++state.counts.side_stream_grads;
       if (late) ++state.counts.late_filter_grads;
-      return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+      return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
     if (ctx->needs_input_grad(0)) {
       dx = at::empty(x.sizes(), x.options().memory_format(format));
@@ -426,7 +434,7 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
       dw = at::empty(w.sizes(), w.options().memory_format(format));
       Convolve(Op::kBackwardFilter, {x, dw, dy}, geometry, channels_last, settings);
     }
-    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -461,8 +469,8 @@ torch::Tensor Conv2d(const torch::Tensor& x, const torch::Tensor& w, std::array<
               " and weight ", weight.scalar_type(), " differ");
   const bool grad = torch::GradMode::is_enabled();
   return ConvFunction::apply(input, weight, std::vector<int64_t>{stride[0], stride[1], padding[0], padding[1]},
-                             settings.runtime_compiled, settings.late_join_group, grad && input.requires_grad(),
-                             grad && weight.requires_grad());
+                             settings.runtime_compiled, settings.workspace_limit, settings.tune_log,
+                             settings.late_join_group, grad && input.requires_grad(), grad && weight.requires_grad());
 }
 
 Counts GetCounts() {

@@ -36,6 +36,11 @@ struct Settings {
   /// 9.19) one won for 2 of 288 tuned ResNet convolutions, by 0.036 ms
   /// (docs/results/raw/h200-resnets-log.md, section 4).
   bool runtime_compiled = false;
+  /// The most workspace bytes an engine may need to be a candidate, in
+  /// autotuning and in cuDNN's heuristic choice alike (0: no limit). Part of
+  /// the engine choice: a cache entry tuned under one limit is not used
+  /// under another.
+  int64_t workspace_limit = 0;
   /// Inside a captured step, whether the backward may leave the filter's
   /// gradient running on its side stream (SideStream::Leave) for a later
   /// join: -1, no; else the group (0 or more) of the JoinBeforeGradients

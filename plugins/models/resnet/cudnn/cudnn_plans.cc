@@ -52,6 +52,7 @@ std::string Key(const Problem& p, const Settings& settings, bool benchmark, int6
   if (p.type == CUDNN_DATA_FLOAT) key << " tf32 " << tf32;
   if (!settings.runtime_compiled) key << " precompiled";
   key << " deterministic " << deterministic;
+  if (settings.workspace_limit > 0) key << " workspace " << settings.workspace_limit;
   if (benchmark)
     key << " limit " << limit;
   else

@@ -70,6 +70,10 @@ bool Tuner::Consider(Candidate& candidate, const std::vector<DescriptorPtr>& kee
     ++runtime_compiled_;
     runtime_compiled_building_ += took;
   }
+  if (plan != nullptr && rules_.settings.workspace_limit > 0 && plan->workspace > rules_.settings.workspace_limit) {
+    ++over_limit_;  // not a candidate under this workspace limit
+    return true;
+  }
   if (plan != nullptr) built_.push_back({candidate, std::move(plan)});
   return true;
 }
@@ -144,9 +148,17 @@ void Tuner::Log(const PlanPtr& best, const EngineChoice& choice, bool listed) co
   auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   bool chosen_runtime_compiled = false;
   float best_precompiled = std::numeric_limits<float>::infinity();
+  // The best time among candidates needing at most 16 MiB, 64 MiB, ... of
+  // workspace: what a lower limit would cost this operation.
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const int64_t limits[] = {16 * kMiB, 64 * kMiB, 256 * kMiB, 1024 * kMiB, 4096 * kMiB};
+  float within[5];
+  std::fill(std::begin(within), std::end(within), std::numeric_limits<float>::infinity());
   for (const Built& b : built_) {
     if (b.plan == best) chosen_runtime_compiled = b.candidate.runtime_compiled;
     if (!b.candidate.runtime_compiled) best_precompiled = std::min(best_precompiled, BestOf(b));
+    for (size_t k = 0; k < 5; ++k)
+      if (b.plan->workspace <= limits[k]) within[k] = std::min(within[k], BestOf(b));
   }
   std::fprintf(stderr,
                "trainbench: cuDNN tuning: %zu candidates, %zu built (%.1f ms), timed in %.1f ms, %.1f ms in all; "
@@ -160,6 +172,13 @@ void Tuner::Log(const PlanPtr& best, const EngineChoice& choice, bool listed) co
                gates_held_ ? "" : "; a gate let go before it was opened", ms(heuristics_.instant),
                ms(heuristics_.fallback), heuristics_.from_fallback, ms(heuristics_.describing),
                listed ? "; candidates gathered ahead" : "");
+  std::fprintf(stderr,
+               "trainbench: cuDNN tuning workspace: chosen %lld B, tuned in %lld B, %zu over the limit of %lld B; "
+               "best within 16 MiB %.4f ms, 64 MiB %.4f ms, 256 MiB %.4f ms, 1 GiB %.4f ms, 4 GiB %.4f ms\n",
+               static_cast<long long>(best != nullptr ? best->workspace : 0),
+               static_cast<long long>(workspace_.defined() ? workspace_.numel() : 0), over_limit_,
+               static_cast<long long>(rules_.settings.workspace_limit), within[0], within[1], within[2], within[3],
+               within[4]);
 }
 
 // Timed runs: each between two events, read once the stream is waited for.
@@ -231,6 +250,7 @@ PlanPtr Heuristic(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle,
   PlanPtr plan;
   ForEachCandidate(*graph.back(), settings.runtime_compiled, is_float, tf32, deterministic, [&](Candidate& candidate) {
     plan = Finalize(graph, candidate.config, handle);
+    if (plan != nullptr && settings.workspace_limit > 0 && plan->workspace > settings.workspace_limit) plan = nullptr;
     if (plan != nullptr) *choice = candidate.choice;
     return plan == nullptr;  // go on until one builds
   });

@@ -107,7 +107,7 @@ class Tuner {
   int64_t timed_ = 0;
   // For the tuning log.
   Clock::time_point began_ = Clock::now(), run_start_;
-  size_t tried_ = 0, runtime_compiled_ = 0;
+  size_t tried_ = 0, runtime_compiled_ = 0, over_limit_ = 0;
   Clock::duration building_{}, runtime_compiled_building_{};
   HeuristicsTimes heuristics_;
 };
