@@ -53,8 +53,9 @@ panel("stat", "Time left in the run", "Estimated seconds left in the run: the ru
 panel("stat", "Cell", "Index of the running (or last) cell over the cells in the experiment.", "none",
       [{"expr": 'max by (experiment) (trainbench_cell_index{experiment=~"$experiment",instance=~"$instance"})', "legendFormat": "cell", "instant": True},
        {"expr": 'max by (experiment) (trainbench_cells{experiment=~"$experiment",instance=~"$instance"})', "legendFormat": "of", "instant": True}], 16, 24, w=8)
-panel("timeseries", "Device memory in use", "Memory the cell uses on its device: the allocator's reserve on a GPU, the worker's resident set on a CPU.", "bytes",
-      [ts(f'trainbench_device_memory_bytes{{{SEL}}}', LEG)], 0, 32)
+panel("timeseries", "Device memory in use", "Memory the cell uses on its device: the allocator's reserve on a GPU, the worker's resident set on a CPU; and its peak so far (the figure results record).", "bytes",
+      [ts(f'trainbench_device_memory_bytes{{{SEL}}}', LEG),
+       ts(f'trainbench_device_memory_peak_bytes{{{SEL}}}', "peak: " + LEG)], 0, 32)
 panel("timeseries", "GPU utilisation", "Fraction of time the GPU was busy (NVML). Only cells on a GPU report it.", "percentunit",
       [ts(f'trainbench_gpu_utilization_ratio{{{SEL}}}', "{{model}} on {{variant}} gpu {{gpu}}")], 12, 32, no_value=NO_GPU)
 panel("timeseries", "GPU power and temperature", "Board power (W) and core temperature (C) of the GPU running the cell (NVML).", "watt",

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "test_env.h"
+#include "trainbench/sdk/abi.h"
 
 namespace trainbench {
 namespace {
@@ -179,7 +180,7 @@ measurement: {warmup_steps: 2, progress_interval_seconds: 0.5}
   ASSERT_EQ(cpu["plugins"].size(), 2u);
   EXPECT_EQ(cpu["plugins"][0]["name"], "simple_cnn");
   EXPECT_EQ(cpu["plugins"][0]["sha256"].get<std::string>().size(), 64u);
-  EXPECT_EQ(cpu["plugins"][1]["abi"], "1.5");
+  EXPECT_EQ(cpu["plugins"][1]["abi"], "1." + std::to_string(TRAINBENCH_SDK_ABI_MINOR));
   EXPECT_FALSE(r["system"]["cpu_model"].get<std::string>().empty());
   EXPECT_FALSE(r["system"]["torch_version"].get<std::string>().empty());
   EXPECT_TRUE(fs::exists(dir_ / "out" / "results.csv"));
@@ -904,7 +905,7 @@ TEST_F(EndToEnd, ReportComparesRunsAndDrawsTheFigure) {
   const Outcome csv = Trainbench("report --format csv " + a);
   EXPECT_EQ(csv.output.rfind("run,model,params,device,samples_per_second,epoch_seconds_median,projected,test_accuracy,"
                              "speedup,status,time_to_train_seconds,speedup_time_to_train,mfu,joules_per_sample,"
-                             "energy_ratio\n",
+                             "energy_ratio,peak_memory_bytes,peak_allocated_bytes\n",
                              0),
             0u)
       << csv.output;

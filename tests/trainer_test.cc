@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "out_of_memory.h"
 #include "plugin_options.h"
 #include "step_timer.h"
 #include "test_env.h"
@@ -124,6 +125,57 @@ TEST(Trainer, AModelThatDoesNotFitTheImagesEndsInOneError) {
             std::string::npos)
       << std::get<protocol::Error>(events.back()).reason;
   for (const auto& e : events) EXPECT_FALSE(std::holds_alternative<protocol::Result>(e));
+}
+
+// A cell that runs out of device memory fails in one line that says what it
+// held and what to lower, never the allocator's paragraph (which goes to the
+// cell's log).
+TEST(Trainer, RunningOutOfDeviceMemoryEndsTheCellInOneLineThatSaysWhatToLower) {
+  CellSpec spec = SmallCell("simple_cnn", 32);
+  const std::string fixture = (testing::TestPluginDir() / "libtrainbench_faulty_model.so").string();
+  spec.model = {"faulty_model", fixture, {{"fault", "out_of_memory"}}};
+  spec.model.options = testing::WithDefaults(LoadPlugin(fixture), spec.model.options);
+  const auto [code, events] = RunInProcess(spec);
+  EXPECT_EQ(code, 1);
+  ASSERT_FALSE(events.empty());
+  ASSERT_TRUE(std::holds_alternative<protocol::Error>(events.back()));
+  const std::string reason = std::get<protocol::Error>(events.back()).reason;
+  EXPECT_EQ(reason.rfind("out of device memory: it held up to ", 0), 0u) << reason;
+  EXPECT_NE(reason.find("lower training.batch_size (now 16)"), std::string::npos) << reason;
+  EXPECT_EQ(reason.find("CUDA out of memory"), std::string::npos) << reason;
+  EXPECT_EQ(reason.find('\n'), std::string::npos) << reason;
+}
+
+TEST(OutOfMemory, TheLineSaysWhatWasRefusedHeldAllowedAndWhatToLower) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  sdk::MemoryFigures m;
+  m.failed_request = 2 * kGiB;
+  m.peak_allocated = 5 * kGiB;
+  m.peak_reserved = 7 * kGiB + kGiB / 2;
+  m.limit = 8 * kGiB;
+  m.total = 80 * kGiB;
+  m.free = 60 * kGiB;
+  EXPECT_EQ(OutOfMemoryLine(m, {256, "bf16"}),
+            "out of device memory: an allocation of 2.00 GiB was refused after its tensors held up to 5.00 GiB, the "
+            "allocator up to 7.50 GiB; its limit is 8.00 GiB of the device's 80.00 GiB (60.00 GiB free now): lower "
+            "training.batch_size (now 256) or raise device 'bf16''s memory_limit_gib");
+  m.limit = m.total;  // no limit set: nothing to raise
+  m.failed_request = -1;
+  EXPECT_EQ(OutOfMemoryLine(m, {128, "cuda"}),
+            "out of device memory: its tensors held up to 5.00 GiB, the allocator up to 7.50 GiB; the device has "
+            "80.00 GiB (60.00 GiB free now): lower training.batch_size (now 128)");
+  EXPECT_EQ(OutOfMemoryLine(sdk::MemoryFigures{}, {32, "cuda"}),
+            "out of device memory: lower training.batch_size (now 32)");
+}
+
+TEST(OutOfMemory, LibTorchsErrorAndAPluginsMessageOfItAreRecognised) {
+  try {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "Tried to allocate 1 byte");
+  } catch (const std::exception& e) {
+    EXPECT_TRUE(IsOutOfMemory(e));
+  }
+  EXPECT_TRUE(IsOutOfMemory(std::runtime_error("model 'resnet18' forward: CUDA out of memory. Tried to allocate")));
+  EXPECT_FALSE(IsOutOfMemory(std::runtime_error("fixture: forward failed on purpose")));
 }
 
 TEST(Trainer, AResNetTrainsOnImagesOfAnotherSize) {

@@ -165,6 +165,18 @@ struct MetricFamilies {
           .Name("trainbench_device_memory_bytes")
           .Help("Device memory in use by the cell (resident set on a CPU, allocator reserve on a GPU)")
           .Register(*registry);
+  Family<Gauge>& memory_peak =
+      prometheus::BuildGauge()
+          .Name("trainbench_device_memory_peak_bytes")
+          .Help(
+              "The most device memory the cell has held so far (peak resident set on a CPU, peak allocator "
+              "reserve on a GPU: its cache included)")
+          .Register(*registry);
+  Family<Gauge>& memory_allocated_peak =
+      prometheus::BuildGauge()
+          .Name("trainbench_device_memory_allocated_peak_bytes")
+          .Help("The most device memory the cell's tensors have held so far, where the device tells it (a GPU)")
+          .Register(*registry);
   Family<Gauge>& gpu_util = prometheus::BuildGauge()
                                 .Name("trainbench_gpu_utilization_ratio")
                                 .Help("GPU busy fraction as NVML reports it, 0-1")

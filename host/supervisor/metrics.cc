@@ -192,6 +192,8 @@ void MetricsExporter::OnEvent(size_t, const CellRecord& cell, const protocol::Ev
     i.epoch.Add(l).Set(static_cast<double>(p->epoch));
     i.step.Add(l).Set(static_cast<double>(p->step));
     if (p->memory_bytes >= 0) i.memory.Add(l).Set(static_cast<double>(p->memory_bytes));
+    if (p->peak_memory_bytes) i.memory_peak.Add(l).Set(static_cast<double>(*p->peak_memory_bytes));
+    if (p->peak_allocated_bytes) i.memory_allocated_peak.Add(l).Set(static_cast<double>(*p->peak_allocated_bytes));
     // Progress: of the cell's epochs; remaining time: of the cell and the
     // run, as the log's progress lines have it (eta.h).
     const double total_steps = static_cast<double>(p->steps_per_epoch) * static_cast<double>(i.epochs_configured);

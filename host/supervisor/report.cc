@@ -38,7 +38,8 @@ struct Row {
   json speedup;
   std::optional<double> sps_half_ci, time_to_train, speedup_time, mfu;  // absent in older files
   std::optional<double> joules_per_sample, energy_ratio;
-  std::string energy_reason;  // why there is no energy figure, when the record says
+  std::optional<int64_t> peak_memory, peak_allocated;  // bytes; absent in older files
+  std::string energy_reason;                           // why there is no energy figure, when the record says
   std::optional<std::vector<double>> speedup_ci;
   std::vector<std::vector<double>> accuracy_curve;  // [train seconds, epochs, accuracy]
 };
@@ -68,12 +69,24 @@ std::vector<Row> Rows(const std::vector<LoadedResults>& runs) {
       row.joules_per_sample = c.joules_per_sample;
       row.energy_ratio = c.energy_ratio;
       row.energy_reason = c.energy_reason.value_or("");
+      if (c.peak_memory_bytes && *c.peak_memory_bytes > 0) row.peak_memory = c.peak_memory_bytes;
+      if (c.peak_allocated_bytes && *c.peak_allocated_bytes >= 0) row.peak_allocated = c.peak_allocated_bytes;
       row.speedup_ci = c.speedup_ci95;
       row.accuracy_curve = c.accuracy_curve.value_or(std::vector<std::vector<double>>{});
       rows.push_back(row);
     }
   }
   return rows;
+}
+
+// "7.52 GiB (3.40 GiB)": what the process held at most and, where known,
+// what its tensors held; "-" where the record has neither.
+std::string MemoryText(const std::optional<int64_t>& held, const std::optional<int64_t>& tensors) {
+  if (!held) return "-";
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  std::string text = fmt::format("{:.2f} GiB", static_cast<double>(*held) / kGiB);
+  if (tensors) text += fmt::format(" ({:.2f} GiB)", static_cast<double>(*tensors) / kGiB);
+  return text;
 }
 
 // A cell's bar in the figure: model and device, and its run's number when
@@ -225,10 +238,13 @@ std::string ReportMarkdown(const std::vector<LoadedResults>& runs) {
   // "speedup" is of the steady-state rate; "speedup (time)" of the time to
   // train the whole cell (setup, warm-up, evaluation included), the study's.
   // "J/sample" is measured energy (NVML, RAPL), "-" where none could be
-  // read; "energy ratio" the baseline's J/sample over the cell's.
+  // read; "energy ratio" the baseline's J/sample over the cell's. "peak
+  // memory": what the cell's process held at most (a GPU allocator's cache
+  // included; a CPU's resident set), and in brackets the most its tensors
+  // held, where the device tells it.
   out << "| run | model | params | device | samples/s | epoch (median) | time to train | test acc | speedup | "
-         "speedup (time) | mfu | J/sample | energy ratio | status |\n"
-      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+         "speedup (time) | mfu | J/sample | energy ratio | status | peak memory (tensors) |\n"
+      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   auto optional = [](const std::optional<double>& v, const char* format) {
     return v ? fmt::format(fmt::runtime(format), *v) : std::string("-");
   };
@@ -236,7 +252,7 @@ std::string ReportMarkdown(const std::vector<LoadedResults>& runs) {
     const bool ok = r.status == "ok";
     std::string sps = ok ? fmt::format("{:.1f}", r.sps) : "-";
     if (ok && r.sps_half_ci) sps += fmt::format(" ± {:.1f}", *r.sps_half_ci);
-    out << fmt::format("| {} | {} | {:.2f}M | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+    out << fmt::format("| {} | {} | {:.2f}M | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                        MarkdownCell(r.run), MarkdownCell(r.model), r.params / 1e6, MarkdownCell(r.device), sps,
                        ok ? fmt::format("{:.2f} s{}", r.epoch, r.projected ? " (projected)" : "") : "-",
                        ok ? optional(r.time_to_train, "{:.1f} s") : "-",
@@ -244,7 +260,7 @@ std::string ReportMarkdown(const std::vector<LoadedResults>& runs) {
                        r.speedup.is_number() ? fmt::format("{:.2f}x", r.speedup.get<double>()) : "-",
                        optional(r.speedup_time, "{:.2f}x"), ok && r.mfu ? fmt::format("{:.1f}%", 100 * *r.mfu) : "-",
                        ok ? optional(r.joules_per_sample, "{:.4g}") : "-", optional(r.energy_ratio, "{:.2f}x"),
-                       MarkdownCell(r.status));
+                       MarkdownCell(r.status), MemoryText(r.peak_memory, r.peak_allocated));
   }
   out << SettingsThatDiffer(runs);
   return out.str();
@@ -254,7 +270,8 @@ std::string ReportCsv(const std::vector<LoadedResults>& runs) {
   std::ostringstream out;
   // Columns are only ever added at the end.
   out << "run,model,params,device,samples_per_second,epoch_seconds_median,projected,test_accuracy,speedup,status,"
-         "time_to_train_seconds,speedup_time_to_train,mfu,joules_per_sample,energy_ratio\n";
+         "time_to_train_seconds,speedup_time_to_train,mfu,joules_per_sample,energy_ratio,peak_memory_bytes,"
+         "peak_allocated_bytes\n";
   auto optional = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string(); };
   for (const Row& r : Rows(runs)) {
     out << CsvText(r.run) << "," << CsvText(r.model) << "," << r.params << "," << CsvText(r.device) << "," << r.sps
@@ -262,7 +279,9 @@ std::string ReportCsv(const std::vector<LoadedResults>& runs) {
         << (r.accuracy >= 0 ? std::to_string(r.accuracy) : "") << ","
         << (r.speedup.is_number() ? std::to_string(r.speedup.get<double>()) : "") << "," << CsvText(r.status) << ","
         << optional(r.time_to_train) << "," << optional(r.speedup_time) << "," << optional(r.mfu) << ","
-        << optional(r.joules_per_sample) << "," << optional(r.energy_ratio) << "\n";
+        << optional(r.joules_per_sample) << "," << optional(r.energy_ratio) << ","
+        << (r.peak_memory ? std::to_string(*r.peak_memory) : "") << ","
+        << (r.peak_allocated ? std::to_string(*r.peak_allocated) : "") << "\n";
   }
   return out.str();
 }

@@ -239,8 +239,9 @@ std::string Results::Table() const {
   std::ostringstream out;
   // Two speedups, named apart: of the steady-state rate, and of the time to
   // train the whole cell (setup, warm-up and evaluation included: the study's).
-  out << fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8}  {}\n", "model", "params", "device",
-                     "samples/s", "epoch time", "time to train", "test acc", "speedup", "(time)", "status");
+  out << fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8} {:>9}  {}\n", "model", "params",
+                     "device", "samples/s", "epoch time", "time to train", "test acc", "speedup", "(time)", "peak mem",
+                     "status");
   bool any_projected = false;
   for (const auto& c : cells_) {
     const bool ok = c.ok();
@@ -264,8 +265,13 @@ std::string Results::Table() const {
     const std::string speedup_time = c.speedup_time_to_train ? fmt::format("{:.2f}x", *c.speedup_time_to_train) : "-";
     std::string status = c.status;
     if (!ok && c.reason) status += ": " + *c.reason;
-    out << fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8}  {}\n", Printable(c.model), params,
-                       Printable(c.device), sps, epoch, train, acc, speedup, speedup_time, Printable(status));
+    // What the cell's process held at most (a GPU allocator's cache included).
+    const std::string memory = c.peak_memory_bytes && *c.peak_memory_bytes > 0
+                                   ? fmt::format("{:.2f} GiB", static_cast<double>(*c.peak_memory_bytes) / 1073741824.0)
+                                   : "-";
+    out << fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8} {:>9}  {}\n", Printable(c.model),
+                       params, Printable(c.device), sps, epoch, train, acc, speedup, speedup_time, memory,
+                       Printable(status));
   }
   for (const auto& c : cells_) {
     const int64_t ranks = c.ranks.value_or(1);
@@ -304,7 +310,8 @@ std::string Results::Table() const {
   }
   if (any_projected) out << "* projected from steady-state throughput (time budget reached before the epoch ended)\n";
   out << "speedup: steady-state samples/s over the " << baseline_ << " cell's; (time): the " << baseline_
-      << " cell's time to train over this one's\n";
+      << " cell's time to train over this one's; peak mem: the most the cell's process held (a GPU's allocator "
+         "cache included)\n";
   return out.str();
 }
 

@@ -11,6 +11,7 @@
 #ifdef TRAINBENCH_WORKER_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -158,8 +159,11 @@ class CudaGraphedStep : public GraphedStep {
   Path path() const override { return path_; }
 
  private:
-  // As torch.cuda.graph does: warm up on a side stream, then capture there.
-  // The warm-up steps are real training steps.
+  // As torch.cuda.graph does: warm up on a side stream, then capture there,
+  // with the allocator's cached blocks given back to the driver first (the
+  // warm-up's and the autotuning's: the captured step takes its memory from a
+  // pool of its own, so cached blocks would only sit beside it). The warm-up
+  // steps are real training steps.
   void Capture() {
     c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
     cudaDeviceSynchronize();
@@ -167,6 +171,7 @@ class CudaGraphedStep : public GraphedStep {
       c10::cuda::CUDAStreamGuard guard(side);
       for (int i = 0; i < kCaptureSteps - 1; ++i) step_();
       side.synchronize();
+      c10::cuda::CUDACachingAllocator::emptyCache();
       // With a dump prefix (trainbench run --graph-dump), the captured graph
       // as Graphviz (PREFIX-N.dot), to compare its kernels with another
       // program's.

@@ -19,6 +19,7 @@
 #include "kernel_trace.h"
 #include "mixed_precision.h"
 #include "optimizer.h"
+#include "out_of_memory.h"
 #include "path_taken.h"
 #include "plugin_loader.h"
 #include "step_timer.h"
@@ -100,10 +101,24 @@ class CellRun {
   CellRun(const CellSpec& spec, EventSink& sink, Clock::time_point started)
       : s_(spec), sink_(sink), started_(started) {}
 
+  // Once the device is up, a failure for want of its memory ends the cell in
+  // one line (the allocator's own paragraph goes to the cell's log).
   int Run() {
+    try {
+      return RunOnDevice();
+    } catch (const std::exception& e) {
+      if (device_ == nullptr || !IsOutOfMemory(e)) throw;
+      std::fprintf(stderr, "error: %s\n", e.what());
+      throw CellError(OutOfMemoryLine(Memory(), {s_.training.batch_size, s_.device.name}));
+    }
+  }
+
+ private:
+  int RunOnDevice() {
     LoadedPlugin model_plugin = LoadPlugin(s_.model.path);
     LoadedPlugin device_plugin = LoadPlugin(s_.device.path);
     device_ = CreateDevice(device_plugin, s_.device.options);
+    device_abi_minor_ = device_plugin.descriptor->abi_minor;
     std::string why_not;
     if (!device_->Available(&why_not)) {
       sink_.Emit(protocol::Skipped{"device '" + s_.device.name + "' unavailable: " + why_not});
@@ -228,7 +243,9 @@ class CellRun {
     result.train_loss = train_loss_;
     result.test_accuracy = test_accuracy_;
     result.projected = projected;
-    result.peak_memory_bytes = device_->PeakMemoryBytes();
+    const sdk::MemoryFigures memory = Memory();
+    result.peak_memory_bytes = memory.peak_reserved;
+    if (memory.peak_allocated >= 0) result.peak_allocated_bytes = memory.peak_allocated;
     result.ranks = world_;
     result.rank = rank_;
     result.backend = collective_ ? collective_->backend() : std::string();
@@ -245,7 +262,15 @@ class CellRun {
     return 0;
   }
 
- private:
+  // The device's memory figures (SDK 1.6), or what older plugins tell: the
+  // peak of what the process held.
+  sdk::MemoryFigures Memory() {
+    sdk::MemoryFigures memory;
+    if (device_abi_minor_ >= 6) memory = device_->Memory();
+    if (memory.peak_reserved < 0) memory.peak_reserved = device_->PeakMemoryBytes();
+    return memory;
+  }
+
   // The images the model takes and the classes it tells apart are the
   // dataset's (a plugin whose options do not follow the dataset says so here).
   void CheckModelFitsTheData() const {
@@ -598,6 +623,9 @@ class CellRun {
           progress.samples_per_second = report_seconds > 0 ? static_cast<double>(report_samples) / report_seconds : 0.0;
           progress.step_seconds = std::move(durations);
           progress.memory_bytes = device_->MemoryInUseBytes();
+          const sdk::MemoryFigures memory = Memory();
+          if (memory.peak_reserved >= 0) progress.peak_memory_bytes = memory.peak_reserved;
+          if (memory.peak_allocated >= 0) progress.peak_allocated_bytes = memory.peak_allocated;
           progress.elapsed_seconds = Seconds(t1 - train_start);
           sink_.Emit(progress);
           last_report = t1;
@@ -650,6 +678,7 @@ class CellRun {
   EventSink& sink_;
   std::unique_ptr<MixedPrecision> copies_;  // offered to the model (OfferWorkingCopies); outlives it here
   std::shared_ptr<sdk::Device> device_;
+  uint32_t device_abi_minor_ = 0;
   std::shared_ptr<sdk::Model> model_;
   sdk::DeviceSettings settings_;
   std::unique_ptr<DeviceDataset> train_, test_;

@@ -19,30 +19,35 @@ set -e
 report=$(grep -v "SONAME changed" /tmp/abi_check.$$ | sed '/^$/d'); rm -f /tmp/abi_check.$$
 # abidiff's exit code: bit 1 error, 2 usage, 4 ABI change, 8 incompatible change.
 if (( rc & 3 )); then echo "$report"; echo "abi_check: abidiff failed (exit $rc)"; exit 1; fi
-# abi.h's rules also allow virtual methods appended to sdk::Model (the host
-# calls them only on plugins of the minor that added them: 1.1's
-# SyncBatchNorm, 1.3's TakeSgdUpdates and SetSgdLearningRate, 1.4's PathTaken,
-# 1.5's UseWorkingCopies). libabigail
+# abi.h's rules also allow virtual methods appended to sdk::Model and
+# sdk::Device (the host calls them only on plugins of the minor that added
+# them: 1.1's SyncBatchNorm, 1.3's TakeSgdUpdates and SetSgdLearningRate,
+# 1.4's PathTaken, 1.5's UseWorkingCopies, 1.6's Device::Memory). libabigail
 # reports them where the probe's build emits Model's vtable (a -O0 sanitizer
 # build does) as an incompatible change: let it pass when they are the only
-# change, Model's size is the same and the inserted methods hold the last
-# vtable slots (n insertions at voffsets M-n+1..M of M).
+# change, the classes' sizes are the same and each class's inserted methods
+# hold its last vtable slots (n insertions at voffsets M-n+1..M of M).
 appended_only() {
-  local inserted n max slots expected k
-  inserted=$(grep -E "^ *'method virtual .*trainbench::sdk::Model::.*' at .*, virtual at voffset [0-9]+/[0-9]+$" <<<"$report" | \
-             sed -E 's|.*virtual at voffset ([0-9]+)/([0-9]+)$|\1 \2|')
-  [ -n "$inserted" ] || return 1
-  n=$(wc -l <<<"$inserted")
-  max=$(awk '{print $2}' <<<"$inserted" | sort -u)
-  [ "$(wc -l <<<"$max")" = 1 ] || return 1
-  slots=$(awk '{print $1}' <<<"$inserted" | sort -n | tr '\n' ' ')
-  expected=""; for ((k = max - n + 1; k <= max; k++)); do expected+="$k "; done
-  [ "$slots" = "$expected" ] || return 1
+  local class inserted n max slots expected k counts="" any=0
+  for class in Model Device; do
+    inserted=$(grep -E "^ *'method virtual .*trainbench::sdk::$class::.*' at .*, virtual at voffset [0-9]+/[0-9]+$" <<<"$report" | \
+               sed -E 's|.*virtual at voffset ([0-9]+)/([0-9]+)$|\1 \2|')
+    [ -n "$inserted" ] || continue
+    any=1
+    n=$(wc -l <<<"$inserted")
+    counts+="|$n"
+    max=$(awk '{print $2}' <<<"$inserted" | sort -u)
+    [ "$(wc -l <<<"$max")" = 1 ] || return 1
+    slots=$(awk '{print $1}' <<<"$inserted" | sort -n | tr '\n' ' ')
+    expected=""; for ((k = max - n + 1; k <= max; k++)); do expected+="$k "; done
+    [ "$slots" = "$expected" ] || return 1
+  done
+  [ "$any" = 1 ] || return 1
   # Nothing else in the report but its frame.
-  ! grep -vE "^(Functions changes summary: 0 Removed, 1 Changed, 0 Added functions?|Variables changes summary: 0 Removed, 0 Changed, 0 Added variables?|1 function with some indirect sub-type change:| *\[C\] 'function void trainbench_sdk_abi_probe\(.*' at .* has some indirect sub-type changes:| *parameter [0-9]+ of type 'trainbench::sdk::Model\*' has sub-type changes:| *in pointed to type 'class trainbench::sdk::Model' at .*:| *type size hasn't changed| *$n member function insertions?:| *'method virtual .*trainbench::sdk::Model::.*' at .*, virtual at voffset [0-9]+/[0-9]+| *no member function changes \([0-9]+ filtered\);?)$" <<<"$report" | grep -q .
+  ! grep -vE "^(Functions changes summary: 0 Removed, 1 Changed, 0 Added functions?|Variables changes summary: 0 Removed, 0 Changed, 0 Added variables?|1 function with some indirect sub-type change:| *\[C\] 'function void trainbench_sdk_abi_probe\(.*' at .* has some indirect sub-type changes:| *parameter [0-9]+ of type 'trainbench::sdk::(Model|Device)\*' has sub-type changes:| *in pointed to type 'class trainbench::sdk::(Model|Device)' at .*:| *type size hasn't changed| *(${counts#|}) member function insertions?:| *'method virtual .*trainbench::sdk::(Model|Device)::.*' at .*, virtual at voffset [0-9]+/[0-9]+| *no member function changes \([0-9]+ filtered\);?)$" <<<"$report" | grep -q .
 }
 if (( rc & 8 )) && appended_only; then
-  echo "abi_check: the plugin ABI is compatible with SDK 1.1 (virtual methods appended to sdk::Model; abidiff exit $rc)"
+  echo "abi_check: the plugin ABI is compatible with SDK 1.1 (virtual methods appended to sdk::Model and sdk::Device; abidiff exit $rc)"
   exit 0
 fi
 if (( rc & 8 )); then

@@ -62,6 +62,7 @@ void Fields(R& c, V&& v) {
   v("steady_steps", c.steady_steps);
   v("measured_epochs", c.measured_epochs);
   v("peak_memory_bytes", c.peak_memory_bytes);
+  v("peak_allocated_bytes", c.peak_allocated_bytes);
   v("epoch_seconds", c.epoch_seconds);
   v("train_loss", c.train_loss);
   v("test_accuracy", c.test_accuracy);
@@ -234,6 +235,7 @@ const std::vector<std::string>& CsvColumns() {
                                                     "projected",
                                                     "speedup",
                                                     "peak_memory_bytes",
+                                                    "peak_allocated_bytes",
                                                     "ranks",
                                                     "rank_samples_per_second",
                                                     "scaling_efficiency",

@@ -70,6 +70,8 @@ void Fields(Progress& e, V&& v) {
   v("samples_per_second", e.samples_per_second);
   v("step_seconds", e.step_seconds);
   v("memory_bytes", e.memory_bytes);
+  v("peak_memory_bytes", e.peak_memory_bytes);
+  v("peak_allocated_bytes", e.peak_allocated_bytes);
   v("elapsed_seconds", e.elapsed_seconds);
 }
 template <class V>
@@ -114,6 +116,7 @@ void Fields(Result& e, V&& v) {
   v("test_accuracy", e.test_accuracy);
   v("projected", e.projected);
   v("peak_memory_bytes", e.peak_memory_bytes);
+  v("peak_allocated_bytes", e.peak_allocated_bytes);
   v("ranks", e.ranks);
   v("rank", e.rank);
   v("backend", e.backend);

@@ -159,6 +159,7 @@ Result FullResult() {
   r.energy_counter_glitches = 1;
   r.projected = true;
   r.peak_memory_bytes = 1 << 20;
+  r.peak_allocated_bytes = 1 << 19;
   r.ranks = 2;
   r.rank = 1;
   r.backend = "gloo";

@@ -10,8 +10,11 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -25,11 +28,22 @@ using trainbench::sdk::Status;
 
 std::string CudaVersionText(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 
+// The size of the last allocation LibTorch's CUDA allocator refused in this
+// process (its out-of-memory observer; LibTorch 2 and later), -1 for none.
+std::atomic<int64_t> g_failed_request{-1};
+
+std::string GiBText(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f", bytes / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
 class CudaDevice : public trainbench::sdk::Device {
  public:
   CudaDevice(int64_t index, bool cudnn_benchmark, int64_t benchmark_limit, bool tf32, Amp amp, bool channels_last,
-             bool cuda_graph)
+             bool cuda_graph, double memory_limit_gib)
       : index_(static_cast<c10::DeviceIndex>(index)),
+        memory_limit_gib_(memory_limit_gib),
         cudnn_benchmark_(cudnn_benchmark),
         benchmark_limit_(benchmark_limit),
         tf32_(tf32),
@@ -59,6 +73,29 @@ class CudaDevice : public trainbench::sdk::Device {
   Status Setup() noexcept override {
     try {
       c10::cuda::set_device(index_);
+      total_ = static_cast<int64_t>(at::cuda::getDeviceProperties(index_)->totalGlobalMem);
+      if (memory_limit_gib_ > 0) {
+        // Every allocation of LibTorch's caching allocator on this GPU counts
+        // against it (cuDNN's workspaces and a captured step's pool too), as
+        // torch.cuda.set_per_process_memory_fraction does; the CUDA context
+        // and the libraries' handles are outside it.
+        const double limit = memory_limit_gib_ * 1024.0 * 1024.0 * 1024.0;
+        if (limit > static_cast<double>(total_)) {
+          return Status::Error("memory_limit_gib " + GiBText(limit) + " is more than the " +
+                               GiBText(static_cast<double>(total_)) + " GiB this GPU has: lower it (0: the whole GPU)");
+        }
+        limit_ = static_cast<int64_t>(std::floor(limit));
+        c10::cuda::CUDACachingAllocator::setMemoryFraction(limit / static_cast<double>(total_), index_);
+      }
+#if TORCH_VERSION_MAJOR >= 2
+      static std::once_flag observed;
+      std::call_once(observed, [] {
+        c10::cuda::CUDACachingAllocator::attachOutOfMemoryObserver(
+            [](auto /*device*/, auto requested, auto /*limit*/, auto /*free*/) {
+              g_failed_request.store(static_cast<int64_t>(requested));
+            });
+      });
+#endif
       at::globalContext().setBenchmarkCuDNN(cudnn_benchmark_);
 #if TORCH_VERSION_MAJOR >= 2
       // How many of cuDNN's candidate engines autotuning times per shape.
@@ -103,6 +140,7 @@ class CudaDevice : public trainbench::sdk::Device {
       j["memory_bytes"] = static_cast<int64_t>(p->totalGlobalMem);
       j["compute_capability"] = std::to_string(p->major) + "." + std::to_string(p->minor);
       j["multiprocessors"] = p->multiProcessorCount;
+      if (limit_ > 0) j["memory_limit_bytes"] = limit_;
       j["driver_cuda_version"] = CudaVersionText(driver);
       j["cuda_runtime_version"] = CudaVersionText(runtime);
       const long cudnn = at::detail::getCUDAHooks().versionCuDNN();
@@ -144,12 +182,36 @@ class CudaDevice : public trainbench::sdk::Device {
   void ResetPeakMemory() noexcept override {
     try {
       c10::cuda::CUDACachingAllocator::resetPeakStats(index_);
+      g_failed_request.store(-1);
     } catch (...) {
     }
   }
 
+  trainbench::sdk::MemoryFigures Memory() noexcept override {
+    trainbench::sdk::MemoryFigures m;
+    try {
+      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_);
+      m.peak_reserved = stats.reserved_bytes[0].peak;
+      m.peak_allocated = stats.allocated_bytes[0].peak;
+    } catch (...) {
+    }
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      m.free = static_cast<int64_t>(free);
+      m.total = static_cast<int64_t>(total);
+    } else {
+      cudaGetLastError();  // not sticky: the next call starts clean
+    }
+    if (total_ > 0) m.total = total_;
+    m.limit = limit_ > 0 ? limit_ : m.total;
+    m.failed_request = g_failed_request.load();
+    return m;
+  }
+
  private:
   c10::DeviceIndex index_;
+  double memory_limit_gib_;
+  int64_t total_ = -1, limit_ = -1;
   bool cudnn_benchmark_;
   int64_t benchmark_limit_;
   bool tf32_;
@@ -170,6 +232,11 @@ const TbParamSpec kParams[] = {
     {"channels_last", TB_PARAM_BOOL, "false", "use the NHWC memory format", nullptr, 0, 0, 0},
     {"cuda_graph", TB_PARAM_BOOL, "false",
      "capture the whole training step (forward, backward, optimizer) in a CUDA graph", nullptr, 0, 0, 0},
+    {"memory_limit_gib", TB_PARAM_FLOAT, "0",
+     "the most GPU memory (GiB) the cell's allocations may hold, its autotuning and captured step included, as "
+     "torch.cuda.set_per_process_memory_fraction sets it (0: the whole GPU); 8 is about an 8 GB card, its CUDA context "
+     "aside",
+     nullptr, 1, 0, 1048576},
 };
 
 std::unique_ptr<trainbench::sdk::Device> Make(const trainbench::sdk::Options& options) {
@@ -183,7 +250,8 @@ std::unique_ptr<trainbench::sdk::Device> Make(const trainbench::sdk::Options& op
   }
   return std::make_unique<CudaDevice>(options.GetInt("device_index"), options.GetBool("cudnn_benchmark"),
                                       options.GetInt("cudnn_benchmark_limit"), options.GetBool("tf32"), amp,
-                                      options.GetBool("channels_last"), options.GetBool("cuda_graph"));
+                                      options.GetBool("channels_last"), options.GetBool("cuda_graph"),
+                                      options.GetFloat("memory_limit_gib"));
 }
 
 }  // namespace
@@ -191,5 +259,5 @@ std::unique_ptr<trainbench::sdk::Device> Make(const trainbench::sdk::Options& op
 // An accelerator: one per rank, chosen by device_index; its step can be a CUDA graph.
 const TbDeviceTraits kTraits = {1, "device_index", "cuda_graph"};
 
-TRAINBENCH_DEVICE_PLUGIN_WITH_TRAITS("cuda", "1.1.0", "one NVIDIA GPU through LibTorch's CUDA and cuDNN", kParams, Make,
+TRAINBENCH_DEVICE_PLUGIN_WITH_TRAITS("cuda", "1.2.0", "one NVIDIA GPU through LibTorch's CUDA and cuDNN", kParams, Make,
                                      kTraits)

@@ -29,7 +29,8 @@
 /// 1.5 appended Model::UseWorkingCopies() (called only on plugins of 1.5+)
 /// and stopped calling Model::TakeSgdUpdates() and SetSgdLearningRate():
 /// the host's optimizer updates every parameter.
-#define TRAINBENCH_SDK_ABI_MINOR 5
+/// 1.6 appended Device::Memory() (called only on plugins of 1.6+).
+#define TRAINBENCH_SDK_ABI_MINOR 6
 
 /// Name of the one symbol a plugin exports (a Boost.DLL alias).
 #define TRAINBENCH_PLUGIN_ENTRY_NAME "trainbench_plugin_entry"

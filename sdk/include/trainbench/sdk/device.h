@@ -22,6 +22,17 @@ struct DeviceSettings {
   bool cuda_graph = false;        ///< capture the training step in a graph
 };
 
+/// A device's memory in bytes, -1 for what it cannot tell (SDK 1.6). The
+/// layout is frozen: later figures come in a new struct and method.
+struct MemoryFigures {
+  int64_t peak_reserved = -1;   ///< what PeakMemoryBytes() says: held by the process (a GPU allocator's cache too)
+  int64_t peak_allocated = -1;  ///< highest held by live tensors since ResetPeakMemory()
+  int64_t limit = -1;           ///< the most this process may take (a limit the device was given, else the total)
+  int64_t total = -1;           ///< the device's own memory
+  int64_t free = -1;            ///< free on the device now, other processes' use counted
+  int64_t failed_request = -1;  ///< the size of the last allocation refused for want of memory, if any
+};
+
 /// A place to train (TB_PLUGIN_DEVICE).
 ///
 /// Created by the plugin's TbCreateFn and owned by the host, which keeps the
@@ -61,6 +72,11 @@ class Device {
 
   /// Starts a new peak-memory window.
   virtual void ResetPeakMemory() noexcept = 0;
+
+  /// The memory figures of the current peak-memory window (SDK 1.6; the
+  /// host calls it only on plugins of ABI minor 6 or later). Safe to call
+  /// from any thread, also after an allocation failed.
+  virtual MemoryFigures Memory() noexcept { return MemoryFigures{}; }
 };
 
 /// Parses "none", "bf16", "fp16"; returns false on anything else.

@@ -55,7 +55,7 @@ struct CellRecord {
   std::optional<double> time_to_train_seconds;
   /// The worker's life as the host saw it, start to exit.
   std::optional<double> wall_seconds;
-  std::optional<int64_t> steps, steady_steps, measured_epochs, peak_memory_bytes;
+  std::optional<int64_t> steps, steady_steps, measured_epochs, peak_memory_bytes, peak_allocated_bytes;
   std::optional<std::vector<double>> epoch_seconds, train_loss, test_accuracy;
   std::optional<bool> projected, sync_batchnorm;
   /// What the model's and the worker's rules chose (Result::path_taken).

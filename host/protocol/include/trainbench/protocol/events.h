@@ -36,6 +36,9 @@ struct Progress {
   double samples_per_second = 0;     ///< since the last report; 0 in the warm-up
   std::vector<double> step_seconds;  ///< timed steps since the last report (a sample)
   int64_t memory_bytes = 0;
+  /// The highest so far of memory_bytes (the allocator's reserve on a GPU)
+  /// and, where the device tells it (SDK 1.6), of what live tensors held.
+  std::optional<int64_t> peak_memory_bytes, peak_allocated_bytes;
   double elapsed_seconds = 0;
 };
 
@@ -85,6 +88,9 @@ struct Result {
   std::optional<int64_t> energy_counter_glitches;
   bool projected = false;
   int64_t peak_memory_bytes = 0;
+  /// Beside peak_memory_bytes (what the process held: a GPU allocator's
+  /// cache included), the most live tensors held, where the device tells it.
+  std::optional<int64_t> peak_allocated_bytes;
   int ranks = 1, rank = 0;
   std::string backend;  ///< "nccl"/"gloo" for data-parallel cells, else ""
   /// What the model's rules (SDK 1.4's Model::PathTaken, under "model", or
