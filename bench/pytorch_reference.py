@@ -7,9 +7,12 @@ channels_last (the fused SGD step eager after the compiled forward and
 backward), and torch.compile's kernels with the whole step (forward,
 backward, fused SGD) captured in one CUDA graph by hand (labels
 *-compile-graph: no host work per step at all); each figure the best of
---repeats timings. Prints and writes samples/s per configuration.
+--repeats timings. Prints and writes samples/s per configuration, and each
+row's peak memory (torch.cuda.max_memory_reserved and max_memory_allocated,
+from an emptied cache: cuDNN's autotuning, the warm-up and the capture
+included) into OUT-memory.json.
   --image-size 224 --classes 1000: ImageNet-size inputs (ResNets only)."""
-import argparse, json, time
+import argparse, gc, json, time
 import torch, torch.nn as nn, torchvision
 
 def simple_cnn():
@@ -92,6 +95,15 @@ def bench(name, bs, amp, cl, graph, steps, warm, graph_dump=None, compiled=False
         run = step
     return timed(run, steps, bs)
 
+def fresh_peaks():
+    """Starts a row's memory window: what earlier rows left is collected and
+    given back, so each row's peak is its own."""
+    gc.collect(); torch.cuda.synchronize(); torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
+
+def peaks():
+    return {"peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "peak_allocated_bytes": torch.cuda.max_memory_allocated()}
+
 def bench_compiled(name, bs, steps, warm, amp=True, model_cl=True):
     """torch.compile(mode="reduce-overhead") of forward + backward with bf16
     autocast (or fp32), channels_last input and, with `model_cl`, model (NCHW
@@ -140,6 +152,8 @@ if __name__ == "__main__":
                         "none: --compile with no model)")
     p.add_argument("--compile-fp32", action="store_true", help="torch.compile rows in fp32 too (fp32-compile, fp32-compile-graph)")
     p.add_argument("--repeats", type=int, default=3, help="each figure is the best of this many timings")
+    p.add_argument("--steps", type=int, help="timed steps per figure (default: 200, 60 at batch 1024 or 224 px, 30 "
+                   "at 224 px), after 20 warm-up steps")
     p.add_argument("--image-size", type=int, default=32); p.add_argument("--classes", type=int, default=10)
     p.add_argument("--graph-dump", help="write each captured graph as PREFIX-MODEL-PRECISION-bN.dot")
     p.add_argument("--cudnn-benchmark-limit", type=int, default=0,
@@ -151,19 +165,25 @@ if __name__ == "__main__":
     compile_models = a.models if a.compile is None else a.compile
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.benchmark_limit = a.cudnn_benchmark_limit
-    res, errors, notes = {}, {}, {}
+    res, errors, notes, memory = {}, {}, {}, {}
+    memory_out = a.out.replace(".json", "") + "-memory.json"
     for bs in a.batches:
         steps, warm = (60, 20) if bs * IMAGE_SIZE ** 2 >= 1024 * 32 ** 2 else (200, 20)
         if IMAGE_SIZE > 64: steps = 30
+        if a.steps: steps = a.steps
         for name in a.models:
             for label, amp, cl, graph in (("fp32", False, False, False), ("fp32-graph", False, False, True),
                                           ("fp32-cl-graph", False, True, True),
                                           ("bf16-cl", True, True, False), ("bf16-cl-graph", True, True, True)):
                 if a.labels and label not in a.labels: continue
+                fresh_peaks()
                 r = bench(name, bs, amp, cl, graph, steps, warm, a.graph_dump)
                 res[f"{name}/{label}/b{bs}"] = r
-                print(f"pytorch {name:11s} {label:14s} b{bs:<5d} {r:12.0f} samples/s", flush=True)
+                memory[f"{name}/{label}/b{bs}"] = peaks()
+                print(f"pytorch {name:11s} {label:14s} b{bs:<5d} {r:12.0f} samples/s, peak reserved "
+                      f"{memory[f'{name}/{label}/b{bs}']['peak_reserved_bytes'] / 2**30:.2f} GiB", flush=True)
                 json.dump(res, open(a.out, "w"), indent=1)
+                json.dump(memory, open(memory_out, "w"), indent=1)
             if name in compile_models:
                 for label, amp, graph in (("bf16-compile", True, False), ("fp32-compile", False, False),
                                           ("bf16-compile-graph", True, True), ("fp32-compile-graph", False, True)):
@@ -172,7 +192,10 @@ if __name__ == "__main__":
                     # A row that fails (Inductor has failed on channels_last
                     # backward strides) is recorded as failed; the others stand.
                     try:
+                        fresh_peaks()
                         r, how = bench_compiled_best(name, bs, steps, warm, amp, graph)
+                        memory[f"{name}/{label}/b{bs}"] = peaks()
+                        json.dump(memory, open(memory_out, "w"), indent=1)
                         if how != "model and input channels_last": notes[f"{name}/{label}/b{bs}"] = how
                     except Exception as e:  # noqa: BLE001 - any failure of that row
                         errors[f"{name}/{label}/b{bs}"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"

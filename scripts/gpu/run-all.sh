@@ -2,7 +2,7 @@
 # Everything for the GPU machine in one go: build against PyTorch's CUDA
 # LibTorch, run the unit tests, then the requested stages. Logs and results
 # go to $OUT (default ./gpu-out).
-#   scripts/gpu/run-all.sh [stage...]   stages: plugins test conv stem onepass aba aba-imagenet aba-epochs graphgaps fusion firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
+#   scripts/gpu/run-all.sh [stage...]   stages: plugins test memory conv stem onepass aba aba-imagenet aba-epochs graphgaps fusion firstrun rtc kprofile tunespread measures kernels profile bench engines libs cpu epochs graphdump metrics correctness paper dp faults imagenet warmstart parity
 # (dp needs two GPUs: the nvidia-h200-x2 machine). Carry .debs (scripts/gpu/fetch-debs.sh) and, for
 # the stages on real images, .data (scripts/gpu/copy-data.sh).
 # A call whose stages all run only trainbench, its plugins or a program of
@@ -92,7 +92,7 @@ STAGES=${*:-test bench}
 runtime="trainbench trainbench-worker cpu cuda simple_cnn resnet18 resnet50"
 declare -A STAGE_TARGETS=([bench]="$runtime" [measures]="$runtime" [plugins]="$runtime" [cpu]="$runtime"
   [epochs]="$runtime" [paper]="$runtime" [imagenet]="$runtime" [warmstart]="$runtime" [firstrun]="$runtime"
-  [kprofile]="$runtime" [parity]="$runtime" [tunespread]="$runtime" [correctness]="$runtime"
+  [kprofile]="$runtime" [parity]="$runtime" [memory]="$runtime" [tunespread]="$runtime" [correctness]="$runtime"
   [aba]="$runtime" [aba-imagenet]="$runtime" [aba-epochs]="$runtime" [fusion]="cudnn_fusion_bench" [graphgaps]="graph_node_gaps")
 if [ -z "${TRAINBENCH_BUILD_TARGET+set}" ]; then
   targets=""
@@ -280,6 +280,20 @@ for stage in $STAGES; do
     # CPU and GPU cells and plain PyTorch's best for the same step.
     # IMAGENET_GPU_ONLY=1: the GPU cells alone (the CPU cells take minutes
     # and do not change with the GPU kernels), torch.compile for ResNet50 only.
+    # Peak GPU memory against plain PyTorch's at the bench's points
+    # (bench/gpu_memory.sh), for each of MEMORY_VARIANTS (default: this tree's
+    # settings): variants separated by ';', each "TAG|MODEL_OPTIONS|DEVICE_OPTIONS"
+    # (e.g. "nolimit|cudnn_workspace_limit_mb: 0" or "card8||memory_limit_gib: 8");
+    # PyTorch runs with the first (MEMORY_WITH_PYTORCH=0: not at all).
+    memory)
+      first=1
+      IFS=';' read -r -a variants <<< "${MEMORY_VARIANTS:-head}"
+      for v in "${variants[@]}"; do
+        IFS='|' read -r tag model_options device_options <<< "$v"
+        MEMORY_PYTORCH=$((first && ${MEMORY_WITH_PYTORCH:-1})) MEMORY_MODEL_OPTIONS=$model_options \
+          MEMORY_DEVICE_OPTIONS=$device_options bench/gpu_memory.sh build-gpu "$OUT/memory" "$tag"
+        first=0
+      done ;;
     imagenet)
       config=bench/configs/imagenet-size.yaml compiled="resnet18 resnet50"
       if [ "${IMAGENET_GPU_ONLY:-0}" = 1 ]; then
