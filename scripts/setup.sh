@@ -44,12 +44,12 @@ echo "setup: packages ready; building"
 jobs=$(nproc)
 if [ "$TESTS" = ON ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINBENCH_BUILD_TESTS=ON \
-    -DTRAINBENCH_GPU_COMPILE_CHECK=AUTO
+    -DTRAINBENCH_GPU_COMPILE_CHECK=AUTO -DTRAINBENCH_UNITY_BUILD=ON
   cmake --build "$BUILD_DIR" -j "$jobs"
 else
   # What a run uses: no tests, no GPU compile check (a CUDA LibTorch's build
   # compiles its GPU code anyway).
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINBENCH_BUILD_TESTS=OFF \
-    -DTRAINBENCH_GPU_COMPILE_CHECK=OFF
+    -DTRAINBENCH_GPU_COMPILE_CHECK=OFF -DTRAINBENCH_UNITY_BUILD=ON
   cmake --build "$BUILD_DIR" -j "$jobs" --target trainbench trainbench-worker trainbench_plugins
 fi

@@ -89,7 +89,7 @@ void Fields(R& c, V&& v) {
   v("slurm", c.slurm);
 }
 
-struct Writer {
+struct RecordWriter {
   json& out;
   template <class T>
   void operator()(const char* key, const T& value) {
@@ -103,7 +103,7 @@ struct Writer {
   }
 };
 
-struct Reader {
+struct RecordReader {
   const json& in;
   std::vector<std::string>& seen;
   template <class T>
@@ -132,7 +132,7 @@ void CellRecord::Apply(const Result& r) {
   // holds every result key to be a record key of the same type).
   const json event = ToJson(r);
   std::vector<std::string> seen;
-  Fields(*this, Reader{event, seen});
+  Fields(*this, RecordReader{event, seen});
   // Recorded when they say something: a target reached and stopped at, the
   // energy of each epoch when there is energy at all.
   if (!r.stopped_at_target) stopped_at_target.reset();
@@ -188,7 +188,7 @@ double CellRecord::median_epoch_seconds() const {
 
 json ToJson(const CellRecord& cell) {
   json out = cell.extra.is_object() ? cell.extra : json::object();
-  Fields(cell, Writer{out});
+  Fields(cell, RecordWriter{out});
   out["speedup"] = cell.speedup ? json(*cell.speedup) : json(nullptr);
   return out;
 }
@@ -197,7 +197,7 @@ CellRecord CellRecordFromJson(const json& j) {
   if (!j.is_object()) throw ProtocolError("cell record: not a JSON object");
   CellRecord cell;
   std::vector<std::string> seen;
-  Fields(cell, Reader{j, seen});
+  Fields(cell, RecordReader{j, seen});
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (std::find(seen.begin(), seen.end(), it.key()) == seen.end()) cell.extra[it.key()] = it.value();
   }

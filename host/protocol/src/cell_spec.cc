@@ -45,12 +45,12 @@ struct JsonReader {
 };
 
 template <class S>
-json Write(S settings) {
+json WriteSettings(S settings) {
   return SettingsToJson(settings);
 }
 
 template <class S>
-S Read(StrictReader r) {
+S ReadSettings(StrictReader r) {
   S settings;
   JsonReader reader{r};
   VisitFields(settings, reader);
@@ -80,9 +80,9 @@ Diagnostics DiagnosticsFrom(StrictReader r) {
 }
 }  // namespace
 
-json ToJson(const DatasetSettings& d) { return Write(d); }
-json ToJson(const TrainingSettings& t) { return Write(t); }
-json ToJson(const StepMeasurement& m) { return Write(m); }
+json ToJson(const DatasetSettings& d) { return WriteSettings(d); }
+json ToJson(const TrainingSettings& t) { return WriteSettings(t); }
+json ToJson(const StepMeasurement& m) { return WriteSettings(m); }
 
 json ToJson(const CellSpec& s) {
   json j = {{"protocol", s.protocol},
@@ -126,9 +126,9 @@ CellSpec CellSpecFromJson(const json& j) {
   s.seed = r.Get<uint64_t>("seed");
   s.model = PluginFrom(r.Object("model"));
   s.device = PluginFrom(r.Object("device"));
-  s.dataset = Read<DatasetSettings>(r.Object("dataset"));
-  s.training = Read<TrainingSettings>(r.Object("training"));
-  s.measurement = Read<StepMeasurement>(r.Object("measurement"));
+  s.dataset = ReadSettings<DatasetSettings>(r.Object("dataset"));
+  s.training = ReadSettings<TrainingSettings>(r.Object("training"));
+  s.measurement = ReadSettings<StepMeasurement>(r.Object("measurement"));
   if (r.Has("distributed")) s.distributed = DistributedFrom(r.Object("distributed"));
   if (r.Has("diagnostics")) s.diagnostics = DiagnosticsFrom(r.Object("diagnostics"));
   r.Finish();
