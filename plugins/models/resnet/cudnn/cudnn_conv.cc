@@ -337,6 +337,10 @@ void Convolve(Op op, const std::array<at::Tensor, 3>& tensors, const std::vector
         if (plan != nullptr) ++state.counts.heuristic;
       }
       TORCH_CHECK(plan != nullptr, "cuDNN has no engine for the convolution ", Name(p),
+                  settings.workspace_limit > 0
+                      ? " within the model option cudnn_workspace_limit_mb (" +
+                            std::to_string(settings.workspace_limit >> 20) + " MiB; raise it, or 0 for no limit)"
+                      : std::string(),
                   " (set the model option cudnn_engine_cache: false to use LibTorch's convolution)");
       choice = chosen;
     }
