@@ -83,10 +83,7 @@ std::vector<Row> Rows(const std::vector<LoadedResults>& runs) {
 // what its tensors held; "-" where the record has neither.
 std::string MemoryText(const std::optional<int64_t>& held, const std::optional<int64_t>& tensors) {
   if (!held) return "-";
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  std::string text = fmt::format("{:.2f} GiB", static_cast<double>(*held) / kGiB);
-  if (tensors) text += fmt::format(" ({:.2f} GiB)", static_cast<double>(*tensors) / kGiB);
-  return text;
+  return GiBText(*held) + (tensors ? " (" + GiBText(*tensors) + ")" : "");
 }
 
 // A cell's bar in the figure: model and device, and its run's number when

@@ -235,6 +235,10 @@ void Results::Write() {
   WriteFileAtomically(out_dir_ / "results.csv", csv.str());
 }
 
+std::string GiBText(int64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+}
+
 std::string Results::Table() const {
   std::ostringstream out;
   // Two speedups, named apart: of the steady-state rate, and of the time to
@@ -266,9 +270,7 @@ std::string Results::Table() const {
     std::string status = c.status;
     if (!ok && c.reason) status += ": " + *c.reason;
     // What the cell's process held at most (a GPU allocator's cache included).
-    const std::string memory = c.peak_memory_bytes && *c.peak_memory_bytes > 0
-                                   ? fmt::format("{:.2f} GiB", static_cast<double>(*c.peak_memory_bytes) / 1073741824.0)
-                                   : "-";
+    const std::string memory = c.peak_memory_bytes && *c.peak_memory_bytes > 0 ? GiBText(*c.peak_memory_bytes) : "-";
     out << fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8} {:>9}  {}\n", Printable(c.model),
                        params, Printable(c.device), sps, epoch, train, acc, speedup, speedup_time, memory,
                        Printable(status));

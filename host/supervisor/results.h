@@ -45,6 +45,9 @@ ReadCells CellsOf(const nlohmann::json& doc);
 /// member, a member set on one side only differs. Thread-safe.
 std::vector<std::string> DifferingSettings(const nlohmann::json& a, const nlohmann::json& b);
 
+/// `bytes` as "7.52 GiB", as the table and `report` show memory.
+std::string GiBText(int64_t bytes);
+
 /// The value at a dotted key of DifferingSettings, as JSON text, or "unset".
 std::string SettingValue(const nlohmann::json& config, const std::string& dotted);
 

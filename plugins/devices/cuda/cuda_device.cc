@@ -196,14 +196,12 @@ class CudaDevice : public trainbench::sdk::Device {
     } catch (...) {
     }
     size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess)
       m.free = static_cast<int64_t>(free);
-      m.total = static_cast<int64_t>(total);
-    } else {
+    else
       cudaGetLastError();  // not sticky: the next call starts clean
-    }
-    if (total_ > 0) m.total = total_;
-    m.limit = limit_ > 0 ? limit_ : m.total;
+    m.total = total_;      // read in Setup()
+    m.limit = limit_ > 0 ? limit_ : total_;
     m.failed_request = g_failed_request.load();
     return m;
   }

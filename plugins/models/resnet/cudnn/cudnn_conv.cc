@@ -368,6 +368,22 @@ at::MemoryFormat Format(bool channels_last) {
   return channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
 }
 
+// The engine choice's settings kept for the backward (late_join_group is
+// kept on its own: the backward reads it apart).
+void SaveSettings(AutogradContext* ctx, const Settings& settings) {
+  ctx->saved_data["runtime_compiled"] = settings.runtime_compiled;
+  ctx->saved_data["workspace_limit"] = settings.workspace_limit;
+  ctx->saved_data["tune_log"] = settings.tune_log;
+}
+
+Settings SavedSettings(AutogradContext* ctx) {
+  Settings settings;
+  settings.runtime_compiled = ctx->saved_data["runtime_compiled"].toBool();
+  settings.workspace_limit = ctx->saved_data["workspace_limit"].toInt();
+  settings.tune_log = ctx->saved_data["tune_log"].toBool();
+  return settings;
+}
+
 class ConvFunction : public torch::autograd::Function<ConvFunction> {
  public:
   // backward_data, backward_filter: whether autograd will ask for x's and
@@ -388,9 +404,7 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
     ctx->save_for_backward({xc, wc});
     ctx->saved_data["geometry"] = geometry;
     ctx->saved_data["channels_last"] = channels_last;
-    ctx->saved_data["runtime_compiled"] = runtime_compiled;
-    ctx->saved_data["workspace_limit"] = workspace_limit;
-    ctx->saved_data["tune_log"] = tune_log;
+    SaveSettings(ctx, settings);
     ctx->saved_data["late_join_group"] = late_join_group;
     return y;
   }
@@ -401,10 +415,7 @@ class ConvFunction : public torch::autograd::Function<ConvFunction> {
     const at::Tensor& w = saved[1];
     const std::vector<int64_t> geometry = ctx->saved_data["geometry"].toIntVector();
     const bool channels_last = ctx->saved_data["channels_last"].toBool();
-    Settings settings;  // the engine choice's settings, as the forward had them
-    settings.runtime_compiled = ctx->saved_data["runtime_compiled"].toBool();
-    settings.workspace_limit = ctx->saved_data["workspace_limit"].toInt();
-    settings.tune_log = ctx->saved_data["tune_log"].toBool();
+    const Settings settings = SavedSettings(ctx);
     const at::MemoryFormat format = Format(channels_last);
     const at::Tensor dy = grads[0].contiguous(format);
     at::Tensor dx, dw;

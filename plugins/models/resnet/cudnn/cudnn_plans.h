@@ -53,6 +53,11 @@ struct Plan {
 
 using PlanPtr = std::shared_ptr<Plan>;
 
+// Whether a plan's workspace is within settings.workspace_limit (0: any).
+inline bool WithinWorkspaceLimit(const Plan& plan, const Settings& settings) {
+  return settings.workspace_limit <= 0 || plan.workspace <= settings.workspace_limit;
+}
+
 cudnnDataType_t DataType(at::ScalarType type);
 
 bool ChannelsLast(const at::Tensor& x, const at::Tensor& w);

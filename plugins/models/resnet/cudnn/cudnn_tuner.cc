@@ -70,7 +70,7 @@ bool Tuner::Consider(Candidate& candidate, const std::vector<DescriptorPtr>& kee
     ++runtime_compiled_;
     runtime_compiled_building_ += took;
   }
-  if (plan != nullptr && rules_.settings.workspace_limit > 0 && plan->workspace > rules_.settings.workspace_limit) {
+  if (plan != nullptr && !WithinWorkspaceLimit(*plan, rules_.settings)) {
     ++over_limit_;  // not a candidate under this workspace limit
     return true;
   }
@@ -250,7 +250,7 @@ PlanPtr Heuristic(const std::vector<DescriptorPtr>& graph, cudnnHandle_t handle,
   PlanPtr plan;
   ForEachCandidate(*graph.back(), settings.runtime_compiled, is_float, tf32, deterministic, [&](Candidate& candidate) {
     plan = Finalize(graph, candidate.config, handle);
-    if (plan != nullptr && settings.workspace_limit > 0 && plan->workspace > settings.workspace_limit) plan = nullptr;
+    if (plan != nullptr && !WithinWorkspaceLimit(*plan, settings)) plan = nullptr;
     if (plan != nullptr) *choice = candidate.choice;
     return plan == nullptr;  // go on until one builds
   });
