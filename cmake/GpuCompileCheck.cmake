@@ -43,6 +43,7 @@ file(WRITE ${_generated}/c10/cuda/impl/cuda_cmake_macros.h
 set(_src ${PROJECT_SOURCE_DIR})
 # Every .cu file, as the CUDA build compiles them (sm_90, the H200's).
 add_library(trainbench_gpu_check_kernels OBJECT
+  ${_src}/host/worker/dataset_kernels.cu
   ${_src}/host/worker/graph_fill.cu
   ${_src}/host/worker/mixed_precision_kernels.cu
   ${_src}/plugins/models/simple_cnn/bias_relu_pool_kernels.cu
@@ -73,6 +74,7 @@ set(_plugin_units
   ${_src}/plugins/models/resnet/whole_map.cc
   ${_src}/plugins/devices/cuda/cuda_device.cc)
 set(_worker_units
+  ${_src}/host/worker/dataset.cc
   ${_src}/host/worker/kernel_trace.cc
   ${_src}/host/worker/mixed_precision.cc
   ${_src}/host/worker/optimizer.cc
@@ -88,7 +90,7 @@ endif()
 add_library(trainbench_gpu_check_units OBJECT ${_plugin_units} ${_worker_units} ${_test_units})
 target_compile_definitions(trainbench_gpu_check_units PRIVATE
   TRAINBENCH_RESNET_KERNELS TRAINBENCH_CUDNN_CONV TRAINBENCH_SIMPLE_CNN_KERNELS TRAINBENCH_WORKER_CUDA=1
-  TRAINBENCH_GRAPH_FILL_KERNEL=1 TRAINBENCH_MIXED_PRECISION_KERNELS=1)
+  TRAINBENCH_GRAPH_FILL_KERNEL=1 TRAINBENCH_MIXED_PRECISION_KERNELS=1 TRAINBENCH_DATASET_KERNEL=1)
 target_include_directories(trainbench_gpu_check_units BEFORE PRIVATE ${_generated})
 target_include_directories(trainbench_gpu_check_units PRIVATE
   ${_src}/plugins/path_log ${_src}/plugins/models/resnet ${_src}/plugins/models/resnet/cudnn

@@ -35,7 +35,8 @@ TEST(DeviceDataset, WithoutAugmentationABatchIsTheNormalisedImages) {
     const torch::Tensor mean = torch::tensor({kMean[0], kMean[1], kMean[2]}).to(torch::kFloat32).view({1, 3, 1, 1});
     const torch::Tensor std = torch::tensor({kStd[0], kStd[1], kStd[2]}).to(torch::kFloat32).view({1, 3, 1, 1});
     const torch::Tensor expected = (raw.index_select(0, idx) - mean) / std;
-    EXPECT_TRUE(torch::allclose(got, expected, 1e-5, 1e-5)) << "channels_last " << channels_last;
+    // Bit for bit what normalising the float images first gave.
+    EXPECT_TRUE(torch::equal(got, expected)) << "channels_last " << channels_last;
   }
 }
 
@@ -86,6 +87,57 @@ TEST(DeviceDataset, OtherImageSizesAreCroppedAndFlippedTheSameWay) {
                 torch::allclose(augmented[n], window.flip({2}), 1e-5, 1e-5);
       }
     EXPECT_TRUE(found) << "image " << n << " is not a crop of its padded image";
+  }
+}
+
+// A training step's batch: row `row` of the epoch's tables, written into the
+// step's tensor, is what Images gives for those samples and the same draws.
+TEST(DeviceDataset, ABatchOfTheEpochsTablesIsThoseSamplesWithThoseCrops) {
+  const data::ImageSet set = CodedSet(12);
+  for (bool channels_last : {false, true}) {
+    DeviceDataset d(set, torch::kCPU, channels_last);
+    // Two rows of four; the tables are column slices of wider ones, as a
+    // data-parallel rank's are.
+    const torch::Tensor samples = torch::randperm(12, torch::kInt64).view({2, 6}).narrow(1, 1, 4);
+    torch::manual_seed(9);
+    const DeviceDataset::Crops crops = d.DrawCrops(8, /*augment=*/true);
+    torch::Tensor out = d.NewBatch(4);
+    EXPECT_EQ(out.is_contiguous(torch::MemoryFormat::ChannelsLast), channels_last);
+    d.Batch(samples, {crops.rows.view({2, 4}), crops.columns.view({2, 4})}, torch::tensor({1}, torch::kInt64), out);
+    torch::manual_seed(9);
+    const torch::Tensor all = d.Images(samples.reshape({-1}), true);  // the same draws
+    EXPECT_TRUE(torch::equal(out, all.slice(0, 4, 8))) << "channels_last " << channels_last;
+    // Centred crops: the plain images.
+    const DeviceDataset::Crops centred = d.DrawCrops(8, false);
+    d.Batch(samples, {centred.rows.view({2, 4}), centred.columns.view({2, 4})}, torch::tensor({0}, torch::kInt64),
+            out);
+    EXPECT_TRUE(torch::equal(out, d.Images(samples[0].contiguous(), false)));
+  }
+}
+
+// On a CUDA device a batch is one kernel: the same values as the CPU's
+// indexing, bit for bit, in both layouts and at another image size.
+TEST(DeviceDataset, TheCudaKernelGathersWhatTheCpuPathDoes) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (int64_t size : {32, 20}) {
+    const data::ImageSet set = CodedSet(40, size);
+    for (bool channels_last : {false, true}) {
+      DeviceDataset cpu(set, torch::kCPU, channels_last), gpu(set, torch::kCUDA, channels_last);
+      const torch::Tensor samples = torch::randperm(40, torch::kInt64).view({4, 10}).narrow(1, 2, 7);
+      torch::manual_seed(4);
+      const DeviceDataset::Crops crops = cpu.DrawCrops(28, true);
+      const DeviceDataset::Crops rows{crops.rows.view({4, 7}), crops.columns.view({4, 7})};
+      for (int64_t row : {0, 3}) {
+        torch::Tensor want = cpu.NewBatch(7), got = gpu.NewBatch(7);
+        cpu.Batch(samples, rows, torch::tensor({row}, torch::kInt64), want);
+        gpu.Batch(samples.cuda(), {rows.rows.cuda(), rows.columns.cuda()},
+                  torch::tensor({row}, torch::kInt64).cuda(), got);
+        EXPECT_TRUE(got.is_contiguous(channels_last ? torch::MemoryFormat::ChannelsLast
+                                                    : torch::MemoryFormat::Contiguous));
+        EXPECT_TRUE(torch::equal(got.cpu(), want))
+            << "size " << size << " channels_last " << channels_last << " row " << row;
+      }
+    }
   }
 }
 

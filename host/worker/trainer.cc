@@ -462,30 +462,25 @@ class CellRun {
     return timed_steps_ > 0 && Seconds(Clock::now() - train_start) >= *s_.measurement.time_budget_seconds;
   }
 
-  // The epoch's batches, augmented, in one pass at the start of the epoch
-  // (a few large kernels instead of a handful of small ones per step; the
+  // The epoch's labels and crops, in one pass at the start of the epoch (the
   // pass counts in the epoch's time, not in any step's). In place: a
   // captured graph reads these very tensors.
   void PrepareEpochBatches() {
     torch::NoGradGuard no_grad;
-    const torch::Tensor idx = batches_.reshape({-1});
-    const torch::Tensor images = train_->Images(idx, s_.training.augment);  // NCHW, or an NHWC-strided view
-    // Row s of epoch_images_ is batch s, in the layout the model takes.
-    const torch::Tensor dense = settings_.channels_last ? images.permute({0, 2, 3, 1}) : images;
-    epoch_images_.view(dense.sizes()).copy_(dense);
-    epoch_labels_.view({-1}).copy_(train_->Labels(idx));
+    const DeviceDataset::Crops crops = train_->DrawCrops(batches_.numel(), s_.training.augment);
+    crops_.rows.view({-1}).copy_(crops.rows);
+    crops_.columns.view({-1}).copy_(crops.columns);
+    epoch_labels_.view({-1}).copy_(train_->Labels(batches_.reshape({-1})));
   }
 
-  // One step on the next prepared batch. Everything stays on the device (the
-  // batch cursor too), so the same code runs eagerly or inside a CUDA graph.
+  // One step on the next batch of the epoch, gathered from the dataset.
+  // Everything stays on the device (the batch cursor too), so the same code
+  // runs eagerly or inside a CUDA graph.
   void TrainStep(bool for_graph) {
-    const torch::Tensor row = epoch_images_.index_select(0, cursor_);
-    const int64_t s = train_->image_size();
-    const torch::Tensor x = settings_.channels_last ? row.view({local_batch_, s, s, 3}).permute({0, 3, 1, 2})
-                                                    : row.view({local_batch_, 3, s, s});
+    train_->Batch(batches_, crops_, cursor_, batch_images_);
     const torch::Tensor y = epoch_labels_.index_select(0, cursor_).view({-1});
     cursor_ += 1;
-    loss_sum_ += Step(x, y, for_graph);
+    loss_sum_ += Step(batch_images_, y, for_graph);
   }
 
   // Adds the durations of the steps timed since the last call; returns the
@@ -515,8 +510,8 @@ class CellRun {
                    .view({steps_per_epoch, s_.training.batch_size})
                    .narrow(1, rank_ * local_batch_, local_batch_);
     cursor_ = torch::zeros({1}, i64);
-    epoch_images_ = torch::empty({steps_per_epoch, local_batch_ * 3 * train_->image_size() * train_->image_size()},
-                                 torch::TensorOptions().device(settings_.device));
+    crops_ = {torch::empty({steps_per_epoch, local_batch_}, i64), torch::empty({steps_per_epoch, local_batch_}, i64)};
+    batch_images_ = train_->NewBatch(local_batch_);
     epoch_labels_ = torch::empty({steps_per_epoch, local_batch_}, i64);
     loss_sum_ = torch::zeros({}, torch::TensorOptions().device(settings_.device));
     timer_ = MakeStepTimer(settings_, *device_);
@@ -691,7 +686,9 @@ class CellRun {
   int world_ = 1, rank_ = 0;
   int64_t local_batch_ = 0;  // samples per step on this rank
   torch::Tensor order_, batches_, cursor_, loss_sum_;
-  torch::Tensor epoch_images_, epoch_labels_;  // [steps, one batch flat], [steps, batch]
+  DeviceDataset::Crops crops_;  // [steps, batch] each
+  torch::Tensor epoch_labels_;   // [steps, batch]
+  torch::Tensor batch_images_;   // the step's batch, [batch, 3, S, S] in the model's layout
   bool in_graph_step_ = false;
   torch::Tensor scale_, growth_tracker_, found_inf_;
   int64_t steps_done_ = 0;
