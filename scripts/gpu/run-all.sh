@@ -443,7 +443,9 @@ for stage in $STAGES; do
       case $stage in
         aba)
           for batch in ${ABA_BATCHES:-1024 128}; do
+            # ABA_EAGER=1: the fp32 eager cells too (NCHW, no graph).
             sed -e "s/batch_size: 1024/batch_size: $batch/" -e "s/^name: bn-geometry/name: aba-b$batch/" \
+                ${ABA_EAGER:+-e '/label: fp32-cl-graph/a\  - {plugin: cuda, label: fp32, options: {amp: none}}'} \
                 bench/configs/bn-geometry.yaml > "$OUT/geometry-b$batch.yaml"
             aba_runs geometry-b$batch "$OUT/geometry-b$batch.yaml"
           done

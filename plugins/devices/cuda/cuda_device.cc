@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
 #include <torch/cuda.h>
+#include <torch/types.h>
 #include <torch/version.h>
 
 #include <atomic>
@@ -85,6 +86,10 @@ class CudaDevice : public trainbench::sdk::Device {
                                GiBText(static_cast<double>(total_)) + " GiB this GPU has: lower it (0: the whole GPU)");
         }
         limit_ = static_cast<int64_t>(std::floor(limit));
+        // The allocator exists once CUDA is initialised for LibTorch: a first
+        // tensor does that, as torch.cuda's lazy initialisation does before
+        // it sets a fraction.
+        (void)torch::empty({1}, torch::TensorOptions().device(torch::kCUDA, index_));
         c10::cuda::CUDACachingAllocator::setMemoryFraction(limit / static_cast<double>(total_), index_);
       }
 #if TORCH_VERSION_MAJOR >= 2
