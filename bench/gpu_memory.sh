@@ -10,7 +10,9 @@
 # trainbench's cells (e.g. "cudnn_workspace_limit_mb: 0"), MEMORY_DEVICE_OPTIONS
 # extra cuda device options (e.g. "memory_limit_gib: 8"); MEMORY_POINTS: a
 # subset of "b128 b1024 b256-224"; MEMORY_PYTORCH=0 leaves PyTorch out (a
-# second trainbench variant in the same call). Writes OUT_DIR/memory-TAG.md.
+# second trainbench variant in the same call); MEMORY_CACHE: an engine cache
+# folder kept across runs (a second variant with the same folder measures
+# the cells without autotuning). Writes OUT_DIR/memory-TAG.md.
 set -euo pipefail
 BUILD=${1:?build dir}; OUT=${2:?out dir}; TAG=${3:-trainbench}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -46,7 +48,9 @@ ${device_list%$'\n'}
 training: {epochs: 1, batch_size: $bs, augment: false, optimizer: {name: sgd, lr: 0.01, momentum: 0.9, weight_decay: 0}}
 measurement: {warmup_steps: 10, max_steps: 30, eval_batch_size: $bs, baseline: ${devices%% *}}
 YAML
-  XDG_CACHE_HOME=$(mktemp -d /tmp/trainbench-cache.XXXXXX) \
+  cache=${MEMORY_CACHE:-$(mktemp -d /tmp/trainbench-cache.XXXXXX)}
+  mkdir -p "$cache"
+  XDG_CACHE_HOME=$cache \
     "$BUILD/bin/trainbench" run "$OUT/$TAG-$point.yaml" --out "$OUT/$TAG-$point" > "$OUT/$TAG-$point.log" 2>&1 ||
     echo "$TAG $point: trainbench rc=$?"
   if [ "${MEMORY_PYTORCH:-1}" != 0 ]; then
