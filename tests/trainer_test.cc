@@ -155,10 +155,10 @@ TEST(OutOfMemory, TheLineSaysWhatWasRefusedHeldAllowedAndWhatToLower) {
   m.limit = 8 * kGiB;
   m.total = 80 * kGiB;
   m.free = 60 * kGiB;
-  EXPECT_EQ(OutOfMemoryLine(m, {256, "bf16"}),
+  EXPECT_EQ(OutOfMemoryLine(m, {256, "cuda"}),
             "out of device memory: an allocation of 2.00 GiB was refused after its tensors held up to 5.00 GiB, the "
             "allocator up to 7.50 GiB; its limit is 8.00 GiB of the device's 80.00 GiB (60.00 GiB free now): lower "
-            "training.batch_size (now 256) or raise device 'bf16''s memory_limit_gib");
+            "training.batch_size (now 256) or raise the cuda device's memory_limit_gib");
   m.limit = m.total;  // no limit set: nothing to raise
   m.failed_request = -1;
   EXPECT_EQ(OutOfMemoryLine(m, {128, "cuda"}),

@@ -36,7 +36,7 @@ std::string OutOfMemoryLine(const sdk::MemoryFigures& m, const MemoryAdvice& adv
     line += "; the device has " + GiB(m.total);
   if (m.free >= 0) line += " (" + GiB(m.free) + " free now)";
   line += ": lower training.batch_size (now " + std::to_string(advice.batch_size) + ")";
-  if (limited) line += " or raise device '" + advice.device + "''s memory_limit_gib";
+  if (limited) line += " or raise the " + advice.device + " device's memory_limit_gib";
   return line;
 }
 
