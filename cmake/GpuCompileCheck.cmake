@@ -4,7 +4,7 @@
 # device plugin, the worker's CUDA parts, the GPU tests and benchmarks) is
 # compiled as it is in a CUDA build, into object libraries that nothing links
 # or runs. A mistake in GPU code then fails the build here, not first on a GPU
-# machine. What cannot be compiled this way is listed in README.md.
+# machine. What cannot be compiled this way is listed in docs/development.md.
 #
 # Debian's LibTorch ships the c10/ATen CUDA headers but not the header CMake
 # generates for c10's CUDA library (c10/cuda/impl/cuda_cmake_macros.h); the
