@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -176,6 +177,257 @@ bool WantsJsonLog(int argc, char** argv) {
   return false;
 }
 
+// What every command reads: the log format and where plugins come from.
+struct Globals {
+  std::string log_format = "text";
+  EngineOptions engine;
+};
+
+void AddPluginDirOptions(CLI::App* cmd, EngineOptions& engine) {
+  cmd->add_option("--plugin-dir", engine.plugin_dirs, "folder to search for plugins first (repeatable)");
+  cmd->add_flag("--allow-insecure-plugins", engine.allow_insecure_plugins,
+                "load plugins from files or folders that others can modify (refused by default)");
+}
+
+// Each command: its options, filled by the parse, and what it does. A
+// command's Add declares it on the app; main runs the one that was parsed.
+
+struct RunCommand {
+  std::string config;
+  RunOptions options;
+  double metrics_linger = -1;
+  bool kernel_trace = false;
+  int64_t kernel_trace_steps = 10;
+
+  CLI::App* Add(CLI::App& app, Globals& g) {
+    auto* run = app.add_subcommand("run", "run an experiment");
+    run->add_option("config", config, "experiment YAML file")->required();
+    run->add_option("--out", options.out_dir, "output folder for results.json, results.csv and logs");
+    run->add_flag("--resume", options.resume, "keep the cells that finished in an earlier run into --out; run the rest");
+    run->add_flag("--concurrent", options.concurrent,
+                  "run beside other trainbench runs on this machine (by default a run waits for the machine's "
+                  "benchmark lock, as two benchmarks at once skew each other's timings)");
+    AddPluginDirOptions(run, g.engine);
+    AddMetricsOptions(run);
+    run->add_option("--cells", options.cells, "run only these cells (indices in run order, comma-separated)")
+        ->delimiter(',');
+    run->add_flag("--kernel-trace", kernel_trace,
+                  "diagnostic: record timed steps of each cell through LibTorch's profiler into "
+                  "OUT/diagnostics/kernel-trace-cellN.json (the traced steps run slower; recorded in the cell's "
+                  "config)");
+    run->add_option("--kernel-trace-steps", kernel_trace_steps, "steps --kernel-trace records (default 10)")
+        ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+    run->add_flag("--graph-dump", options.graph_dump,
+                  "diagnostic: write each cell's captured step (training.cuda_graph) as Graphviz into "
+                  "OUT/diagnostics/graph-cellN-K.dot");
+    return run;
+  }
+
+  void AddMetricsOptions(CLI::App* run) {
+    run->add_option("--metrics-addr", options.metrics_address,
+                    "serve Prometheus metrics on HOST:PORT (PORT alone: loopback); overrides metrics.address");
+    run->add_option("--metrics-linger", metrics_linger,
+                    "keep serving metrics this many seconds after the run; overrides metrics.linger_seconds");
+    run->add_option("--metrics-push", options.metrics_push_url,
+                    "push final metrics to this Pushgateway (http://HOST:PORT)");
+    run->add_option("--metrics-user", options.metrics_username,
+                    "require HTTP basic authentication with this user for /metrics");
+    run->add_option("--metrics-password-file", options.metrics_password_file,
+                    "file whose first line is the basic-authentication password");
+    run->add_option("--metrics-tls-cert", options.metrics_tls_cert_file,
+                    "serve /metrics over HTTPS with this PEM certificate (chain)");
+    run->add_option("--metrics-tls-key", options.metrics_tls_key_file, "the certificate's PEM private key");
+    run->add_option("--metrics-file-sd", options.metrics_file_sd,
+                    "while serving metrics, write a Prometheus file_sd target file into this folder");
+  }
+
+  int Run(const Globals& g) {
+    if (metrics_linger >= 0) options.metrics_linger_seconds = metrics_linger;
+    if (kernel_trace) options.kernel_trace_steps = kernel_trace_steps;
+    const Engine engine(g.engine);
+    const ExperimentPlan plan = engine.Load(config);
+    if (options.out_dir.empty()) {
+      if (options.resume) return Fail(g.log_format, "--resume needs --out (the folder of the run to resume)", kExitConfig);
+      options.out_dir = DefaultOutDir(plan.name());
+    }
+    Engine::InstallSignalHandlers();
+    const RunSummary summary = engine.Run(plan, options);
+    std::printf("\n%sresults: %s\n", summary.table.c_str(), summary.results_json.c_str());
+    return summary.exit_code;
+  }
+};
+
+struct SlurmCommand {
+  std::string config;
+  SlurmOptions options;
+  bool wait = false;
+  CLI::App* submit = nullptr;
+
+  CLI::App* Add(CLI::App& app, Globals& g) {
+    auto* slurm = app.add_subcommand("slurm", "run an experiment as Slurm job arrays, one cell per task");
+    slurm->require_subcommand(1);
+    submit = slurm->add_subcommand("submit", "submit the cells that have no finished result yet");
+    auto* gather = slurm->add_subcommand("gather", "gather the tasks' results into OUT/results.json");
+    for (auto* cmd : {submit, gather}) {
+      cmd->add_option("config", config, "experiment YAML file")->required();
+      cmd->add_option("--out", options.out_dir, "output folder shared by the tasks (on a shared file system)")
+          ->required();
+      cmd->add_flag("--wait", wait, "wait until the experiment's tasks have left the queue, then gather");
+      AddPluginDirOptions(cmd, g.engine);
+    }
+    submit->add_option("--partition", options.partition, "Slurm partition");
+    submit->add_option("--time", options.time_limit, "time limit per task (sbatch --time)");
+    submit->add_option("--sbatch-arg", options.sbatch_args, "further sbatch option (repeatable)");
+    submit->add_flag("--hold", options.hold, "submit held (release with scontrol release JOBID)");
+    submit->add_option("--metrics-file-sd", options.metrics_file_sd,
+                       "each task serves /metrics on a free port and writes a file_sd target into this folder");
+    submit->add_option("--metrics-push", options.metrics_push_url,
+                       "each task pushes its final metrics to this Pushgateway");
+    return slurm;
+  }
+
+  int Run(const Globals& g) const {
+    const Engine engine(g.engine);
+    const ExperimentPlan plan = engine.Load(config);
+    Engine::InstallSignalHandlers();
+    if (submit->parsed()) {
+      const SlurmSubmission s = SlurmSubmit(engine, plan, config, options);
+      std::printf("submitted %zu cell(s) in %zu job(s)%s%s\n", s.cells.size(), s.job_ids.size(),
+                  s.waiting.empty() ? "" : fmt::format("; {} still queued", s.waiting.size()).c_str(),
+                  s.cells.empty() && s.waiting.empty() ? " (all cells had finished)" : "");
+      if (!wait) return kExitOk;
+    }
+    if (wait) SlurmWait(options.out_dir);
+    const SlurmGathered gathered = SlurmGather(plan, options.out_dir);
+    std::printf("\n%sgathered: %zu ok, %zu failed, %zu queued; results: %s\n", gathered.summary.table.c_str(),
+                gathered.done, gathered.failed, gathered.queued, gathered.summary.results_json.c_str());
+    return gathered.summary.exit_code;
+  }
+};
+
+struct ValidateCommand {
+  std::string config;
+
+  CLI::App* Add(CLI::App& app, Globals& g) {
+    auto* validate = app.add_subcommand("validate", "check an experiment file without running it");
+    validate->add_option("config", config, "experiment YAML file")->required();
+    AddPluginDirOptions(validate, g.engine);
+    return validate;
+  }
+
+  int Run(const Globals& g) const {
+    const Engine engine(g.engine);
+    const ExperimentPlan plan = engine.Load(config);
+    const size_t cells = plan.cells().size();
+    const nlohmann::json e = plan.ToJson();
+    std::printf("%s: ok: %zu model(s) x %zu device(s) = %zu cell(s)\n", config.c_str(), e["models"].size(),
+                e["devices"].size(), cells);
+    for (const auto& note : plan.notes()) std::printf("  note: %s\n", note.c_str());
+    return kExitOk;
+  }
+};
+
+struct PluginsCommand {
+  CLI::App* Add(CLI::App& app, Globals& g) {
+    auto* plugins = app.add_subcommand("plugins", "list plugins found, loaded or rejected with the reason");
+    AddPluginDirOptions(plugins, g.engine);
+    return plugins;
+  }
+
+  int Run(const Globals& g) const {
+    PrintPlugins(Engine(g.engine));
+    return kExitOk;
+  }
+};
+
+struct ConfigReferenceCommand {
+  CLI::App* Add(CLI::App& app, Globals&) {
+    return app.add_subcommand(
+        "config-reference", "print every experiment setting with its type, default, range and documentation (Markdown)");
+  }
+
+  int Run(const Globals&) const {
+    std::fputs(ConfigReference().c_str(), stdout);
+    return kExitOk;
+  }
+};
+
+struct ReportCommand {
+  std::vector<fs::path> files;
+  std::string format = "markdown";
+  fs::path plot;
+
+  CLI::App* Add(CLI::App& app, Globals&) {
+    auto* report =
+        app.add_subcommand("report", "compare results.json files (Markdown or CSV) and draw the study's figure");
+    report->add_option("results", files, "results.json files (several: side by side)")->required();
+    report->add_option("--format", format, "markdown or csv")->check(CLI::IsMember({"markdown", "csv"}));
+    report->add_option("--plot", plot, "draw speedup vs model size and throughput to this .png or .svg (gnuplot)");
+    return report;
+  }
+
+  int Run(const Globals&) const {
+    std::fputs(Report(files, format == "csv" ? ReportFormat::kCsv : ReportFormat::kMarkdown).c_str(), stdout);
+    if (!plot.empty()) {
+      PlotReport(files, plot);
+      spdlog::info("plot: {}", plot.string());
+    }
+    return kExitOk;
+  }
+};
+
+struct CacheCommandArgs {
+  fs::path dir;
+  bool clear = false;
+
+  CLI::App* Add(CLI::App& app, Globals&) {
+    auto* cache = app.add_subcommand(
+        "cache", "list the per-machine autotuning caches (cuDNN's engine choices for the ResNets), or clear them");
+    cache->add_option("--dir", dir, "the cache folder (default: $XDG_CACHE_HOME/trainbench, else ~/.cache/trainbench)");
+    cache->add_flag("--clear", clear, "remove them: the next run on this machine times every engine again");
+    return cache;
+  }
+
+  int Run(const Globals& g) const { return CacheCommand(dir, clear, g.log_format); }
+};
+
+struct DataCommand {
+  DatasetFetch request;
+  std::string dataset;
+  fs::path dir;
+  CLI::App* fetch = nullptr;
+
+  CLI::App* Add(CLI::App& app, Globals&) {
+    auto* data = app.add_subcommand("data", "fetch datasets and check them (CIFAR-10)");
+    data->require_subcommand(1);
+    fetch = data->add_subcommand(
+        "fetch", "download a dataset, verify it against its pinned checksums and install it where configs find it");
+    fetch->add_option("dataset", dataset, "the dataset: cifar10")->required()->check(CLI::IsMember({"cifar10"}));
+    for (auto* cmd : {fetch, data->add_subcommand("list", "say where each dataset is and whether it verifies")}) {
+      cmd->add_option("--dir", dir,
+                      "the data folder (default: $XDG_DATA_HOME/trainbench, else ~/.local/share/trainbench)");
+    }
+    fetch->add_option("--url", request.url, std::string("download from here (default: ") + kCifar10Url + ")");
+    fetch->add_option("--from", request.from,
+                      "install from cifar-10-binary.tar.gz or a folder of its files already on disk (offline machines)");
+    fetch->add_flag("--force", request.force, "install again even where a verified copy is");
+    return data;
+  }
+
+  int Run(const Globals& g) const {
+    return fetch->parsed() ? DataFetchCommand(dataset, dir, request, g.log_format) : DataListCommand(dir);
+  }
+};
+
+// A command-line mistake in JSON mode is a JSON line too. The option may not
+// have been read yet when parsing stopped: look for it in argv.
+int ParseError(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  if (e.get_exit_code() == 0 || !WantsJsonLog(argc, argv)) return app.exit(e);
+  SetUpLogging("json");
+  LogError(e.what(), e.get_exit_code());
+  return e.get_exit_code();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -186,192 +438,40 @@ int main(int argc, char** argv) {
   });
   app.require_subcommand(1);
   app.fallthrough();  // global options may follow the subcommand
-  std::string log_format = "text";
-  app.add_option("--log-format", log_format, "text (default) or json: one JSON object per log line")
+  Globals g;
+  app.add_option("--log-format", g.log_format, "text (default) or json: one JSON object per log line")
       ->check(CLI::IsMember({"text", "json"}));
-
-  EngineOptions engine_options;
-  std::string config;
-  auto add_plugin_dir = [&](CLI::App* cmd) {
-    cmd->add_option("--plugin-dir", engine_options.plugin_dirs, "folder to search for plugins first (repeatable)");
-    cmd->add_flag("--allow-insecure-plugins", engine_options.allow_insecure_plugins,
-                  "load plugins from files or folders that others can modify (refused by default)");
+  RunCommand run;
+  SlurmCommand slurm;
+  ValidateCommand validate;
+  ConfigReferenceCommand config_reference;
+  PluginsCommand plugins;
+  ReportCommand report;
+  CacheCommandArgs cache;
+  DataCommand data;
+  const std::vector<std::pair<CLI::App*, std::function<int()>>> commands = {
+      {run.Add(app, g), [&] { return run.Run(g); }},
+      {slurm.Add(app, g), [&] { return slurm.Run(g); }},
+      {validate.Add(app, g), [&] { return validate.Run(g); }},
+      {config_reference.Add(app, g), [&] { return config_reference.Run(g); }},
+      {plugins.Add(app, g), [&] { return plugins.Run(g); }},
+      {report.Add(app, g), [&] { return report.Run(g); }},
+      {cache.Add(app, g), [&] { return cache.Run(g); }},
+      {data.Add(app, g), [&] { return data.Run(g); }},
   };
-  RunOptions run_options;
-  auto* run = app.add_subcommand("run", "run an experiment");
-  run->add_option("config", config, "experiment YAML file")->required();
-  run->add_option("--out", run_options.out_dir, "output folder for results.json, results.csv and logs");
-  run->add_flag("--resume", run_options.resume,
-                "keep the cells that finished in an earlier run into --out; run the rest");
-  run->add_flag("--concurrent", run_options.concurrent,
-                "run beside other trainbench runs on this machine (by default a run waits for the machine's "
-                "benchmark lock, as two benchmarks at once skew each other's timings)");
-  add_plugin_dir(run);
-  double metrics_linger = -1;
-  run->add_option("--metrics-addr", run_options.metrics_address,
-                  "serve Prometheus metrics on HOST:PORT (PORT alone: loopback); overrides metrics.address");
-  run->add_option("--metrics-linger", metrics_linger,
-                  "keep serving metrics this many seconds after the run; overrides metrics.linger_seconds");
-  run->add_option("--metrics-push", run_options.metrics_push_url,
-                  "push final metrics to this Pushgateway (http://HOST:PORT)");
-  run->add_option("--metrics-user", run_options.metrics_username,
-                  "require HTTP basic authentication with this user for /metrics");
-  run->add_option("--metrics-password-file", run_options.metrics_password_file,
-                  "file whose first line is the basic-authentication password");
-  run->add_option("--metrics-tls-cert", run_options.metrics_tls_cert_file,
-                  "serve /metrics over HTTPS with this PEM certificate (chain)");
-  run->add_option("--metrics-tls-key", run_options.metrics_tls_key_file, "the certificate's PEM private key");
-  run->add_option("--cells", run_options.cells, "run only these cells (indices in run order, comma-separated)")
-      ->delimiter(',');
-  run->add_option("--metrics-file-sd", run_options.metrics_file_sd,
-                  "while serving metrics, write a Prometheus file_sd target file into this folder");
-  bool kernel_trace = false;
-  int64_t kernel_trace_steps = 10;
-  run->add_flag("--kernel-trace", kernel_trace,
-                "diagnostic: record timed steps of each cell through LibTorch's profiler into "
-                "OUT/diagnostics/kernel-trace-cellN.json (the traced steps run slower; recorded in the cell's config)");
-  run->add_option("--kernel-trace-steps", kernel_trace_steps, "steps --kernel-trace records (default 10)")
-      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
-  run->add_flag("--graph-dump", run_options.graph_dump,
-                "diagnostic: write each cell's captured step (training.cuda_graph) as Graphviz into "
-                "OUT/diagnostics/graph-cellN-K.dot");
-  auto* slurm = app.add_subcommand("slurm", "run an experiment as Slurm job arrays, one cell per task");
-  slurm->require_subcommand(1);
-  SlurmOptions slurm_options;
-  bool slurm_wait = false;
-  auto* submit = slurm->add_subcommand("submit", "submit the cells that have no finished result yet");
-  auto* gather = slurm->add_subcommand("gather", "gather the tasks' results into OUT/results.json");
-  for (auto* cmd : {submit, gather}) {
-    cmd->add_option("config", config, "experiment YAML file")->required();
-    cmd->add_option("--out", slurm_options.out_dir, "output folder shared by the tasks (on a shared file system)")
-        ->required();
-    cmd->add_flag("--wait", slurm_wait, "wait until the experiment's tasks have left the queue, then gather");
-    add_plugin_dir(cmd);
-  }
-  submit->add_option("--partition", slurm_options.partition, "Slurm partition");
-  submit->add_option("--time", slurm_options.time_limit, "time limit per task (sbatch --time)");
-  submit->add_option("--sbatch-arg", slurm_options.sbatch_args, "further sbatch option (repeatable)");
-  submit->add_flag("--hold", slurm_options.hold, "submit held (release with scontrol release JOBID)");
-  submit->add_option("--metrics-file-sd", slurm_options.metrics_file_sd,
-                     "each task serves /metrics on a free port and writes a file_sd target into this folder");
-  submit->add_option("--metrics-push", slurm_options.metrics_push_url,
-                     "each task pushes its final metrics to this Pushgateway");
-  auto* validate = app.add_subcommand("validate", "check an experiment file without running it");
-  validate->add_option("config", config, "experiment YAML file")->required();
-  add_plugin_dir(validate);
-  auto* config_reference = app.add_subcommand(
-      "config-reference", "print every experiment setting with its type, default, range and documentation (Markdown)");
-  auto* plugins = app.add_subcommand("plugins", "list plugins found, loaded or rejected with the reason");
-  add_plugin_dir(plugins);
-  std::vector<fs::path> report_files;
-  std::string report_format = "markdown";
-  fs::path report_plot;
-  auto* report =
-      app.add_subcommand("report", "compare results.json files (Markdown or CSV) and draw the study's figure");
-  report->add_option("results", report_files, "results.json files (several: side by side)")->required();
-  report->add_option("--format", report_format, "markdown or csv")->check(CLI::IsMember({"markdown", "csv"}));
-  report->add_option("--plot", report_plot, "draw speedup vs model size and throughput to this .png or .svg (gnuplot)");
-  fs::path cache_dir;
-  bool cache_clear = false;
-  auto* cache = app.add_subcommand(
-      "cache", "list the per-machine autotuning caches (cuDNN's engine choices for the ResNets), or clear them");
-  cache->add_option("--dir", cache_dir,
-                    "the cache folder (default: $XDG_CACHE_HOME/trainbench, else ~/.cache/trainbench)");
-  cache->add_flag("--clear", cache_clear, "remove them: the next run on this machine times every engine again");
-  auto* data = app.add_subcommand("data", "fetch datasets and check them (CIFAR-10)");
-  data->require_subcommand(1);
-  DatasetFetch fetch_request;
-  std::string dataset_name;
-  auto* data_fetch = data->add_subcommand(
-      "fetch", "download a dataset, verify it against its pinned checksums and install it where configs find it");
-  data_fetch->add_option("dataset", dataset_name, "the dataset: cifar10")
-      ->required()
-      ->check(CLI::IsMember({"cifar10"}));
-  fs::path data_dir;
-  for (auto* cmd : {data_fetch, data->add_subcommand("list", "say where each dataset is and whether it verifies")}) {
-    cmd->add_option("--dir", data_dir,
-                    "the data folder (default: $XDG_DATA_HOME/trainbench, else ~/.local/share/trainbench)");
-  }
-  auto* data_list = data->get_subcommand("list");
-  data_fetch->add_option("--url", fetch_request.url, std::string("download from here (default: ") + kCifar10Url + ")");
-  data_fetch->add_option(
-      "--from", fetch_request.from,
-      "install from cifar-10-binary.tar.gz or a folder of its files already on disk (offline machines)");
-  data_fetch->add_flag("--force", fetch_request.force, "install again even where a verified copy is");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // A command-line mistake in JSON mode is a JSON line too. The option may
-    // not have been read yet when parsing stopped: look for it in argv.
-    const bool json = e.get_exit_code() != 0 && WantsJsonLog(argc, argv);
-    if (!json) return app.exit(e);
-    SetUpLogging("json");
-    LogError(e.what(), e.get_exit_code());
-    return e.get_exit_code();
+    return ParseError(app, e, argc, argv);
   }
-  if (metrics_linger >= 0) run_options.metrics_linger_seconds = metrics_linger;
-  if (kernel_trace) run_options.kernel_trace_steps = kernel_trace_steps;
-
-  SetUpLogging(log_format);  // CLI11 admitted only text or json
+  SetUpLogging(g.log_format);  // CLI11 admitted only text or json
   try {
-    if (config_reference->parsed()) {
-      std::fputs(ConfigReference().c_str(), stdout);
-      return kExitOk;
-    }
-    if (report->parsed()) {
-      std::fputs(Report(report_files, report_format == "csv" ? ReportFormat::kCsv : ReportFormat::kMarkdown).c_str(),
-                 stdout);
-      if (!report_plot.empty()) {
-        PlotReport(report_files, report_plot);
-        spdlog::info("plot: {}", report_plot.string());
-      }
-      return kExitOk;
-    }
-    if (cache->parsed()) return CacheCommand(cache_dir, cache_clear, log_format);
-    if (data_fetch->parsed()) return DataFetchCommand(dataset_name, data_dir, fetch_request, log_format);
-    if (data_list->parsed()) return DataListCommand(data_dir);
-    const Engine engine(engine_options);
-    if (plugins->parsed()) {
-      PrintPlugins(engine);
-      return kExitOk;
-    }
-    const ExperimentPlan plan = engine.Load(config);
-    if (slurm->parsed()) {
-      Engine::InstallSignalHandlers();
-      if (submit->parsed()) {
-        const SlurmSubmission s = SlurmSubmit(engine, plan, config, slurm_options);
-        std::printf("submitted %zu cell(s) in %zu job(s)%s%s\n", s.cells.size(), s.job_ids.size(),
-                    s.waiting.empty() ? "" : fmt::format("; {} still queued", s.waiting.size()).c_str(),
-                    s.cells.empty() && s.waiting.empty() ? " (all cells had finished)" : "");
-      }
-      if (!slurm_wait && submit->parsed()) return kExitOk;
-      if (slurm_wait) SlurmWait(slurm_options.out_dir);
-      const SlurmGathered g = SlurmGather(plan, slurm_options.out_dir);
-      std::printf("\n%sgathered: %zu ok, %zu failed, %zu queued; results: %s\n", g.summary.table.c_str(), g.done,
-                  g.failed, g.queued, g.summary.results_json.c_str());
-      return g.summary.exit_code;
-    }
-    if (validate->parsed()) {
-      const size_t cells = plan.cells().size();
-      const nlohmann::json e = plan.ToJson();
-      std::printf("%s: ok: %zu model(s) x %zu device(s) = %zu cell(s)\n", config.c_str(), e["models"].size(),
-                  e["devices"].size(), cells);
-      for (const auto& note : plan.notes()) std::printf("  note: %s\n", note.c_str());
-      return kExitOk;
-    }
-    if (run_options.out_dir.empty()) {
-      if (run_options.resume) {
-        return Fail(log_format, "--resume needs --out (the folder of the run to resume)", kExitConfig);
-      }
-      run_options.out_dir = DefaultOutDir(plan.name());
-    }
-    Engine::InstallSignalHandlers();
-    const RunSummary summary = engine.Run(plan, run_options);
-    std::printf("\n%sresults: %s\n", summary.table.c_str(), summary.results_json.c_str());
-    return summary.exit_code;
+    for (const auto& [cmd, command] : commands)
+      if (cmd->parsed()) return command();
+    return kExitError;  // (require_subcommand(1) admits no other way)
   } catch (const EngineError& e) {
-    return Fail(log_format, e.what(), e.exit_code());
+    return Fail(g.log_format, e.what(), e.exit_code());
   } catch (const std::exception& e) {
-    return Fail(log_format, e.what(), kExitError);
+    return Fail(g.log_format, e.what(), kExitError);
   }
 }
