@@ -36,61 +36,80 @@ if(NOT TRAINBENCH_GPU_CHECK_CUDNN_INCLUDE)
                       "CUDA toolkit's; or configure with -DTRAINBENCH_GPU_COMPILE_CHECK=OFF")
 endif()
 set(_generated ${CMAKE_CURRENT_BINARY_DIR}/gpu-compile-check/include)
-file(WRITE ${_generated}/c10/cuda/impl/cuda_cmake_macros.h
+# (written through configure_file, which leaves an unchanged file alone: a
+# new configure does not recompile every unit)
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/gpu-compile-check/cuda_cmake_macros.h.in
      "#pragma once\n// Written by trainbench's build (cmake/GpuCompileCheck.cmake), as PyTorch's build writes it.\n"
      "#define C10_CUDA_BUILD_SHARED_LIBS\n")
+configure_file(${CMAKE_CURRENT_BINARY_DIR}/gpu-compile-check/cuda_cmake_macros.h.in
+               ${_generated}/c10/cuda/impl/cuda_cmake_macros.h COPYONLY)
 
 set(_src ${PROJECT_SOURCE_DIR})
+# What the targets registered (trainbench_gpu_sources, cmake/GpuSources.cmake).
+get_property(_kernels GLOBAL PROPERTY TRAINBENCH_GPU_KERNELS)
+get_property(_units GLOBAL PROPERTY TRAINBENCH_GPU_UNITS)
+# No GPU code escapes: every .cu file, and every C++ file with CUDA code (a
+# CUDA build's definitions or CUDA headers), of the folders this build
+# compiles must be registered beside its target.
+set(_scanned host plugins)
+if(TRAINBENCH_BUILD_TESTS)
+  list(APPEND _scanned tests bench)
+endif()
+foreach(_dir ${_scanned})
+  file(GLOB_RECURSE _found_cu ${_src}/${_dir}/*.cu)
+  foreach(_file ${_found_cu})
+    if(NOT _file IN_LIST _kernels)
+      file(RELATIVE_PATH _rel ${_src} ${_file})
+      message(FATAL_ERROR "trainbench: ${_rel} is GPU code no target registered: name it in trainbench_gpu_sources() "
+                          "beside its target, so that the GPU compile check compiles it")
+    endif()
+  endforeach()
+  file(GLOB_RECURSE _found_cc ${_src}/${_dir}/*.cc)
+  foreach(_file ${_found_cc})
+    file(STRINGS ${_file} _cuda_lines REGEX
+         "^#[ ]*(if|ifdef|elif).*(TRAINBENCH_WORKER_CUDA|TRAINBENCH_RESNET_KERNELS|TRAINBENCH_CUDNN_CONV|TRAINBENCH_SIMPLE_CNN_KERNELS|TRAINBENCH_GRAPH_FILL_KERNEL|TRAINBENCH_MIXED_PRECISION_KERNELS|TRAINBENCH_DATASET_KERNEL|TRAINBENCH_WITH_NCCL)|^#include <(c10/cuda|cuda_runtime|ATen/cuda|cudnn)")
+    if(_cuda_lines AND NOT _file IN_LIST _units)
+      file(RELATIVE_PATH _rel ${_src} ${_file})
+      message(FATAL_ERROR "trainbench: ${_rel} has CUDA code but no target registered it: name it in "
+                          "trainbench_gpu_sources(UNITS ...) beside its target, so that the GPU compile check compiles it")
+    endif()
+  endforeach()
+endforeach()
+
 # Every .cu file, as the CUDA build compiles them (sm_90, the H200's).
-add_library(trainbench_gpu_check_kernels OBJECT
-  ${_src}/host/worker/dataset_kernels.cu
-  ${_src}/host/worker/graph_fill.cu
-  ${_src}/host/worker/mixed_precision_kernels.cu
-  ${_src}/plugins/models/simple_cnn/bias_relu_pool_kernels.cu
-  ${_src}/plugins/models/resnet/batch_norm_act_kernels.cu
-  ${_src}/plugins/models/resnet/classifier_kernels.cu
-  ${_src}/plugins/models/resnet/max_pool_kernels.cu
-  ${_src}/plugins/models/resnet/stem_kernels.cu
-  ${_src}/plugins/models/resnet/whole_map_kernels.cu
-  ${_src}/bench/graph_node_gaps.cu)
+add_library(trainbench_gpu_check_kernels OBJECT ${_kernels})
 set_target_properties(trainbench_gpu_check_kernels PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                                               CUDA_ARCHITECTURES 90 CUDA_VISIBILITY_PRESET hidden)
 target_include_directories(trainbench_gpu_check_kernels PRIVATE ${_src}/sdk/include ${_src}/plugins/path_log
                                                                  ${_src}/host/worker)
 
 # Every C++ translation unit with CUDA code, with the definitions a CUDA
-# build gives it.
-set(_plugin_units
-  ${_src}/plugins/models/resnet/cudnn/cudnn_conv.cc
-  ${_src}/plugins/models/resnet/cudnn/cudnn_plans.cc
-  ${_src}/plugins/models/resnet/cudnn/cudnn_tuner.cc
-  ${_src}/plugins/models/resnet/side_stream.cc
-  ${_src}/plugins/models/simple_cnn/bias_relu_pool.cc
-  ${_src}/plugins/models/resnet/batch_norm_act.cc
-  ${_src}/plugins/models/resnet/classifier.cc
-  ${_src}/plugins/models/resnet/max_pool.cc
-  ${_src}/plugins/models/resnet/resnet.cc
-  ${_src}/plugins/models/resnet/stem.cc
-  ${_src}/plugins/models/resnet/whole_map.cc
-  ${_src}/plugins/devices/cuda/cuda_device.cc)
-set(_worker_units
-  ${_src}/host/worker/dataset.cc
-  ${_src}/host/worker/kernel_trace.cc
-  ${_src}/host/worker/mixed_precision.cc
-  ${_src}/host/worker/optimizer.cc
-  ${_src}/host/worker/step_timer.cc)
-set(_test_units)
-if(TRAINBENCH_BUILD_TESTS)
-  foreach(_test bias_relu_pool batch_norm_act max_pool working_copies_cast whole_map_kernel classifier working_copies_sgd cudnn_conv
-                graph_fill stem side_stream)
-    list(APPEND _test_units ${_src}/tests/${_test}_test.cc)
-  endforeach()
-  list(APPEND _test_units ${_src}/bench/batch_norm_act_bench.cc ${_src}/bench/cudnn_fusion_bench.cc)
+# build gives it; the worker's data-parallel code with both of its backends
+# where their headers are (NCCL's from the CUDA toolkit).
+find_path(TRAINBENCH_GPU_CHECK_NCCL_INCLUDE nccl.h HINTS ${TRAINBENCH_NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+if(NOT TRAINBENCH_GPU_CHECK_NCCL_INCLUDE OR NOT TRAINBENCH_C10D_INCLUDE)
+  if(TRAINBENCH_GPU_COMPILE_CHECK STREQUAL "ON")
+    message(FATAL_ERROR "TRAINBENCH_GPU_COMPILE_CHECK=ON but NCCL's nccl.h or LibTorch's c10d headers were not found "
+                        "(the data-parallel code's NCCL branch): install NCCL beside the CUDA toolkit")
+  endif()
+  message(STATUS "trainbench: no nccl.h or c10d headers: the GPU compile check leaves out the NCCL branch")
+  list(REMOVE_ITEM _units ${_src}/host/worker/distributed.cc)
 endif()
-add_library(trainbench_gpu_check_units OBJECT ${_plugin_units} ${_worker_units} ${_test_units})
+if(NOT TRAINBENCH_BUILD_TESTS)
+  list(FILTER _units EXCLUDE REGEX "^${_src}/(tests|bench)/")
+endif()
+add_library(trainbench_gpu_check_units OBJECT ${_units})
 target_compile_definitions(trainbench_gpu_check_units PRIVATE
   TRAINBENCH_RESNET_KERNELS TRAINBENCH_CUDNN_CONV TRAINBENCH_SIMPLE_CNN_KERNELS TRAINBENCH_WORKER_CUDA=1
   TRAINBENCH_GRAPH_FILL_KERNEL=1 TRAINBENCH_MIXED_PRECISION_KERNELS=1 TRAINBENCH_DATASET_KERNEL=1)
+if(TRAINBENCH_GPU_CHECK_NCCL_INCLUDE AND TRAINBENCH_C10D_INCLUDE)
+  target_compile_definitions(trainbench_gpu_check_units PRIVATE USE_C10D_NCCL=1 TRAINBENCH_WITH_NCCL=1)
+  target_include_directories(trainbench_gpu_check_units PRIVATE ${TRAINBENCH_GPU_CHECK_NCCL_INCLUDE})
+  if(TRAINBENCH_GLOO_INCLUDE)
+    target_compile_definitions(trainbench_gpu_check_units PRIVATE USE_C10D_GLOO=1 TRAINBENCH_WITH_GLOO=1)
+    target_include_directories(trainbench_gpu_check_units PRIVATE ${TRAINBENCH_GLOO_INCLUDE})
+  endif()
+endif()
 target_include_directories(trainbench_gpu_check_units BEFORE PRIVATE ${_generated})
 target_include_directories(trainbench_gpu_check_units PRIVATE
   ${_src}/plugins/path_log ${_src}/plugins/models/resnet ${_src}/plugins/models/resnet/cudnn

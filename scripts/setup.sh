@@ -44,7 +44,7 @@ echo "setup: packages ready; building"
 jobs=$(nproc)
 if [ "$TESTS" = ON ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINBENCH_BUILD_TESTS=ON \
-    -DTRAINBENCH_GPU_COMPILE_CHECK=AUTO -DTRAINBENCH_UNITY_BUILD=ON
+    -DTRAINBENCH_GPU_COMPILE_CHECK="${TRAINBENCH_GPU_COMPILE_CHECK:-AUTO}" -DTRAINBENCH_UNITY_BUILD=ON
   cmake --build "$BUILD_DIR" -j "$jobs"
 else
   # What a run uses: no tests, no GPU compile check (a CUDA LibTorch's build

@@ -69,6 +69,15 @@ trainbench_test_plugin(gpu_stand_in fixtures/gpu_stand_in.cc)
 trainbench_test_plugin(acme_npu fixtures/gpu_stand_in.cc)
 target_compile_definitions(acme_npu PRIVATE FIXTURE_DEVICE_NAME="acme_npu")
 
+# The GPU tests and benchmarks below (built where they can run: CUDA builds),
+# for the GPU compile check elsewhere.
+trainbench_gpu_sources(
+  KERNELS ${PROJECT_SOURCE_DIR}/bench/graph_node_gaps.cu
+  UNITS bias_relu_pool_test.cc batch_norm_act_test.cc max_pool_test.cc working_copies_cast_test.cc
+        whole_map_kernel_test.cc classifier_test.cc working_copies_sgd_test.cc cudnn_conv_test.cc graph_fill_test.cc
+        stem_test.cc side_stream_test.cc ${PROJECT_SOURCE_DIR}/bench/batch_norm_act_bench.cc
+        ${PROJECT_SOURCE_DIR}/bench/cudnn_fusion_bench.cc)
+
 # A test program of the ResNets' code from its sources: trainbench_resnet_impl
 # brings the headers (plugins/models/resnet/ and its cudnn/).
 function(trainbench_resnet_test name)
