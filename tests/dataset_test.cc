@@ -109,8 +109,7 @@ TEST(DeviceDataset, ABatchOfTheEpochsTablesIsThoseSamplesWithThoseCrops) {
     EXPECT_TRUE(torch::equal(out, all.slice(0, 4, 8))) << "channels_last " << channels_last;
     // Centred crops: the plain images.
     const DeviceDataset::Crops centred = d.DrawCrops(8, false);
-    d.Batch(samples, {centred.rows.view({2, 4}), centred.columns.view({2, 4})}, torch::tensor({0}, torch::kInt64),
-            out);
+    d.Batch(samples, {centred.rows.view({2, 4}), centred.columns.view({2, 4})}, torch::tensor({0}, torch::kInt64), out);
     EXPECT_TRUE(torch::equal(out, d.Images(samples[0].contiguous(), false)));
   }
 }
@@ -130,10 +129,10 @@ TEST(DeviceDataset, TheCudaKernelGathersWhatTheCpuPathDoes) {
       for (int64_t row : {0, 3}) {
         torch::Tensor want = cpu.NewBatch(7), got = gpu.NewBatch(7);
         cpu.Batch(samples, rows, torch::tensor({row}, torch::kInt64), want);
-        gpu.Batch(samples.cuda(), {rows.rows.cuda(), rows.columns.cuda()},
-                  torch::tensor({row}, torch::kInt64).cuda(), got);
-        EXPECT_TRUE(got.is_contiguous(channels_last ? torch::MemoryFormat::ChannelsLast
-                                                    : torch::MemoryFormat::Contiguous));
+        gpu.Batch(samples.cuda(), {rows.rows.cuda(), rows.columns.cuda()}, torch::tensor({row}, torch::kInt64).cuda(),
+                  got);
+        EXPECT_TRUE(
+            got.is_contiguous(channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous));
         EXPECT_TRUE(torch::equal(got.cpu(), want))
             << "size " << size << " channels_last " << channels_last << " row " << row;
       }

@@ -203,7 +203,8 @@ struct RunCommand {
     auto* run = app.add_subcommand("run", "run an experiment");
     run->add_option("config", config, "experiment YAML file")->required();
     run->add_option("--out", options.out_dir, "output folder for results.json, results.csv and logs");
-    run->add_flag("--resume", options.resume, "keep the cells that finished in an earlier run into --out; run the rest");
+    run->add_flag("--resume", options.resume,
+                  "keep the cells that finished in an earlier run into --out; run the rest");
     run->add_flag("--concurrent", options.concurrent,
                   "run beside other trainbench runs on this machine (by default a run waits for the machine's "
                   "benchmark lock, as two benchmarks at once skew each other's timings)");
@@ -247,7 +248,8 @@ struct RunCommand {
     const Engine engine(g.engine);
     const ExperimentPlan plan = engine.Load(config);
     if (options.out_dir.empty()) {
-      if (options.resume) return Fail(g.log_format, "--resume needs --out (the folder of the run to resume)", kExitConfig);
+      if (options.resume)
+        return Fail(g.log_format, "--resume needs --out (the folder of the run to resume)", kExitConfig);
       options.out_dir = DefaultOutDir(plan.name());
     }
     Engine::InstallSignalHandlers();
@@ -343,7 +345,8 @@ struct PluginsCommand {
 struct ConfigReferenceCommand {
   CLI::App* Add(CLI::App& app, Globals&) {
     return app.add_subcommand(
-        "config-reference", "print every experiment setting with its type, default, range and documentation (Markdown)");
+        "config-reference",
+        "print every experiment setting with its type, default, range and documentation (Markdown)");
   }
 
   int Run(const Globals&) const {
@@ -408,8 +411,9 @@ struct DataCommand {
                       "the data folder (default: $XDG_DATA_HOME/trainbench, else ~/.local/share/trainbench)");
     }
     fetch->add_option("--url", request.url, std::string("download from here (default: ") + kCifar10Url + ")");
-    fetch->add_option("--from", request.from,
-                      "install from cifar-10-binary.tar.gz or a folder of its files already on disk (offline machines)");
+    fetch->add_option(
+        "--from", request.from,
+        "install from cifar-10-binary.tar.gz or a folder of its files already on disk (offline machines)");
     fetch->add_flag("--force", request.force, "install again even where a verified copy is");
     return data;
   }

@@ -5,8 +5,8 @@
 #include <random>
 
 #ifdef TRAINBENCH_DATASET_KERNEL
-#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include "dataset_kernels.h"
 #endif
@@ -72,11 +72,11 @@ void DeviceDataset::Batch(const torch::Tensor& samples, const Crops& crops, cons
   const int64_t b = samples.size(1);
 #ifdef TRAINBENCH_DATASET_KERNEL
   if (device_.is_cuda()) {
-    TORCH_CHECK(samples.stride(1) == 1 && crops.rows.stride(1) == 1 && crops.columns.stride(1) == 1 &&
-                    crops.rows.strides() == crops.columns.strides() && out.size(0) == b &&
-                    out.is_contiguous(channels_last_ ? torch::MemoryFormat::ChannelsLast
-                                                     : torch::MemoryFormat::Contiguous),
-                "DeviceDataset::Batch: tables or output of an unexpected layout");
+    TORCH_CHECK(
+        samples.stride(1) == 1 && crops.rows.stride(1) == 1 && crops.columns.stride(1) == 1 &&
+            crops.rows.strides() == crops.columns.strides() && out.size(0) == b &&
+            out.is_contiguous(channels_last_ ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous),
+        "DeviceDataset::Batch: tables or output of an unexpected layout");
     kernels::BatchGather g{};
     g.images = padded_.data_ptr<uint8_t>();
     g.padded = size_ + 2 * kPad;

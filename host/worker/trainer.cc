@@ -687,8 +687,8 @@ class CellRun {
   int64_t local_batch_ = 0;  // samples per step on this rank
   torch::Tensor order_, batches_, cursor_, loss_sum_;
   DeviceDataset::Crops crops_;  // [steps, batch] each
-  torch::Tensor epoch_labels_;   // [steps, batch]
-  torch::Tensor batch_images_;   // the step's batch, [batch, 3, S, S] in the model's layout
+  torch::Tensor epoch_labels_;  // [steps, batch]
+  torch::Tensor batch_images_;  // the step's batch, [batch, 3, S, S] in the model's layout
   bool in_graph_step_ = false;
   torch::Tensor scale_, growth_tracker_, found_inf_;
   int64_t steps_done_ = 0;
