@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -61,6 +62,30 @@ TEST(Environment, ValuesNotTakenAreRefusedNamingTheVariableAndItsValues) {
   EXPECT_NO_THROW(CheckEnvironment());
 }
 
+// A reader never acts on a value the run would refuse: "5abc" is not 5 s.
+TEST(Environment, ASettingIsCheckedWhenItIsRead) {
+  EXPECT_EQ(EnvironmentSetting("TRAINBENCH_DESCRIBE_TIMEOUT"), std::nullopt);
+  {
+    const ScopedEnv env("TRAINBENCH_DESCRIBE_TIMEOUT", "2.5");
+    EXPECT_EQ(EnvironmentSetting("TRAINBENCH_DESCRIBE_TIMEOUT"), std::optional<std::string>("2.5"));
+  }
+  {
+    const ScopedEnv env("TRAINBENCH_DESCRIBE_TIMEOUT", "");
+    EXPECT_EQ(EnvironmentSetting("TRAINBENCH_DESCRIBE_TIMEOUT"), std::nullopt);  // empty is unset
+  }
+  for (const char* bad : {"5abc", "0", "-1", "1e9"}) {
+    const ScopedEnv env("TRAINBENCH_DESCRIBE_TIMEOUT", bad);
+    try {
+      EnvironmentSetting("TRAINBENCH_DESCRIBE_TIMEOUT");
+      ADD_FAILURE() << "read '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("TRAINBENCH_DESCRIBE_TIMEOUT='") + bad +
+                                           "' is not understood: it takes seconds (up to 86400) (or unset it)");
+    }
+  }
+  EXPECT_THROW(EnvironmentSetting("TRAINBENCH_NOT_IN_THE_TABLE"), std::logic_error);
+}
+
 TEST(Environment, OnlyTheVariablesThatCanChangeAFigureAreRecorded) {
   const ScopedEnv fill("TRAINBENCH_GRAPH_FILL", "0");
   const ScopedEnv lock("TRAINBENCH_MACHINE_LOCK", "/tmp/x.lock");
@@ -102,7 +127,7 @@ TEST(Environment, TheTableListsEveryVariableTheSourcesReadAndNoMoreThanTen) {
   std::set<std::string> table;
   for (const EnvironmentVariable& v : EnvironmentVariables()) table.insert(v.name);
   EXPECT_LE(table.size(), 10u);
-  const std::regex read(R"re(getenv\("(TRAINBENCH_[A-Z0-9_]+)"\))re");
+  const std::regex read(R"re((?:getenv|EnvironmentSetting)\("(TRAINBENCH_[A-Z0-9_]+)"\))re");
   std::set<std::string> found;
   for (const char* dir : {"host", "plugins", "sdk"}) {
     for (const auto& entry : fs::recursive_directory_iterator(testing::SourceDir() / dir)) {

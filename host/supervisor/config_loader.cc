@@ -12,6 +12,7 @@
 
 #include "cifar10.h"
 #include "data_home.h"
+#include "environment.h"
 #include "plugin_catalog.h"
 #include "settings_yaml.h"
 #include "yaml_validator.h"
@@ -268,9 +269,7 @@ void ParseDataset(Validator& v, const YAML::Node& root, const std::string& base_
     if (e.dataset.kind == "cifar10") {
       // TRAINBENCH_DATA, else the folder `trainbench data fetch cifar10`
       // installs into: what an empty path and ${TRAINBENCH_DATA} stand for.
-      const char* env = std::getenv("TRAINBENCH_DATA");
-      const std::string fallback =
-          env != nullptr && *env != '\0' ? std::string(env) : data::DefaultCifar10Dir().string();
+      const std::string fallback = EnvironmentSetting("TRAINBENCH_DATA").value_or(data::DefaultCifar10Dir().string());
       const auto need_fallback = [&](const YAML::Node& at) {
         if (fallback.empty()) {
           v.Fail(at, "dataset.path",

@@ -126,7 +126,11 @@ CellResult ToCellResult(const CellRecord& cell) {
 Engine::Engine(EngineOptions options) : impl_(std::make_unique<Impl>()) {
   std::vector<std::string> dirs;
   for (const auto& d : options.plugin_dirs) dirs.push_back(d.string());
-  impl_->catalog = PluginCatalog::Discover(PluginSearchPath(dirs), options.allow_insecure_plugins);
+  try {  // (discovery reads TRAINBENCH_PLUGIN_PATH and TRAINBENCH_DESCRIBE_TIMEOUT)
+    impl_->catalog = PluginCatalog::Discover(PluginSearchPath(dirs), options.allow_insecure_plugins);
+  } catch (const std::invalid_argument& e) {  // a TRAINBENCH_* variable discovery reads
+    throw EngineError(e.what(), kExitConfig);
+  }
   for (const auto& p : impl_->catalog.plugins()) impl_->records.push_back(ToRecord(p));
   impl_->options = std::move(options);
 }

@@ -7,6 +7,7 @@
 #include "cifar10_store.h"
 #include "data_home.h"
 #include "download.h"
+#include "environment.h"
 #include "logging.h"
 #include "trainbench/engine.h"
 
@@ -90,8 +91,8 @@ std::vector<DatasetStatus> ListDatasets(const fs::path& dir) {
   const fs::path home = dir.empty() ? data::DefaultDataHome() : dir;
   std::vector<DatasetStatus> out;
   if (!home.empty()) out.push_back(Status(data::CheckCifar10Folder(home / data::kCifar10Folder)));
-  if (const char* env = std::getenv("TRAINBENCH_DATA"); dir.empty() && env != nullptr && *env != '\0') {
-    const fs::path folder = env;
+  if (const auto env = EnvironmentSetting("TRAINBENCH_DATA"); dir.empty() && env) {
+    const fs::path folder = *env;
     if (out.empty() || folder != out.front().folder) out.push_back(Status(data::CheckCifar10Folder(folder)));
   }
   return out;

@@ -63,15 +63,27 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
   return kTable;
 }
 
+namespace {
+// `v`'s value when set and not empty, after checking it.
+std::optional<std::string> Checked(const EnvironmentVariable& v) {
+  const char* value = std::getenv(v.name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  if (v.valid(value)) return std::string(value);
+  std::string shown;  // printable, on one line
+  for (const char c : std::string(value).substr(0, 60)) shown += c >= 0x20 && c != 0x7f ? c : '?';
+  throw std::invalid_argument(std::string(v.name) + "='" + shown + "' is not understood: it takes " + v.values +
+                              " (or unset it)");
+}
+}  // namespace
+
 void CheckEnvironment() {
-  for (const EnvironmentVariable& v : EnvironmentVariables()) {
-    const char* value = std::getenv(v.name);
-    if (value == nullptr || *value == '\0' || v.valid(value)) continue;
-    std::string shown;  // printable, on one line
-    for (const char c : std::string(value).substr(0, 60)) shown += c >= 0x20 && c != 0x7f ? c : '?';
-    throw std::invalid_argument(std::string(v.name) + "='" + shown + "' is not understood: it takes " + v.values +
-                                " (or unset it)");
-  }
+  for (const EnvironmentVariable& v : EnvironmentVariables()) Checked(v);
+}
+
+std::optional<std::string> EnvironmentSetting(const char* name) {
+  for (const EnvironmentVariable& v : EnvironmentVariables())
+    if (std::strcmp(v.name, name) == 0) return Checked(v);
+  throw std::logic_error(std::string("EnvironmentSetting: ") + name + " is not in the environment table");
 }
 
 namespace {

@@ -7,6 +7,7 @@
 // before a run starts.
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,13 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables();
 /// Throws std::invalid_argument (one line: the variable and the values it
 /// takes) for a variable of the table set to a value it does not take.
 void CheckEnvironment();
+
+/// The one way trainbench reads a variable of the table: its value when set
+/// and not empty, checked first against what it takes (std::invalid_argument,
+/// CheckEnvironment's line, when it takes no such value), so that a reader
+/// never acts on a value the run would refuse. `name` must be in the table
+/// (std::logic_error otherwise).
+std::optional<std::string> EnvironmentSetting(const char* name);
 
 /// TRAINBENCH_* variables that are set but not in the table (a leftover
 /// setting that does nothing), by name.

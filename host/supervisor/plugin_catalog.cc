@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "environment.h"
 #include "sha256.h"
 #include "worker_client.h"
 
@@ -34,8 +35,8 @@ std::string KnownOptionalPluginReason(const std::string& name) {
 
 std::vector<fs::path> PluginSearchPath(const std::vector<std::string>& extra) {
   std::vector<fs::path> dirs(extra.begin(), extra.end());
-  if (const char* env = std::getenv("TRAINBENCH_PLUGIN_PATH"); env != nullptr) {
-    std::stringstream in(env);
+  if (const auto env = EnvironmentSetting("TRAINBENCH_PLUGIN_PATH")) {
+    std::stringstream in(*env);
     std::string item;
     while (std::getline(in, item, ':')) {
       if (!item.empty()) dirs.emplace_back(item);
@@ -65,8 +66,8 @@ std::string UnsafeBecause(const fs::path& path) {
 }
 
 double DescribeTimeout() {
-  const char* env = std::getenv("TRAINBENCH_DESCRIBE_TIMEOUT");
-  return env != nullptr && std::atof(env) > 0 ? std::atof(env) : 60.0;
+  const std::optional<std::string> seconds = EnvironmentSetting("TRAINBENCH_DESCRIBE_TIMEOUT");
+  return seconds ? std::stod(*seconds) : 60.0;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "environment.h"
 #include "text_escape.h"
 
 namespace trainbench {
@@ -123,7 +124,7 @@ RunLock::~RunLock() {
 }
 
 fs::path MachineLockFile(const fs::path& run_lock) {
-  if (const char* env = std::getenv("TRAINBENCH_MACHINE_LOCK"); env != nullptr && *env != '\0') return env;
+  if (const auto env = EnvironmentSetting("TRAINBENCH_MACHINE_LOCK")) return *env;
   // The file, once there (the package creates it at boot, 0666), is shared
   // even where the folder is read-only (the service's sandbox) or not ours.
   const fs::path file = run_lock / "trainbench.lock";

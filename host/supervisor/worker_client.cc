@@ -17,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "environment.h"
 #include "safe_file.h"
 #include "trainbench/protocol/channel.h"
 #include "trainbench/protocol/error.h"
@@ -73,7 +74,7 @@ fs::path InstallRoot() {
 }
 
 fs::path WorkerPath() {
-  if (const char* env = std::getenv("TRAINBENCH_WORKER"); env != nullptr && *env != '\0') return env;
+  if (const auto env = EnvironmentSetting("TRAINBENCH_WORKER")) return *env;
   return InstallRoot() / TRAINBENCH_BINDIR / "trainbench-worker";
 }
 
