@@ -5,22 +5,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "config_error.h"
 #include "experiment.h"
 
 namespace trainbench {
 
 class PluginCatalog;
-
-/// A user's mistake in a config file; what() is the one-line message.
-/// Control characters from the input (newlines, NULs) are shown escaped, so
-/// the message stays one printable line whatever the file holds.
-class ConfigError : public std::runtime_error {
- public:
-  explicit ConfigError(const std::string& message) : std::runtime_error(Printable(message)) {}
-
- private:
-  static std::string Printable(const std::string& text);
-};
 
 /// Largest config file accepted; real experiments are a few KiB.
 inline constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
@@ -42,8 +32,5 @@ Experiment ParseExperiment(const std::string& text, const std::string& file, con
 /// built here (cuda without a CUDA LibTorch) is not an error: its cells are
 /// skipped with the reason. Throws ConfigError.
 void ResolvePlugins(Experiment& experiment, const PluginCatalog& catalog);
-
-/// The closest of `candidates` to `word` within a small edit distance, or "".
-std::string DidYouMean(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace trainbench

@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "eta.h"
-#include "runner.h"
+#include "run_observer.h"
 
 namespace trainbench {
 

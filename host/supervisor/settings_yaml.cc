@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "config_loader.h"
 #include "environment.h"
 
 namespace trainbench {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "config_loader.h"
+#include "config_error.h"
 
 namespace trainbench {
 
