@@ -48,6 +48,12 @@ set(_src ${PROJECT_SOURCE_DIR})
 # What the targets registered (trainbench_gpu_sources, cmake/GpuSources.cmake).
 get_property(_kernels GLOBAL PROPERTY TRAINBENCH_GPU_KERNELS)
 get_property(_units GLOBAL PROPERTY TRAINBENCH_GPU_UNITS)
+# The definitions a CUDA build gives the units (each defined as 1); the scan
+# below and the units' compilation read this one list.
+set(_cuda_definitions TRAINBENCH_RESNET_KERNELS TRAINBENCH_CUDNN_CONV TRAINBENCH_SIMPLE_CNN_KERNELS
+                      TRAINBENCH_WORKER_CUDA TRAINBENCH_GRAPH_FILL_KERNEL TRAINBENCH_MIXED_PRECISION_KERNELS
+                      TRAINBENCH_DATASET_KERNEL)
+list(JOIN _cuda_definitions "|" _cuda_guards)
 # No GPU code escapes: every .cu file, and every C++ file with CUDA code (a
 # CUDA build's definitions or CUDA headers), of the folders this build
 # compiles must be registered beside its target.
@@ -67,7 +73,7 @@ foreach(_dir ${_scanned})
   file(GLOB_RECURSE _found_cc ${_src}/${_dir}/*.cc)
   foreach(_file ${_found_cc})
     file(STRINGS ${_file} _cuda_lines REGEX
-         "^#[ ]*(if|ifdef|elif).*(TRAINBENCH_WORKER_CUDA|TRAINBENCH_RESNET_KERNELS|TRAINBENCH_CUDNN_CONV|TRAINBENCH_SIMPLE_CNN_KERNELS|TRAINBENCH_GRAPH_FILL_KERNEL|TRAINBENCH_MIXED_PRECISION_KERNELS|TRAINBENCH_DATASET_KERNEL|TRAINBENCH_WITH_NCCL)|^#include <(c10/cuda|cuda_runtime|ATen/cuda|cudnn)")
+         "^#[ ]*(if|ifdef|elif).*(${_cuda_guards}|TRAINBENCH_WITH_NCCL)|^#include <(c10/cuda|cuda_runtime|ATen/cuda|cudnn)")
     if(_cuda_lines AND NOT _file IN_LIST _units)
       file(RELATIVE_PATH _rel ${_src} ${_file})
       message(FATAL_ERROR "trainbench: ${_rel} has CUDA code but no target registered it: name it in "
@@ -99,9 +105,7 @@ if(NOT TRAINBENCH_BUILD_TESTS)
   list(FILTER _units EXCLUDE REGEX "^${_src}/(tests|bench)/")
 endif()
 add_library(trainbench_gpu_check_units OBJECT ${_units})
-target_compile_definitions(trainbench_gpu_check_units PRIVATE
-  TRAINBENCH_RESNET_KERNELS TRAINBENCH_CUDNN_CONV TRAINBENCH_SIMPLE_CNN_KERNELS TRAINBENCH_WORKER_CUDA=1
-  TRAINBENCH_GRAPH_FILL_KERNEL=1 TRAINBENCH_MIXED_PRECISION_KERNELS=1 TRAINBENCH_DATASET_KERNEL=1)
+target_compile_definitions(trainbench_gpu_check_units PRIVATE ${_cuda_definitions})
 if(TRAINBENCH_GPU_CHECK_NCCL_INCLUDE AND TRAINBENCH_C10D_INCLUDE)
   target_compile_definitions(trainbench_gpu_check_units PRIVATE USE_C10D_NCCL=1 TRAINBENCH_WITH_NCCL=1)
   target_include_directories(trainbench_gpu_check_units PRIVATE ${TRAINBENCH_GPU_CHECK_NCCL_INCLUDE})
