@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
           continue;
         }
         micros[path] = bench::MedianMicros([&] {
-          torch::Tensor y = resnet::BatchNormAct(*bn, x, add ? r : torch::Tensor(), relu, path > 0, path == 2);
+          torch::Tensor y =
+              resnet::BatchNormAct(*bn, x, add ? r : torch::Tensor(), relu, path > 0, resnet::BnLaunch{path == 2});
           torch::autograd::grad({y}, inputs, {dy});
         });
       }
@@ -103,11 +104,12 @@ int main(int argc, char** argv) {
       for (int path = 0; path < 3; ++path) totals[path] += s.count * micros[path];
       // The fused two kernels pass by pass.
       const torch::Tensor residual = add ? r : torch::Tensor();
-      const double forward = bench::MedianMicros([&] { resnet::BatchNormAct(*bn, x, residual, relu, true, false); });
+      const double forward =
+          bench::MedianMicros([&] { resnet::BatchNormAct(*bn, x, residual, relu, true, resnet::BnLaunch{false}); });
       bn->eval();
       const double evaluation = bench::MedianMicros([&] {
         const torch::NoGradGuard no_grad;
-        resnet::BatchNormAct(*bn, x, residual, relu, true, false);
+        resnet::BatchNormAct(*bn, x, residual, relu, true, resnet::BnLaunch{false});
       });
       bn->train();
       const double backward = micros[1] - forward;

@@ -37,7 +37,9 @@ struct Case {
   bool channels_last;
   std::vector<int64_t> shape;
   Act act;
-  bool one_pass = true;  // channels_last: false runs the two kernels each way
+  bool one_pass = true;       // channels_last: false runs the two kernels each way
+  bool sm90_launches = true;  // false: launched as on GPUs before compute capability 9.0
+  resnet::BnLaunch launch() const { return {one_pass, sm90_launches}; }
 };
 
 using trainbench::testing::RelativeError;
@@ -50,11 +52,11 @@ struct Step {
 };
 
 Step RunStep(BatchNorm2d& bn, const torch::Tensor& base, const torch::Tensor& skip, const torch::Tensor& upstream,
-             Act act, bool fused, bool one_pass = true) {
+             Act act, bool fused, resnet::BnLaunch launch = {}) {
   torch::Tensor x = base.clone().requires_grad_(), r = skip.clone().requires_grad_();
   const bool add = act == Act::kAddRelu;
   Step out;
-  out.y = resnet::BatchNormAct(*bn, x, add ? r : torch::Tensor(), act != Act::kNone, fused, one_pass);
+  out.y = resnet::BatchNormAct(*bn, x, add ? r : torch::Tensor(), act != Act::kNone, fused, launch);
   out.y.backward(upstream);
   out.dx = x.grad();
   out.dr = add ? r.grad() : torch::zeros({1});
@@ -107,7 +109,7 @@ TEST_P(BatchNormAct, EqualsTheCompositeInTrainingAndEvaluation) {
 
   for (int step = 0; step < 2; ++step) {  // twice: the running statistics move on from their first update
     const torch::Tensor upstream = torch::randn(c.shape, cuda).to(c.dtype).contiguous(format);
-    const Step fused = RunStep(fused_bn, base, skip, upstream, c.act, true, c.one_pass);
+    const Step fused = RunStep(fused_bn, base, skip, upstream, c.act, true, c.launch());
     const Step ref = RunStep(ref_bn, base, skip, upstream, c.act, false);
     const Step truth =
         RunStep(truth_bn, base.to(torch::kDouble), skip.to(torch::kDouble), upstream.to(torch::kDouble), c.act, false);
@@ -166,7 +168,7 @@ TEST_P(BatchNormAct, TwoOutputsGiveTheGradientsOfTheirSum) {
       {true, true, g1 + g2, "both"}, {false, true, g2, "the second only"}, {true, false, g1, "the first only"}};
   for (const auto& [first, second, sum, what] : runs) {
     torch::Tensor x = base.clone().requires_grad_(), r = skip.clone().requires_grad_();
-    const auto [y1, y2] = resnet::BatchNormActTwice(*twice_bn, x, r, true, c.one_pass);
+    const auto [y1, y2] = resnet::BatchNormActTwice(*twice_bn, x, r, true, c.launch());
     ASSERT_TRUE(y1.grad_fn() && y2.grad_fn());
     EXPECT_NE(y1.grad_fn()->name().find("FusedBatchNormAct"), std::string::npos) << y1.grad_fn()->name();
     EXPECT_EQ(y1.data_ptr(), y2.data_ptr()) << "one output, two tensors";
@@ -174,7 +176,7 @@ TEST_P(BatchNormAct, TwoOutputsGiveTheGradientsOfTheirSum) {
     if (first) outputs.push_back(y1), grads.push_back(g1);
     if (second) outputs.push_back(y2), grads.push_back(g2);
     torch::autograd::backward(outputs, grads);
-    const Step once = RunStep(once_bn, base, skip, sum, Act::kAddRelu, true, c.one_pass);
+    const Step once = RunStep(once_bn, base, skip, sum, Act::kAddRelu, true, c.launch());
     EXPECT_TRUE(torch::equal(y1, once.y)) << what;
     EXPECT_TRUE(torch::equal(x.grad(), once.dx)) << what;
     EXPECT_TRUE(torch::equal(r.grad(), once.dr)) << what;
@@ -186,7 +188,7 @@ TEST_P(BatchNormAct, TwoOutputsGiveTheGradientsOfTheirSum) {
   // Where the fused path does not apply: the composite's one tensor, twice.
   BatchNorm2d cpu_bn(channels);
   const auto [a, b] =
-      resnet::BatchNormActTwice(*cpu_bn, base.cpu().to(torch::kFloat), skip.cpu().to(torch::kFloat), true, c.one_pass);
+      resnet::BatchNormActTwice(*cpu_bn, base.cpu().to(torch::kFloat), skip.cpu().to(torch::kFloat), true, c.launch());
   EXPECT_TRUE(a.is_same(b));
 }
 
@@ -225,6 +227,17 @@ std::vector<Case> Cases() {
     // device of more than 64 multiprocessors (ReduceTileChannels).
     cases.push_back({dtype, true, {256, 64, 16, 16}, Act::kAddRelu});
   }
+  // The channels_last cases again as launched on GPUs before compute
+  // capability 9.0 (option sm90_launches: never): a one-pass kernel's blocks
+  // wait for each other through global memory, no programmatic dependent
+  // launches; on a 9.0 GPU too.
+  const size_t sm90_cases = cases.size();
+  for (size_t i = 0; i < sm90_cases; ++i) {
+    if (!cases[i].channels_last) continue;
+    Case before = cases[i];
+    before.sm90_launches = false;
+    cases.push_back(before);
+  }
   return cases;
 }
 
@@ -235,6 +248,7 @@ std::string Name(const ::testing::TestParamInfo<Case>& info) {
   name += c.act == Act::kNone ? "Plain" : c.act == Act::kRelu ? "Relu" : "AddRelu";
   for (int64_t s : c.shape) name += "_" + std::to_string(s);
   if (!c.one_pass) name += "_TwoKernels";
+  if (!c.sm90_launches) name += "_BeforeSm90";
   return name;
 }
 
@@ -362,57 +376,59 @@ TEST(BatchNormActStreams, SeveralStreamsAtOnceKeepTheirOwnSums) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto cl = torch::MemoryFormat::ChannelsLast;
   const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
-  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{256, 64, 8, 8}, std::vector<int64_t>{8, 64, 8, 8}}) {
-    constexpr int kStreams = 4, kRounds = 8;
-    torch::manual_seed(11);
-    std::vector<BatchNorm2d> bns;
-    std::vector<torch::Tensor> xs, upstream, y_alone, dx_alone;
-    const auto train = [&](int i) {
-      const torch::Tensor x = xs[i].detach().requires_grad_();
-      const torch::Tensor y = resnet::BatchNormAct(*bns[i], x, {}, /*relu=*/true, /*fused=*/true);
-      return std::make_pair(y.detach(), torch::autograd::grad({y}, {x}, {upstream[i]})[0]);
-    };
-    for (int i = 0; i < kStreams; ++i) {
-      bns.emplace_back(64);
-      bns.back()->to(torch::kCUDA);
-      xs.push_back((torch::randn(shape, bf16) * (i + 1) + i).contiguous(cl));
-      upstream.push_back(torch::randn(shape, bf16).contiguous(cl));
-      const auto [y, dx] = train(i);
-      y_alone.push_back(y);
-      dx_alone.push_back(dx);
-    }
-    ASSERT_EQ(resnet::OnePassApplies(xs[0], true, false), shape[0] == 8);
-    torch::cuda::synchronize();
-    std::vector<c10::cuda::CUDAStream> streams;
-    for (int i = 0; i < kStreams; ++i) streams.push_back(c10::cuda::getStreamFromPool());
-    // Everything queued behind one gate, so the streams' kernels start
-    // together and overlap instead of running at the host's launch pace.
-    const c10::cuda::CUDAStream held = c10::cuda::getStreamFromPool();
-    std::vector<std::pair<torch::Tensor, torch::Tensor>> results;
-    {
-      trainbench::plugins::StreamGate gate(held.stream());
-      at::cuda::CUDAEvent open;
-      open.record(held);
-      for (auto& stream : streams) open.block(stream);
-      for (int round = 0; round < kRounds; ++round) {
-        for (int i = 0; i < kStreams; ++i) {
-          const c10::cuda::CUDAStreamGuard guard(streams[i]);
-          results.push_back(train(i));
-        }
+  for (const bool sm90 : {true, false})
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{256, 64, 8, 8}, std::vector<int64_t>{8, 64, 8, 8}}) {
+      SCOPED_TRACE(sm90 ? "sm90 launches" : "as before sm90");
+      constexpr int kStreams = 4, kRounds = 8;
+      torch::manual_seed(11);
+      std::vector<BatchNorm2d> bns;
+      std::vector<torch::Tensor> xs, upstream, y_alone, dx_alone;
+      const auto train = [&](int i) {
+        const torch::Tensor x = xs[i].detach().requires_grad_();
+        const torch::Tensor y = resnet::BatchNormAct(*bns[i], x, {}, /*relu=*/true, /*fused=*/true, {true, sm90});
+        return std::make_pair(y.detach(), torch::autograd::grad({y}, {x}, {upstream[i]})[0]);
+      };
+      for (int i = 0; i < kStreams; ++i) {
+        bns.emplace_back(64);
+        bns.back()->to(torch::kCUDA);
+        xs.push_back((torch::randn(shape, bf16) * (i + 1) + i).contiguous(cl));
+        upstream.push_back(torch::randn(shape, bf16).contiguous(cl));
+        const auto [y, dx] = train(i);
+        y_alone.push_back(y);
+        dx_alone.push_back(dx);
       }
-      gate.Open();
+      ASSERT_EQ(resnet::OnePassApplies(xs[0], true, false), shape[0] == 8);
+      torch::cuda::synchronize();
+      std::vector<c10::cuda::CUDAStream> streams;
+      for (int i = 0; i < kStreams; ++i) streams.push_back(c10::cuda::getStreamFromPool());
+      // Everything queued behind one gate, so the streams' kernels start
+      // together and overlap instead of running at the host's launch pace.
+      const c10::cuda::CUDAStream held = c10::cuda::getStreamFromPool();
+      std::vector<std::pair<torch::Tensor, torch::Tensor>> results;
+      {
+        trainbench::plugins::StreamGate gate(held.stream());
+        at::cuda::CUDAEvent open;
+        open.record(held);
+        for (auto& stream : streams) open.block(stream);
+        for (int round = 0; round < kRounds; ++round) {
+          for (int i = 0; i < kStreams; ++i) {
+            const c10::cuda::CUDAStreamGuard guard(streams[i]);
+            results.push_back(train(i));
+          }
+        }
+        gate.Open();
+      }
+      torch::cuda::synchronize();
+      for (size_t k = 0; k < results.size(); ++k) {
+        const int i = static_cast<int>(k % kStreams);
+        ASSERT_TRUE(torch::allclose(results[k].first, y_alone[i], 1e-2, 1e-2)) << "y, stream " << i << ", run " << k;
+        ASSERT_TRUE(torch::allclose(results[k].second, dx_alone[i], 1e-2, 1e-2)) << "dx, stream " << i << ", run " << k;
+      }
     }
-    torch::cuda::synchronize();
-    for (size_t k = 0; k < results.size(); ++k) {
-      const int i = static_cast<int>(k % kStreams);
-      ASSERT_TRUE(torch::allclose(results[k].first, y_alone[i], 1e-2, 1e-2)) << "y, stream " << i << ", run " << k;
-      ASSERT_TRUE(torch::allclose(results[k].second, dx_alone[i], 1e-2, 1e-2)) << "dx, stream " << i << ", run " << k;
-    }
-  }
 }
 
-TEST(BatchNormActGraph, ReplaysInACudaGraph) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+// `sm90`: BnLaunch::sm90_launches.
+void ReplaysInACudaGraph(bool sm90) {
   const auto cuda = torch::TensorOptions(torch::kCUDA);
   torch::manual_seed(5);
   BatchNorm2d bn1(32), bn2(32);
@@ -427,8 +443,8 @@ TEST(BatchNormActGraph, ReplaysInACudaGraph) {
       (*bn)->weight.mutable_grad() = torch::Tensor();
       (*bn)->bias.mutable_grad() = torch::Tensor();
     }
-    const torch::Tensor h = resnet::BatchNormAct(*bn1, x, {}, true, true);
-    resnet::BatchNormAct(*bn2, h * 2.0, skip, true, true).square().sum().backward();
+    const torch::Tensor h = resnet::BatchNormAct(*bn1, x, {}, true, true, {true, sm90});
+    resnet::BatchNormAct(*bn2, h * 2.0, skip, true, true, {true, sm90}).square().sum().backward();
   };
   at::cuda::CUDAGraph graph;
   std::vector<torch::Tensor> expected;
@@ -454,14 +470,22 @@ TEST(BatchNormActGraph, ReplaysInACudaGraph) {
   EXPECT_TRUE(torch::allclose(bn1->running_mean, expect_mean, 1e-5, 1e-5));
 }
 
+TEST(BatchNormActGraph, ReplaysInACudaGraph) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ReplaysInACudaGraph(/*sm90=*/true);
+}
+TEST(BatchNormActGraph, ReplaysInACudaGraphLaunchedAsBeforeSm90) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ReplaysInACudaGraph(/*sm90=*/false);
+}
+
 // Back to back in a CUDA graph, each batch norm's element-wise pass starts
 // while its reduction finishes (programmatic dependent launch on sm_90,
 // batch_norm_act_kernels.cu): it must still read its own call's
 // coefficients, not those the workspace held from the call before (another
 // tensor, statistics a hundred times apart). Two kernels each way, forward
 // and backward, with and without a residual.
-TEST(BatchNormActGraph, BackToBackCallsReadTheirOwnStatistics) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+void BackToBackCallsReadTheirOwnStatistics(bool sm90) {
   const auto cl = torch::MemoryFormat::ChannelsLast;
   const auto bf16 = torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16);
   torch::manual_seed(17);
@@ -481,7 +505,7 @@ TEST(BatchNormActGraph, BackToBackCallsReadTheirOwnStatistics) {
   const auto call = [&](int i) {
     const torch::Tensor x = xs[i].detach().requires_grad_();
     const torch::Tensor skip = i % 2 == 1 ? skips[i] : torch::Tensor();
-    const torch::Tensor y = resnet::BatchNormAct(*bn, x, skip, /*relu=*/true, /*fused=*/true);
+    const torch::Tensor y = resnet::BatchNormAct(*bn, x, skip, /*relu=*/true, /*fused=*/true, {true, sm90});
     return std::make_pair(y.detach(), torch::autograd::grad({y}, {x}, {upstream[i]})[0]);
   };
   std::vector<std::pair<torch::Tensor, torch::Tensor>> alone, replayed;
@@ -503,6 +527,15 @@ TEST(BatchNormActGraph, BackToBackCallsReadTheirOwnStatistics) {
       ASSERT_TRUE(torch::allclose(replayed[i].second, alone[i].second, 1e-2, 1e-2)) << "dx, call " << i;
     }
   }
+}
+
+TEST(BatchNormActGraph, BackToBackCallsReadTheirOwnStatistics) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  BackToBackCallsReadTheirOwnStatistics(/*sm90=*/true);
+}
+TEST(BatchNormActGraph, BackToBackCallsLaunchedAsBeforeSm90ReadTheirOwnStatistics) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  BackToBackCallsReadTheirOwnStatistics(/*sm90=*/false);
 }
 
 }  // namespace

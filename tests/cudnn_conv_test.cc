@@ -410,12 +410,12 @@ TEST(CudnnConvGraph, ReplaysInACudaGraph) {
   }
 }
 
-// The host worker's captured step (worker::MakeGraphedStep) with
-// TRAINBENCH_GRAPH_FILL=1: its memset nodes become kernels before it is
-// instantiated (said in the cell's log), in their place: a copy after a
-// memset sees it, a kernel before it does not; beside them a convolution's
-// backward through the cuDNN path gives the eager step's gradients. Without
-// the setting nothing is rewritten.
+// The host worker's captured step (worker::MakeGraphedStep) with graph fill
+// forced on (the cuda device's graph_fill: always): its memset nodes become
+// kernels before it is instantiated (said in the cell's log), in their
+// place: a copy after a memset sees it, a kernel before it does not; beside
+// them a convolution's backward through the cuDNN path gives the eager
+// step's gradients. Forced off, nothing is rewritten.
 TEST(HostGraphFill, RewritesTheCapturedStepsMemsetsInPlace) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedCacheHome home;
@@ -438,11 +438,7 @@ TEST(HostGraphFill, RewritesTheCapturedStepsMemsetsInPlace) {
   torch::Tensor want = torch::full({n}, 7, buf.options());
   want.slice(0, 0, n / 2).zero_();
   for (const bool fill : {true, false}) {
-    if (fill)
-      setenv("TRAINBENCH_GRAPH_FILL", "1", 1);
-    else
-      unsetenv("TRAINBENCH_GRAPH_FILL");
-    auto graphed = trainbench::worker::MakeGraphedStep(step);
+    auto graphed = trainbench::worker::MakeGraphedStep(step, 0, "", fill);
     ::testing::internal::CaptureStderr();
     graphed->Run();  // warm-up steps, the capture, a replay
     const std::string log = ::testing::internal::GetCapturedStderr();
@@ -466,7 +462,6 @@ TEST(HostGraphFill, RewritesTheCapturedStepsMemsetsInPlace) {
       EXPECT_GE(replaced, 1) << "at least the step's own memset: " << log;
     }
   }
-  unsetenv("TRAINBENCH_GRAPH_FILL");
 }
 
 // Inside a capture the backward's two convolutions are two branches of the
@@ -513,7 +508,8 @@ TEST(CudnnConvGraph, CapturesTheTwoGradientsSideBySide) {
 std::unique_ptr<sdk::Model> CudaResNet(bool bottleneck) {
   const sdk::Options options(R"({"num_classes": 10, "image_size": 32, "stem": "imagenet", "fused_batchnorm": true,
       "batchnorm_one_pass": true, "fused_maxpool": true, "cudnn_engine_cache": true,
-      "cudnn_runtime_compiled": false, "cudnn_tune_log": false, "stem_space_to_depth": true, "fused_classifier": true})");
+      "cudnn_runtime_compiled": false, "cudnn_tune_log": false, "stem_space_to_depth": true, "fused_classifier": true,
+      "cudnn_workspace_limit_mb": 1024, "whole_map_conv": "auto", "sm90_launches": "auto"})");
   const ResNetSpec spec = bottleneck ? ResNetSpec{{3, 4, 6, 3}, true} : ResNetSpec{{2, 2, 2, 2}, false};
   std::unique_ptr<sdk::Model> model = MakeResNet(spec, options);
   model->module().to(torch::kCUDA);

@@ -1416,16 +1416,16 @@ training: {epochs: 1, batch_size: 100}
 measurement: {warmup_steps: 1, max_steps: 3}
 )");
   const std::string out = (dir_ / "out").string();
-  const Outcome first = Shell("TRAINBENCH_GRAPH_FILL=0 " + (BinDir() / "trainbench").string() + " run " + config +
-                              " --out " + out + Plugins() + " 2>&1");
+  const Outcome first = Shell("TRAINBENCH_POWERCAP_ROOT=/nonexistent " + (BinDir() / "trainbench").string() + " run " +
+                              config + " --out " + out + Plugins() + " 2>&1");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const json before = Results();
-  EXPECT_EQ(before["cells"][0]["config"]["environment"], json({{"TRAINBENCH_GRAPH_FILL", "0"}}));
+  EXPECT_EQ(before["cells"][0]["config"]["environment"], json({{"TRAINBENCH_POWERCAP_ROOT", "/nonexistent"}}));
   EXPECT_FALSE(before["cells"][0]["config"]["environment"].contains("TRAINBENCH_MACHINE_LOCK"));  // the host's own
   // Resumed without it: not the same work, so run again, the old cell kept aside.
   const Outcome resumed = Trainbench("run " + config + " --out " + out + " --resume" + Plugins());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("(simple_cnn on cpu: environment.TRAINBENCH_GRAPH_FILL differ)"), std::string::npos)
+  EXPECT_NE(resumed.output.find("(simple_cnn on cpu: environment.TRAINBENCH_POWERCAP_ROOT differ)"), std::string::npos)
       << resumed.output;
   EXPECT_FALSE(Results()["cells"][0].contains("resumed"));
   fs::path side;
@@ -1434,7 +1434,8 @@ measurement: {warmup_steps: 1, max_steps: 3}
   ASSERT_FALSE(side.empty());
   const Outcome report = Trainbench("report " + side.string() + " " + out + "/results.json");
   EXPECT_EQ(report.exit_code, 0) << report.output;
-  EXPECT_NE(report.output.find("- simple_cnn on cpu, #1 and #2: environment.TRAINBENCH_GRAPH_FILL (\"0\" / unset)"),
+  EXPECT_NE(report.output.find(
+                "- simple_cnn on cpu, #1 and #2: environment.TRAINBENCH_POWERCAP_ROOT (\"/nonexistent\" / unset)"),
             std::string::npos)
       << report.output;
 }
@@ -1453,9 +1454,10 @@ measurement: {warmup_steps: 1, max_steps: 3}
 )");
   const std::string bin = (BinDir() / "trainbench").string();
   for (const std::string& command : {" validate " + config, " run " + config + " --out " + (dir_ / "never").string()}) {
-    const Outcome bad = Shell("TRAINBENCH_GRAPH_FILL=yes " + bin + command + Plugins() + " 2>&1");
+    const Outcome bad = Shell("TRAINBENCH_DESCRIBE_TIMEOUT=yes " + bin + command + Plugins() + " 2>&1");
     EXPECT_EQ(bad.exit_code, 2) << bad.output;
-    EXPECT_NE(bad.output.find("TRAINBENCH_GRAPH_FILL='yes' is not understood: it takes `0` or `1`"), std::string::npos)
+    EXPECT_NE(bad.output.find("TRAINBENCH_DESCRIBE_TIMEOUT='yes' is not understood: it takes seconds (up to 86400)"),
+              std::string::npos)
         << bad.output;
   }
   EXPECT_FALSE(fs::exists(dir_ / "never" / "results.json"));

@@ -103,20 +103,11 @@ add_dependencies(engine_tests simple_cnn resnet18 resnet50 cpu fake_nvml fixture
                  fixture_default_not_json fixture_no_entry fixture_crash_on_load faulty_model)
 gtest_discover_tests(engine_tests DISCOVERY_TIMEOUT 60)
 # The ResNets' convolutions over maps smaller than their filter as one matrix
-# product (on by default in fp32 and from batch 512; the rule and the
-# filter's autograd on the CPU in whole_map_tests), and the whole models on
-# the cuDNN path (GPU only; skipped elsewhere) with it forced on
-# (TRAINBENCH_CONV_WHOLE_MAP=1: every type at every batch, channels_last in
-# fp32 too, the stem's cases, where the rule takes layer 3's 2x2 maps and
-# layer 4's 1x1) and off (=0: the plain convolutions the default no longer
-# runs in fp32).
+# product (on by default in fp32 and from batch 512): the rule and the
+# filter's autograd on the CPU in whole_map_tests; the whole models on the
+# cuDNN path by the rule, forced on and off (option whole_map_conv) in
+# engine_tests' Models.* (GPU only).
 trainbench_resnet_test(whole_map_tests whole_map_test.cc)
-gtest_discover_tests(engine_tests DISCOVERY_TIMEOUT 60 TEST_PREFIX WholeMapModels.
-                     TEST_FILTER "Models.ResNetEngineCache*:Models.ResNetFusedBatchNorm*:Models.ResNetStemSpaceToDepth*"
-                     PROPERTIES ENVIRONMENT TRAINBENCH_CONV_WHOLE_MAP=1)
-gtest_discover_tests(engine_tests DISCOVERY_TIMEOUT 60 TEST_PREFIX NoWholeMapModels.
-                     TEST_FILTER "Models.ResNetEngineCache*:Models.ResNetFusedBatchNorm*:Models.ResNetStemSpaceToDepth*"
-                     PROPERTIES ENVIRONMENT TRAINBENCH_CONV_WHOLE_MAP=0)
 
 # The side streams' priorities (the forks themselves are tested in
 # cudnn_conv_tests on CUDA builds; here without CUDA, that nothing forks).
@@ -138,14 +129,6 @@ endif()
 # The ResNets' fused batch norm against the module's composite (CUDA builds).
 if(TARGET trainbench_resnet_kernels)
   trainbench_resnet_test(batch_norm_act_tests batch_norm_act_test.cc)
-  # The paths of GPUs before compute capability 9.0 (no thread block
-  # clusters: the one-pass kernels' blocks wait for each other through global
-  # memory; no programmatic dependent launches), on this GPU
-  # (TRAINBENCH_BEFORE_SM90=1, a test hook): the channels_last cases, the
-  # streams' and the captured steps.
-  gtest_discover_tests(batch_norm_act_tests DISCOVERY_TIMEOUT 60 TEST_PREFIX BeforeSm90.
-                       TEST_FILTER "Cuda/BatchNormAct.*ChannelsLast*:BatchNormActStreams.*:BatchNormActGraph.*"
-                       PROPERTIES ENVIRONMENT TRAINBENCH_BEFORE_SM90=1)
   # The stem's max pool against LibTorch's.
   trainbench_resnet_test(max_pool_tests max_pool_test.cc)
   # The whole map's filter gradient folded in one kernel against LibTorch's

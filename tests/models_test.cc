@@ -19,14 +19,24 @@ std::shared_ptr<sdk::Model> Create(const LoadedPlugin& plugin, const nlohmann::j
   return CreateModel(plugin, testing::WithDefaults(plugin, options));
 }
 
-std::shared_ptr<sdk::Model> Make(const std::string& name, int64_t classes) {
+nlohmann::json MakeOptions(const std::string& name, int64_t classes) {
   nlohmann::json options{{"num_classes", classes}};
   if (name == "simple_cnn")
     options.update({{"hidden", 192}, {"fused_epilogue", true}});
   else
     options.update({{"stem", "imagenet"}, {"image_size", 32}, {"fused_batchnorm", true}, {"cudnn_engine_cache", true}});
-  return Create(LoadPlugin(trainbench::testing::PluginFile(name)), options);
+  return options;
 }
+
+std::shared_ptr<sdk::Model> Make(const std::string& name, int64_t classes) {
+  return Create(LoadPlugin(trainbench::testing::PluginFile(name)), MakeOptions(name, classes));
+}
+
+// The ResNets' whole-map convolutions (option whole_map_conv): by the rule,
+// forced on (every type at every batch, channels_last in fp32 too, the
+// stem's cases, where the rule takes layer 3's 2x2 maps and layer 4's 1x1),
+// and off (the plain convolutions the rule no longer runs in fp32).
+constexpr const char* kWholeMapModes[] = {"auto", "always", "never"};
 
 // torchvision.models.resnet18/50(num_classes=1000): parameter counts from
 // torchvision's documentation; parameter tensors from len(list(parameters())).
@@ -140,14 +150,19 @@ TEST(Models, UnknownStemIsACreationError) {
 // noise of 10-45% in some bias gradients; or within `tolerance`), in its
 // logits, every gradient and every running statistic.
 void ExpectFusedMatchesComposite(const std::string& name, const std::string& option, sdk::Amp amp, bool channels_last,
-                                 double tolerance, bool truth = false) {
-  auto fused = Make(name, 10);
+                                 double tolerance, bool truth = false,
+                                 const nlohmann::json& both = nlohmann::json::object()) {
+  SCOPED_TRACE(name + " " + option + " " + both.dump());
+  nlohmann::json fused_options = MakeOptions(name, 10);
+  fused_options.update(both);
+  auto fused = Create(LoadPlugin(trainbench::testing::PluginFile(name)), fused_options);
   nlohmann::json options = name == "simple_cnn" ? nlohmann::json{{"num_classes", 10}, {"hidden", 192}}
                                                 : nlohmann::json{{"num_classes", 10},
                                                                  {"stem", "imagenet"},
                                                                  {"image_size", 32},
                                                                  {"fused_batchnorm", true},
                                                                  {"cudnn_engine_cache", true}};
+  options.update(both);
   options[option] = false;
   auto composite = Create(LoadPlugin(trainbench::testing::PluginFile(name)), options);
   auto exact = truth ? Create(LoadPlugin(trainbench::testing::PluginFile(name)), options) : nullptr;
@@ -269,14 +284,18 @@ TEST(Models, ResNetWorkGrowsWithTheImageSize) {
 // running statistics, both measured against the composite in fp64.
 TEST(Models, ResNetFusedBatchNormOnCudaMatchesTheCompositeFp32) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  for (const std::string name : {"resnet18", "resnet50"})
-    ExpectFusedMatchesComposite(name, "fused_batchnorm", sdk::Amp::kNone, false, 1e-3, /*truth=*/true);
+  for (const char* whole_map : kWholeMapModes)
+    for (const std::string name : {"resnet18", "resnet50"})
+      ExpectFusedMatchesComposite(name, "fused_batchnorm", sdk::Amp::kNone, false, 1e-3, /*truth=*/true,
+                                  {{"whole_map_conv", whole_map}});
 }
 
 TEST(Models, ResNetFusedBatchNormOnCudaMatchesTheCompositeBf16ChannelsLast) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  for (const std::string name : {"resnet18", "resnet50"})
-    ExpectFusedMatchesComposite(name, "fused_batchnorm", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true);
+  for (const char* whole_map : kWholeMapModes)
+    for (const std::string name : {"resnet18", "resnet50"})
+      ExpectFusedMatchesComposite(name, "fused_batchnorm", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true,
+                                  {{"whole_map_conv", whole_map}});
 }
 
 // The batch norms as one kernel each way (batchnorm_one_pass, default on)
@@ -317,9 +336,13 @@ TEST(Models, ResNetFusedClassifierOnCudaMatchesLibTorchs) {
 // LibTorch's, in a whole training step, both against fp64.
 TEST(Models, ResNetEngineCacheConvolutionsOnCudaMatchLibTorchs) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  for (const std::string name : {"resnet18", "resnet50"}) {
-    ExpectFusedMatchesComposite(name, "cudnn_engine_cache", sdk::Amp::kNone, false, 1e-3, /*truth=*/true);
-    ExpectFusedMatchesComposite(name, "cudnn_engine_cache", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true);
+  for (const char* whole_map : kWholeMapModes) {
+    for (const std::string name : {"resnet18", "resnet50"}) {
+      ExpectFusedMatchesComposite(name, "cudnn_engine_cache", sdk::Amp::kNone, false, 1e-3, /*truth=*/true,
+                                  {{"whole_map_conv", whole_map}});
+      ExpectFusedMatchesComposite(name, "cudnn_engine_cache", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true,
+                                  {{"whole_map_conv", whole_map}});
+    }
   }
 }
 
@@ -347,9 +370,13 @@ TEST(Models, ResNetStemSpaceToDepthOnCudaMatchesTheSevenBySeven) {
         NoTf32() { at::globalContext().setAllowTF32CuDNN(false); }
         ~NoTf32() { at::globalContext().setAllowTF32CuDNN(was); }
       } no_tf32;
-      ExpectFusedMatchesComposite(name, "stem_space_to_depth", sdk::Amp::kNone, true, 5e-2, /*truth=*/true);
+      for (const char* whole_map : kWholeMapModes)
+        ExpectFusedMatchesComposite(name, "stem_space_to_depth", sdk::Amp::kNone, true, 5e-2, /*truth=*/true,
+                                    {{"whole_map_conv", whole_map}});
     }
-    ExpectFusedMatchesComposite(name, "stem_space_to_depth", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true);
+    for (const char* whole_map : kWholeMapModes)
+      ExpectFusedMatchesComposite(name, "stem_space_to_depth", sdk::Amp::kBf16, true, 1e-2, /*truth=*/true,
+                                  {{"whole_map_conv", whole_map}});
   }
 }
 

@@ -3,6 +3,8 @@
 #include "trainer.h"
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <thread>
@@ -67,25 +69,29 @@ std::pair<int, std::vector<protocol::Event>> RunInProcess(const CellSpec& spec) 
   return {code, events};
 }
 
-// TRAINBENCH_GRAPH_FILL (the captured step's memsets as kernels): "1" and
-// "0" decide; unset or any other bytes leave it to the step's pixels, on
-// from 512 x 32 x 32 (batch 512 at 32 px, batch 11 at 224 px).
-TEST(GraphFill, TheSettingOrTheStepsPixelsDecide) {
+// The device's graph_fill option (the captured step's memsets as kernels):
+// always and never decide; auto, absent or anything else leaves it to the
+// step's pixels, on from 512 x 32 x 32 (batch 512 at 32 px, batch 11 at
+// 224 px).
+TEST(GraphFill, TheOptionOrTheStepsPixelsDecide) {
+  using trainbench::worker::GraphFillOption;
   using trainbench::worker::GraphFillWanted;
   const int64_t at32 = 32 * 32, at224 = 224 * 224;
-  EXPECT_FALSE(GraphFillWanted(nullptr, 128 * at32));
-  EXPECT_FALSE(GraphFillWanted(nullptr, 511 * at32));
-  EXPECT_TRUE(GraphFillWanted(nullptr, 512 * at32));
-  EXPECT_TRUE(GraphFillWanted(nullptr, 1024 * at32));
-  EXPECT_FALSE(GraphFillWanted(nullptr, 10 * at224));
-  EXPECT_TRUE(GraphFillWanted(nullptr, 11 * at224));
-  EXPECT_TRUE(GraphFillWanted("1", 128 * at32));
-  EXPECT_FALSE(GraphFillWanted("0", 1024 * at32));
-  for (const char* other : {"", "yes", "1 ", "01", "true", "\xff"}) {
-    EXPECT_FALSE(GraphFillWanted(other, 128 * at32)) << other;
-    EXPECT_TRUE(GraphFillWanted(other, 1024 * at32)) << other;
-  }
-  EXPECT_FALSE(GraphFillWanted(nullptr, 0));
+  EXPECT_FALSE(GraphFillWanted(std::nullopt, 128 * at32));
+  EXPECT_FALSE(GraphFillWanted(std::nullopt, 511 * at32));
+  EXPECT_TRUE(GraphFillWanted(std::nullopt, 512 * at32));
+  EXPECT_TRUE(GraphFillWanted(std::nullopt, 1024 * at32));
+  EXPECT_FALSE(GraphFillWanted(std::nullopt, 10 * at224));
+  EXPECT_TRUE(GraphFillWanted(std::nullopt, 11 * at224));
+  EXPECT_TRUE(GraphFillWanted(true, 128 * at32));
+  EXPECT_FALSE(GraphFillWanted(false, 1024 * at32));
+  EXPECT_FALSE(GraphFillWanted(std::nullopt, 0));
+  EXPECT_EQ(GraphFillOption({{"graph_fill", "always"}}), std::optional<bool>(true));
+  EXPECT_EQ(GraphFillOption({{"graph_fill", "never"}}), std::optional<bool>(false));
+  for (const nlohmann::json& other :
+       {nlohmann::json::object(), nlohmann::json{{"graph_fill", "auto"}}, nlohmann::json{{"graph_fill", 1}},
+        nlohmann::json{{"graph_fill", "yes"}}, nlohmann::json{{"graph_fill", nullptr}}})
+    EXPECT_EQ(GraphFillOption(other), std::nullopt) << other.dump();
 }
 
 TEST(Trainer, ACellReportsStartedProgressEpochsThenOneResult) {
@@ -203,6 +209,29 @@ TEST(Trainer, TheResultSaysWhatTheResNetsRulesChose) {
   EXPECT_GT(model["convolution"].value("libtorch", 0), 0) << model.dump();
   EXPECT_GT(model["classifier"].value("libtorch", 0), 0) << model.dump();
   EXPECT_FALSE(path->contains("worker")) << path->dump();
+}
+
+// A ResNet18 step captured in a CUDA graph with its side streams (bf16,
+// channels_last): the cell trains and its record says what the capture did,
+// including whether memory used on two streams could be reused within it
+// (step_timer.cc; with LibTorch 2.9 and later). GPU only.
+TEST(Trainer, ACapturedResNetStepSaysWhetherItsCaptureReusedCrossStreamMemory) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  CellSpec spec = SmallCell("resnet18", 32);
+  spec.device = {"cuda", PluginFile("cuda").string(), {{"amp", "bf16"}, {"channels_last", true}, {"cuda_graph", true}}};
+  spec.device.options = testing::WithDefaults(LoadPlugin(PluginFile("cuda")), spec.device.options);
+  const auto [code, events] = RunInProcess(spec);
+  ASSERT_EQ(code, 0);
+  ASSERT_TRUE(std::holds_alternative<protocol::Result>(events.back()));
+  const auto& path = std::get<protocol::Result>(events.back()).path_taken;
+  ASSERT_TRUE(path.has_value() && path->contains("worker"));
+  const nlohmann::json& worker = (*path)["worker"];
+  EXPECT_GE(worker.value("graphs_captured", 0), 1) << worker.dump();
+  ASSERT_TRUE(worker.contains("capture_reuses_cross_stream_memory")) << worker.dump();
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+  EXPECT_TRUE(worker["capture_reuses_cross_stream_memory"].get<bool>()) << worker.dump();
+#endif
+  EXPECT_GT((*path)["model"]["side_streams"].value("filter_gradients_beside", 0), 0) << path->dump();
 }
 
 // SimpleCNN says which form each block's epilogue (bias + ReLU + max-pool)

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -13,12 +14,12 @@ namespace trainbench {
 namespace {
 
 bool AnyText(const std::string&) { return true; }
-bool ZeroOrOne(const std::string& value) { return value == "0" || value == "1"; }
 bool AbsolutePath(const std::string& value) { return !value.empty() && value.front() == '/'; }
 bool PositiveSeconds(const std::string& value) {
   char* end = nullptr;
   const double v = std::strtod(value.c_str(), &end);
-  return !value.empty() && *end == '\0' && v > 0 && v <= 86400;
+  return !value.empty() && std::isdigit(static_cast<unsigned char>(value.front())) && *end == '\0' && v > 0 &&
+         v <= 86400;
 }
 
 }  // namespace
@@ -47,18 +48,6 @@ const std::vector<EnvironmentVariable>& EnvironmentVariables() {
        true, AnyText},
       {"TRAINBENCH_POWERCAP_ROOT", "a folder",
        "where the CPU's energy counters (RAPL) are read (default /sys/class/powercap; a test hook)", true, AnyText},
-      {"TRAINBENCH_CONV_WHOLE_MAP", "`0` or `1`",
-       "test hook: the ResNets' convolutions over maps smaller than their filter as one product over the whole map "
-       "always (`1`) or never (`0`), not by the model's rule",
-       true, ZeroOrOne},
-      {"TRAINBENCH_GRAPH_FILL", "`0` or `1`",
-       "test hook: a captured step's memsets rewritten as kernels always (`1`) or never (`0`), not by the worker's "
-       "rule (from 512 x 32 x 32 image pixels a step)",
-       true, ZeroOrOne},
-      {"TRAINBENCH_BEFORE_SM90", "`0` or `1`",
-       "test hook: `1` launches the ResNets' batch norm kernels as on a GPU before compute capability 9.0 (no "
-       "thread block clusters, no programmatic dependent launch), so that those paths run on an H100 too",
-       true, ZeroOrOne},
   };
   return kTable;
 }

@@ -41,7 +41,7 @@ ReadCells CellsOf(const nlohmann::json& doc);
 
 /// The settings whose values differ between two cells' configurations (their
 /// `config`), as dotted keys ("training.batch_size",
-/// "environment.TRAINBENCH_GRAPH_FILL"), in order; objects are compared member by
+/// "environment.TRAINBENCH_POWERCAP_ROOT"), in order; objects are compared member by
 /// member, a member set on one side only differs. Thread-safe.
 std::vector<std::string> DifferingSettings(const nlohmann::json& a, const nlohmann::json& b);
 

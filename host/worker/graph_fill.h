@@ -1,6 +1,6 @@
 #pragma once
 // Memset nodes of a CUDA graph rewritten as kernel nodes that write the same
-// bytes: the host worker's captured training step (TRAINBENCH_GRAPH_FILL,
+// bytes: the host worker's captured training step (the cuda device's graph_fill option,
 // host/worker/step_timer.cc). Inside a captured step, a memset node between
 // two kernels (cuDNN zeroing its workspace before its kernel) left the GPU
 // idle about 4.4 us before it and 3-4 us after it on an H200, against about

@@ -79,6 +79,7 @@ nlohmann::json PathTaken(sdk::Model& model, int abi_minor, const GraphedStep* gr
     const GraphedStep::Path g = graphed->path();
     path["worker"] = {{"graphs_captured", g.captures}};
     if (g.memsets_as_kernels >= 0) path["worker"]["memsets_as_kernels"] = g.memsets_as_kernels;
+    if (g.captures > 0) path["worker"]["capture_reuses_cross_stream_memory"] = g.cross_stream_reuse;
   }
   if (copies != nullptr && copies->Groups() > 0) {
     path["worker"]["working_copies"] = {{"parameters", copies->Parameters().size()},

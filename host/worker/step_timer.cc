@@ -15,6 +15,11 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+#if __has_include(<c10/core/AllocatorConfig.h>)
+#include <c10/core/AllocatorConfig.h>
+#include <c10/cuda/CUDAAllocatorConfig.h>
+#define TRAINBENCH_ALLOCATOR_CONFIG 1
+#endif
 #endif
 #ifdef TRAINBENCH_GRAPH_FILL_KERNEL
 #include "graph_fill.h"  // a graph's memsets as kernels
@@ -121,29 +126,69 @@ cudaGraph_t RawGraph(G&, long) {
 }
 
 // Whether the captured step's memset nodes become kernel nodes writing the
-// same bytes (graph_fill.h) before the graph is instantiated:
-// TRAINBENCH_GRAPH_FILL=1 always, =0 never, otherwise where a step trains on
+// same bytes (graph_fill.h) before the graph is instantiated: the device's
+// graph_fill option always or never, otherwise where a step trains on
 // at least 512 x 32 x 32 image pixels (batch x height x width; ResNet at
 // 32 px: batch 512 and up; GraphFillWanted). Traces of the ResNets' captured
 // steps on an H200: the GPU idled about 7.6 us around each memset node (cuDNN
 // zeroing a workspace), against 0.85 us between two kernels. An ABA (two runs each, against the memsets left as they
 // are): at batch 1024 ResNet18 bf16 +2.8%, fp32 +3.6%, ResNet50 bf16 +1.0%, fp32 +2.0%; at batch 128 ResNet18 bf16
-// -0.8%, fp32 +2.5%, ResNet50 bf16 -2.3%, fp32 -1.3% (why the short steps lose is not known). Read at each capture.
+// -0.8%, fp32 +2.5%, ResNet50 bf16 -2.3%, fp32 -1.3% (why the short steps lose is not known).
 // Needs a LibTorch whose graphs can be kept after capture (raw_cuda_graph)
 // and the fill kernel built.
-bool FillMemsets(int64_t pixels_per_step) {
+bool FillMemsets(std::optional<bool> forced, int64_t pixels_per_step) {
 #ifdef TRAINBENCH_GRAPH_FILL_KERNEL
-  return GraphFillWanted(std::getenv("TRAINBENCH_GRAPH_FILL"), pixels_per_step);
+  return GraphFillWanted(forced, pixels_per_step);
 #else
-  (void)pixels_per_step;
+  (void)forced, (void)pixels_per_step;
+  return false;
+#endif
+}
+
+#ifdef TRAINBENCH_ALLOCATOR_CONFIG
+template <class Config>
+auto CrossStreamReuse(int) -> decltype(bool{Config::graph_capture_record_stream_reuse()}) {
+  return Config::graph_capture_record_stream_reuse();
+}
+template <class Config>
+bool CrossStreamReuse(long) {
+  return false;
+}
+#endif
+
+// Whether memory used on two streams during a capture can be handed out
+// again in that capture. A block freed while another stream has used it
+// (record_stream: the ResNets' side streams, side_stream.h) is otherwise held
+// until the capture ends, since the allocator cannot query events then; a
+// captured ResNet step then holds the memory of every activation its
+// backward frees (on an H100, ResNet18 bf16 at 224 px, batch 256: 7.9 GiB
+// reserved for 4.1 GiB of live tensors). LibTorch 2.9 and later can prove
+// from the captured graph's edges when such a block is safe to reuse
+// (PYTORCH_CUDA_ALLOC_CONF's graph_capture_record_stream_reuse); the worker
+// turns it on unless the allocator's settings name it. Settled once, before
+// the first capture; false with an older LibTorch.
+bool CaptureReusesCrossStreamMemory() {
+#ifdef TRAINBENCH_ALLOCATOR_CONFIG
+  static const bool reuse = [] {
+    namespace config = c10::CachingAllocator;
+    using CudaConfig = c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig;
+    constexpr const char* kKey = "graph_capture_record_stream_reuse";
+    if (config::AcceleratorAllocatorConfig::getKeys().count(kKey) == 0) return false;
+    const std::string settings = config::getAllocatorSettings();
+    if (settings.find(kKey) == std::string::npos)  // the user's settings again, and this one
+      config::setAllocatorSettings(settings + (settings.empty() ? "" : ",") + kKey + ":True");
+    return CrossStreamReuse<CudaConfig>(0);
+  }();
+  return reuse;
+#else
   return false;
 #endif
 }
 
 class CudaGraphedStep : public GraphedStep {
  public:
-  CudaGraphedStep(std::function<void()> step, int64_t pixels_per_step, std::string dump)
-      : step_(std::move(step)), pixels_per_step_(pixels_per_step), dump_(std::move(dump)) {}
+  CudaGraphedStep(std::function<void()> step, int64_t pixels_per_step, std::string dump, std::optional<bool> fill)
+      : step_(std::move(step)), fill_(FillMemsets(fill, pixels_per_step)), dump_(std::move(dump)) {}
 
   int Run() override {
     int steps = 1;
@@ -176,7 +221,8 @@ class CudaGraphedStep : public GraphedStep {
       // as Graphviz (PREFIX-N.dot), to compare its kernels with another
       // program's.
       const bool dump = !dump_.empty();
-      const bool fill = FillMemsets(pixels_per_step_);
+      const bool fill = fill_;
+      path_.cross_stream_reuse = CaptureReusesCrossStreamMemory();
       graph_ = MakeGraph<at::cuda::CUDAGraph>(/*keep_graph=*/dump || fill);
       graph_->capture_begin();
       step_();
@@ -211,7 +257,7 @@ class CudaGraphedStep : public GraphedStep {
   }
 
   std::function<void()> step_;
-  int64_t pixels_per_step_;
+  bool fill_;
   std::string dump_;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
   int captures_ = 0;  // dumped
@@ -221,12 +267,18 @@ class CudaGraphedStep : public GraphedStep {
 
 }  // namespace
 
-bool GraphFillWanted(const char* setting, int64_t pixels_per_step) {
+bool GraphFillWanted(std::optional<bool> forced, int64_t pixels_per_step) {
   constexpr int64_t kFillFromPixels = 512 * 32 * 32;
-  const std::string value = setting != nullptr ? setting : "";
-  if (value == "1") return true;
-  if (value == "0") return false;
+  if (forced) return *forced;
   return pixels_per_step >= kFillFromPixels;
+}
+
+std::optional<bool> GraphFillOption(const nlohmann::json& device_options) {
+  const auto it = device_options.find("graph_fill");
+  if (it == device_options.end() || !it->is_string()) return std::nullopt;
+  if (*it == "always") return true;
+  if (*it == "never") return false;
+  return std::nullopt;
 }
 
 bool WorkerHasCuda() {
@@ -246,11 +298,11 @@ std::unique_ptr<StepTimer> MakeStepTimer(const sdk::DeviceSettings& settings, sd
 }
 
 std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step, int64_t pixels_per_step,
-                                             const std::string& dump) {
+                                             const std::string& dump, std::optional<bool> fill) {
 #ifdef TRAINBENCH_WORKER_CUDA
-  return std::make_unique<CudaGraphedStep>(std::move(step), pixels_per_step, dump);
+  return std::make_unique<CudaGraphedStep>(std::move(step), pixels_per_step, dump, fill);
 #else
-  (void)step, (void)pixels_per_step, (void)dump;
+  (void)step, (void)pixels_per_step, (void)dump, (void)fill;
   throw std::runtime_error("cuda_graph needs a worker built with CUDA");
 #endif
 }

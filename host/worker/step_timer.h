@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,8 +52,9 @@ class GraphedStep {
   virtual void Invalidate() = 0;
   /// What the captures did, for the cell's record.
   struct Path {
-    int captures = 0;             ///< graphs captured
-    int memsets_as_kernels = -1;  ///< the last capture's memset nodes rewritten as kernels (-1: not rewritten)
+    int captures = 0;                 ///< graphs captured
+    int memsets_as_kernels = -1;      ///< the last capture's memset nodes rewritten as kernels (-1: not rewritten)
+    bool cross_stream_reuse = false;  ///< memory used on two streams was reusable within the capture (step_timer.cc)
   };
   virtual Path path() const = 0;
 };
@@ -61,18 +64,23 @@ class GraphedStep {
 /// makes the host wait on the device. Throws when this worker has no CUDA.
 /// `pixels_per_step` (images x height x width a step) decides whether the
 /// captured graph's memsets become kernels (GraphFillWanted): for steps long
-/// enough that it pays. `dump`: empty, or a prefix for each captured graph
+/// enough that it pays, unless `fill` forces it on or off. `dump`: empty, or a prefix for each captured graph
 /// as Graphviz (PREFIX-N.dot).
 std::unique_ptr<GraphedStep> MakeGraphedStep(std::function<void()> step, int64_t pixels_per_step = 0,
-                                             const std::string& dump = "");
+                                             const std::string& dump = "", std::optional<bool> fill = std::nullopt);
 
 /// Whether a captured step's memset nodes should become kernel nodes before
-/// the graph is instantiated (step_timer.cc says why): `setting` is
-/// TRAINBENCH_GRAPH_FILL's value (a test hook; null when unset), "1" yes,
-/// "0" no, and otherwise yes where the step trains on at least 512 x 32 x 32
-/// image pixels. Whether this worker can (CUDA, the fill kernel built, a LibTorch
-/// that keeps its graphs) is another matter.
-bool GraphFillWanted(const char* setting, int64_t pixels_per_step);
+/// the graph is instantiated (step_timer.cc says why): as `forced` where it
+/// is set (the device's graph_fill option, always or never), otherwise
+/// where the step trains on at least 512 x 32 x 32 image pixels. Whether
+/// this worker can (CUDA, the fill kernel built, a LibTorch that keeps its
+/// graphs) is another matter.
+bool GraphFillWanted(std::optional<bool> forced, int64_t pixels_per_step);
+
+/// A device's graph_fill option (`auto`, `always`, `never`; a device that
+/// captures steps may declare it, as the cuda device does): forced on or
+/// off, or none for the worker's rule. Absent or any other value: none.
+std::optional<bool> GraphFillOption(const nlohmann::json& device_options);
 
 /// Whether this worker was built with CUDA support.
 bool WorkerHasCuda();

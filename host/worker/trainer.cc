@@ -520,9 +520,9 @@ class CellRun {
       kernel_trace_ = MakeKernelTrace(settings_.device, DiagnosticPath(diagnostics, "kernel-trace") + ".json",
                                       diagnostics.kernel_trace_steps);
     if (settings_.cuda_graph)
-      graphed_ = MakeGraphedStep([this] { TrainStep(/*for_graph=*/true); },
-                                 local_batch_ * train_->image_size() * train_->image_size(),
-                                 diagnostics.graph_dump ? DiagnosticPath(diagnostics, "graph") : "");
+      graphed_ = MakeGraphedStep(
+          [this] { TrainStep(/*for_graph=*/true); }, local_batch_ * train_->image_size() * train_->image_size(),
+          diagnostics.graph_dump ? DiagnosticPath(diagnostics, "graph") : "", GraphFillOption(s_.device.options));
     const Clock::time_point train_start = Clock::now();
     setup_seconds_ = Seconds(train_start - started_);
     Clock::time_point last_report = train_start;

@@ -235,6 +235,11 @@ const TbParamSpec kParams[] = {
     {"channels_last", TB_PARAM_BOOL, "false", "use the NHWC memory format", nullptr, 0, 0, 0},
     {"cuda_graph", TB_PARAM_BOOL, "false",
      "capture the whole training step (forward, backward, optimizer) in a CUDA graph", nullptr, 0, 0, 0},
+    {"graph_fill", TB_PARAM_ENUM, "\"auto\"",
+     "with cuda_graph, the captured step's memset nodes (cuDNN zeroing a workspace) rewritten as kernels writing the "
+     "same bytes, which the GPU runs without the idle gap around each memset node: auto from 512 x 32 x 32 image "
+     "pixels a step (where it was measured to pay), always, or never",
+     "auto,always,never", 0, 0, 0},
     {"memory_limit_gib", TB_PARAM_FLOAT, "0",
      "the most GPU memory (GiB) the cell's allocations may hold, its autotuning and captured step included, as "
      "torch.cuda.set_per_process_memory_fraction sets it (0: the whole GPU); 8 is about an 8 GB card, its CUDA context "

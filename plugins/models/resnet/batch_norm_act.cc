@@ -36,7 +36,7 @@ using torch::autograd::variable_list;
 // channels_last when x is (a 1x1 map is both: the same memory either way).
 bool IsNhwc(const torch::Tensor& x) { return x.is_contiguous(c10::MemoryFormat::ChannelsLast); }
 
-kernels::BnProblem Problem(const torch::Tensor& x, bool nhwc, bool relu, bool residual, bool one_pass = true) {
+kernels::BnProblem Problem(const torch::Tensor& x, bool nhwc, bool relu, bool residual, BnLaunch launch = {}) {
   return kernels::BnProblem{kernels::DTypeOf(x.scalar_type()),
                             nhwc ? kernels::Layout::kNhwc : kernels::Layout::kNchw,
                             x.size(0),
@@ -44,7 +44,8 @@ kernels::BnProblem Problem(const torch::Tensor& x, bool nhwc, bool relu, bool re
                             x.size(2) * x.size(3),
                             relu,
                             residual,
-                            one_pass};
+                            launch.one_pass,
+                            launch.sm90_launches};
 }
 
 bool IsFloatOn(const torch::Tensor& t, const torch::Tensor& x) {
@@ -86,11 +87,11 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
                                const torch::Tensor& bias, const torch::Tensor& residual,
                                const torch::Tensor& running_mean, const torch::Tensor& running_var,
                                const torch::Tensor& num_batches_tracked, double eps, double momentum, bool relu,
-                               bool one_pass, bool twice) {
+                               bool one_pass, bool sm90_launches, bool twice) {
     const c10::cuda::CUDAGuard guard(x.device());
     const bool nhwc = IsNhwc(x);
     const torch::Tensor r = Present(residual) ? residual.contiguous(Format(nhwc)) : torch::Tensor();
-    const kernels::BnProblem problem = Problem(x, nhwc, relu, r.defined(), one_pass);
+    const kernels::BnProblem problem = Problem(x, nhwc, relu, r.defined(), {one_pass, sm90_launches});
     const auto f32 = x.options().dtype(torch::kFloat).memory_format(c10::MemoryFormat::Contiguous);
     // x's own strides (a 1x1 map's NCHW and NHWC are the same memory): the
     // convolutions after it see what they would see after the composite.
@@ -129,6 +130,7 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
       ctx->save_for_backward({x, weight, bias, mean, invstd});
     ctx->saved_data["relu"] = relu;
     ctx->saved_data["one_pass"] = one_pass;
+    ctx->saved_data["sm90_launches"] = sm90_launches;
     if (!twice) return {y};
     // Either output may get no gradient (a reader outside autograd).
     ctx->set_materialize_grads(false);
@@ -142,7 +144,8 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
     const c10::cuda::CUDAGuard guard(x.device());
     const bool nhwc = IsNhwc(x);
     const kernels::BnProblem problem =
-        Problem(x, nhwc, ctx->saved_data["relu"].toBool(), residual, ctx->saved_data["one_pass"].toBool());
+        Problem(x, nhwc, ctx->saved_data["relu"].toBool(), residual,
+                {ctx->saved_data["one_pass"].toBool(), ctx->saved_data["sm90_launches"].toBool()});
     // Two outputs: either gradient may be undefined (materialize_grads off).
     const torch::Tensor& g0 = grads[0];
     const torch::Tensor g1 = grads.size() > 1 ? grads[1] : torch::Tensor();
@@ -257,7 +260,7 @@ namespace {
 // The fused path's outputs (one, or two with `twice`), or none where it does
 // not apply.
 std::vector<torch::Tensor> Fused(BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu,
-                                 bool fused, bool one_pass, bool twice) {
+                                 bool fused, BnLaunch launch, bool twice) {
 #ifdef TRAINBENCH_RESNET_KERNELS
   if (fused && FusedApplies(bn, x, residual, relu)) {
     const bool batch_statistics = bn.is_training() || !bn.options.track_running_stats();
@@ -278,15 +281,15 @@ std::vector<torch::Tensor> Fused(BatchNorm2dImpl& bn, const torch::Tensor& x, co
                                      bn.num_batches_tracked.device() == x.device() &&
                                      bn.num_batches_tracked.numel() == 1 && bn.num_batches_tracked.is_contiguous();
       if (track && bn.num_batches_tracked.defined() && !counter_on_device) bn.CountBatch();
-      return FusedBatchNormAct::apply(x, bn.weight, bn.bias, OrAbsent(residual, x),
-                                      OrAbsent(track ? bn.running_mean : torch::Tensor(), bn.weight),
-                                      OrAbsent(track ? bn.running_var : torch::Tensor(), bn.weight),
-                                      OrAbsent(counter_on_device ? bn.num_batches_tracked : torch::Tensor(), bn.weight),
-                                      bn.options.eps(), momentum, relu, one_pass, twice && residual.defined());
+      return FusedBatchNormAct::apply(
+          x, bn.weight, bn.bias, OrAbsent(residual, x), OrAbsent(track ? bn.running_mean : torch::Tensor(), bn.weight),
+          OrAbsent(track ? bn.running_var : torch::Tensor(), bn.weight),
+          OrAbsent(counter_on_device ? bn.num_batches_tracked : torch::Tensor(), bn.weight), bn.options.eps(), momentum,
+          relu, launch.one_pass, launch.sm90_launches, twice && residual.defined());
     }
   }
 #else
-  (void)bn, (void)x, (void)residual, (void)relu, (void)fused, (void)one_pass, (void)twice;
+  (void)bn, (void)x, (void)residual, (void)relu, (void)fused, (void)launch, (void)twice;
 #endif
   return {};
 }
@@ -294,16 +297,16 @@ std::vector<torch::Tensor> Fused(BatchNorm2dImpl& bn, const torch::Tensor& x, co
 }  // namespace
 
 torch::Tensor BatchNormAct(BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu,
-                           bool fused, bool one_pass) {
-  std::vector<torch::Tensor> out = Fused(bn, x, residual, relu, fused, one_pass, /*twice=*/false);
+                           bool fused, BnLaunch launch) {
+  std::vector<torch::Tensor> out = Fused(bn, x, residual, relu, fused, launch, /*twice=*/false);
   if (!out.empty()) return out[0];
   trainbench::plugins::CountPath("batch_norm", "composite");
   return Composite(bn, x, residual, relu);
 }
 
 std::pair<torch::Tensor, torch::Tensor> BatchNormActTwice(BatchNorm2dImpl& bn, const torch::Tensor& x,
-                                                          const torch::Tensor& residual, bool fused, bool one_pass) {
-  std::vector<torch::Tensor> out = Fused(bn, x, residual, /*relu=*/true, fused, one_pass, /*twice=*/true);
+                                                          const torch::Tensor& residual, bool fused, BnLaunch launch) {
+  std::vector<torch::Tensor> out = Fused(bn, x, residual, /*relu=*/true, fused, launch, /*twice=*/true);
   if (out.empty()) {
     trainbench::plugins::CountPath("batch_norm", "composite");
     out = {Composite(bn, x, residual, /*relu=*/true)};

@@ -16,15 +16,24 @@ namespace resnet {
 /// Whether this build has the CUDA kernels.
 bool FusedKernelsBuilt() noexcept;
 
+/// How the fused kernels may run in training (the ResNets' options).
+struct BnLaunch {
+  /// batchnorm_one_pass: on channels_last tensors that fit on chip, one
+  /// kernel each way (see batch_norm_act_kernels.h), else always two.
+  bool one_pass = true;
+  /// sm90_launches: on GPUs of compute capability 9.0 and later, thread
+  /// block clusters and programmatic dependent launches; false: launched as
+  /// on earlier GPUs.
+  bool sm90_launches = true;
+};
+
 /// The fused path takes CUDA tensors of float, bfloat16 or half, NCHW or
 /// channels_last, a module with fp32 affine parameters and a momentum, and
 /// statistics of this rank alone (not cross-rank); in training mode it
 /// updates the running statistics as the module would. Anything else, and
-/// `fused` false, goes the composite way. `one_pass`: training on
-/// channels_last tensors that fit on chip as one kernel each way (see
-/// batch_norm_act_kernels.h), else always two.
+/// `fused` false, goes the composite way.
 torch::Tensor BatchNormAct(trainbench::sdk::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual,
-                           bool relu, bool fused, bool one_pass = true);
+                           bool relu, bool fused, BnLaunch launch = {});
 
 /// relu(batch_norm(x) + residual) as two tensors of the same values, for a
 /// residual block's output that the next block reads twice (its first
@@ -34,7 +43,7 @@ torch::Tensor BatchNormAct(trainbench::sdk::BatchNorm2dImpl& bn, const torch::Te
 /// separate add before it; elsewhere the same tensor twice.
 std::pair<torch::Tensor, torch::Tensor> BatchNormActTwice(trainbench::sdk::BatchNorm2dImpl& bn, const torch::Tensor& x,
                                                           const torch::Tensor& residual, bool fused,
-                                                          bool one_pass = true);
+                                                          BnLaunch launch = {});
 
 /// Whether a training step of `x` (CUDA, 4-d) would run one kernel each way
 /// with `one_pass` on this device (for tests and benchmarks).

@@ -84,18 +84,6 @@ int ResidentBlocks() {
   return b;
 }
 
-// Whether TRAINBENCH_BEFORE_SM90=1 asks these kernels to launch as on a
-// device before compute capability 9.0 (no clusters, no programmatic
-// dependent launches): a test hook, so that those paths run on an H100 too.
-// The host refuses any other value before a run starts.
-bool AsBeforeSm90() {
-  static const bool value = [] {
-    const char* s = std::getenv("TRAINBENCH_BEFORE_SM90");
-    return s != nullptr && s[0] == '1' && s[1] == '\0';
-  }();
-  return value;
-}
-
 // Blocks per channel tile of an NHWC element-wise pass (`kernel`): the
 // rows' share, at most one wave of the blocks the device holds at once.
 // Sized for 8 per SM, the bf16 passes (43-80 registers a thread: 3-5 blocks
@@ -138,7 +126,7 @@ template <auto kernel>
 bool ClusterReady(const Geometry& g) {
   static std::array<std::array<std::atomic<signed char>, kPortableClusterBlocks + 1>, kMaxDevices> ready{};
   const int device = CurrentDevice();
-  if (AsBeforeSm90() || g.one_pass_splits > kPortableClusterBlocks || device < 0) return false;
+  if (!g.sm90_launches || g.one_pass_splits > kPortableClusterBlocks || device < 0) return false;
   std::atomic<signed char>& known = ready[device][g.one_pass_splits];
   signed char r = known.load(std::memory_order_relaxed);
   if (r == 0) {
@@ -211,10 +199,10 @@ bool LaunchOnePassRows(const Geometry& g, const Params& p, cudaStream_t stream) 
 // reduction finishes, and the reduction's launch overlaps the last blocks of
 // the convolution before it (about 0.85 us a batch norm; +0.1 to +1.8% a
 // step at batch 1024 on an H200). Asked once per device.
-bool DependentLaunchReady() {
+bool DependentLaunchReady(const Geometry& g) {
   static std::array<std::atomic<signed char>, kMaxDevices> ready{};
   const int device = CurrentDevice();
-  if (AsBeforeSm90() || device < 0) return false;
+  if (!g.sm90_launches || device < 0) return false;
   signed char r = ready[device].load(std::memory_order_relaxed);
   if (r == 0) {
     int major = 0;
@@ -244,14 +232,14 @@ void LaunchNhwc(bool dependent, dim3 grid, const Params& p, int tx, cudaStream_t
 
 // The NHWC reduction of training on `stream`.
 template <auto kernel>
-void LaunchReduction(dim3 grid, const Params& p, int tx, cudaStream_t stream) {
-  LaunchNhwc<kernel>(DependentLaunchReady(), grid, p, tx, stream);
+void LaunchReduction(const Geometry& g, dim3 grid, const Params& p, int tx, cudaStream_t stream) {
+  LaunchNhwc<kernel>(DependentLaunchReady(g), grid, p, tx, stream);
 }
 
 // The NHWC element-wise pass, after the reduction just launched on `stream`.
 template <auto kernel>
-void LaunchElementwise(dim3 grid, const Params& p, int tx, cudaStream_t stream) {
-  LaunchNhwc<kernel>(DependentLaunchReady(), grid, p, tx, stream);
+void LaunchElementwise(const Geometry& g, dim3 grid, const Params& p, int tx, cudaStream_t stream) {
+  LaunchNhwc<kernel>(DependentLaunchReady(g), grid, p, tx, stream);
 }
 
 // kSecondGrad: the backward adds p.grad_y2 to dy (BnBackwardArgs::grad_y2).
@@ -264,10 +252,10 @@ void LaunchTyped(const BnProblem& pr, const Geometry& g, const Params& p, cudaSt
     if (LaunchOnePassRows<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, kMask>(g, p, stream)) return;
     trainbench::plugins::CountPath("batch_norm", "two_kernels_nhwc");
     constexpr bool kReduceMask = kMask && kBackward, kElementwiseMask = kMask && !kBackward;
-    LaunchReduction<ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, kReduceMask>>(dim3(g.tiles, g.splits),
-                                                                                                p, g.tx, stream);
+    LaunchReduction<ReduceNhwc<T, kVec, kBackward, kRelu, kResidual, kSecondGrad, kReduceMask>>(
+        g, dim3(g.tiles, g.splits), p, g.tx, stream);
     constexpr auto elementwise = ElementwiseNhwc<T, kVec, kBackward, kRelu, kResidual, kElementwiseMask>;
-    LaunchElementwise<elementwise>(dim3(g.elem_tiles, ElementwiseRowBlocks<elementwise>(g)), p, g.elem_tx, stream);
+    LaunchElementwise<elementwise>(g, dim3(g.elem_tiles, ElementwiseRowBlocks<elementwise>(g)), p, g.elem_tx, stream);
     return;
   }
   trainbench::plugins::CountPath("batch_norm", "two_kernels_nchw");
@@ -362,7 +350,8 @@ void LaunchWidth(Pass pass, const BnProblem& pr, const Geometry& g, const Params
 
 cudaError_t Launch(Pass pass, const BnProblem& pr, Params p, cudaStream_t stream) {
   if (!Supported(pr)) return cudaErrorInvalidValue;
-  const Geometry g = Plan(pr, SmCount());
+  Geometry g = Plan(pr, SmCount());
+  g.sm90_launches = pr.sm90_launches;
   p.rows = pr.n * pr.s;
   p.s = pr.s;
   p.c = static_cast<int>(pr.c);

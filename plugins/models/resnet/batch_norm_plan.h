@@ -21,6 +21,11 @@ struct BnProblem {
   /// way where the tensor fits in the registers of blocks resident together
   /// (OnePassNhwc); false: always the two kernels.
   bool one_pass = true;
+  /// On GPUs of compute capability 9.0 and later, a one-pass kernel's blocks
+  /// as a thread block cluster and the NHWC passes as programmatic
+  /// dependents of the kernel before them; false: launched as on earlier
+  /// GPUs (the ResNets' option sm90_launches: never).
+  bool sm90_launches = true;
 };
 
 /// Threads of every block of these kernels.
@@ -58,17 +63,18 @@ constexpr int kMaxTiles = 4096;
 
 /// How a problem is cut into blocks.
 struct Geometry {
-  int vec = 1;              ///< elements per pack
-  int tx = 1;               ///< NHWC reduction: threads along a row's packs (ty = kBnThreads / tx rows)
-  int tiles = 1;            ///< channel tiles of a reduction (NCHW: the channels)
-  int splits = 1;           ///< reduction blocks per tile
-  int elem_tx = 1;          ///< NHWC element-wise pass: threads along a row's packs
-  int elem_tiles = 1;       ///< its channel tiles
-  int rows_blocks = 1;      ///< its blocks per tile, at most (one wave: the launch narrows it to the occupancy)
-  int one_pass_rows = 0;    ///< NHWC one pass: rows per thread (0: the two kernels)
-  int one_pass_splits = 0;  ///< its blocks per tile
-  int one_pass_tx = 0;      ///< its threads along a row's packs (tx or narrower)
-  int one_pass_tiles = 0;   ///< its channel tiles
+  int vec = 1;                ///< elements per pack
+  int tx = 1;                 ///< NHWC reduction: threads along a row's packs (ty = kBnThreads / tx rows)
+  int tiles = 1;              ///< channel tiles of a reduction (NCHW: the channels)
+  int splits = 1;             ///< reduction blocks per tile
+  int elem_tx = 1;            ///< NHWC element-wise pass: threads along a row's packs
+  int elem_tiles = 1;         ///< its channel tiles
+  int rows_blocks = 1;        ///< its blocks per tile, at most (one wave: the launch narrows it to the occupancy)
+  int one_pass_rows = 0;      ///< NHWC one pass: rows per thread (0: the two kernels)
+  int one_pass_splits = 0;    ///< its blocks per tile
+  int one_pass_tx = 0;        ///< its threads along a row's packs (tx or narrower)
+  int one_pass_tiles = 0;     ///< its channel tiles
+  bool sm90_launches = true;  ///< the problem's: clusters and dependent launches where the GPU has them
 };
 
 /// The widest pack (elements, 16 bytes at most) that divides `extent`.

@@ -41,12 +41,13 @@ using torch::nn::Conv2dOptions;
 class ConvImpl : public sdk::CountedConv2dImpl {
  public:
   ConvImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool engine_cache,
-           const cudnn_conv::Settings& settings, bool space_to_depth = false)
+           const cudnn_conv::Settings& settings, std::optional<bool> whole_map, bool space_to_depth = false)
       : sdk::CountedConv2dImpl(Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false)),
         stride_(stride),
         padding_(padding),
         engine_cache_(engine_cache),
         space_to_depth_(space_to_depth),
+        whole_map_(whole_map),
         settings_(settings) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
@@ -60,14 +61,13 @@ class ConvImpl : public sdk::CountedConv2dImpl {
       }
       // As one matrix product over the whole map where it is smaller than
       // the filter (by WholeMapApplies' rule of the type the cuDNN path
-      // computes in and the batch, or TRAINBENCH_CONV_WHOLE_MAP=1 or 0;
+      // computes in and the batch, or always or never by option whole_map_conv;
       // channels_last, where the map's pixels as channels are a view). Its
       // filter gradient and the fold of it onto the taps join late below
       // resnet::kWholeMapLateBelowRows images, as below (the convolution and
       // the fold take the group together), else at once.
       const at::ScalarType type = cudnn_conv::ComputeType(x);
-      if (x.is_contiguous(c10::MemoryFormat::ChannelsLast) &&
-          resnet::WholeMapApplies(resnet::WholeMapForced(), x.size(0), type)) {
+      if (x.is_contiguous(c10::MemoryFormat::ChannelsLast) && resnet::WholeMapApplies(whole_map_, x.size(0), type)) {
         if (const auto map = resnet::WholeMapPlan(x.size(2), x.size(3), w.size(2), w.size(3), stride_, padding_)) {
           const bool late = resnet::WholeMapJoinsLate(x.size(0), w.scalar_type(), type);
           cudnn_conv::Settings settings = settings_;
@@ -101,6 +101,7 @@ class ConvImpl : public sdk::CountedConv2dImpl {
  private:
   int64_t stride_, padding_;
   bool engine_cache_, space_to_depth_;
+  std::optional<bool> whole_map_;  // forced on or off; none: WholeMapApplies' rule
   cudnn_conv::Settings settings_;
   torch::Tensor step_weight_;
   int64_t late_join_group_ = -1;
@@ -170,15 +171,16 @@ class StepWeights {
   std::vector<ConvImpl*> used_;
 };
 
-// How the batch norms run (batch_norm_act.h): fused, and then one kernel
-// each way where the tensor fits on chip.
+// How the batch norms run (batch_norm_act.h): fused, and then how the
+// kernels may launch.
 struct BnPath {
-  bool fused, one_pass;
+  bool fused;
+  resnet::BnLaunch launch;
 };
 
 torch::Tensor BatchNormAct(BatchNorm2d& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu,
                            BnPath path) {
-  return resnet::BatchNormAct(*bn, x, residual, relu, path.fused, path.one_pass);
+  return resnet::BatchNormAct(*bn, x, residual, relu, path.fused, path.launch);
 }
 
 // What the blocks share: the fused batch norm and max pool, the engine cache;
@@ -189,14 +191,15 @@ struct Paths {
   bool fused_classifier;
   bool engine_cache;
   cudnn_conv::Settings conv;
+  std::optional<bool> whole_map;
   bool stem_space_to_depth;
 };
 
 Conv Conv3x3(int64_t in, int64_t out, int64_t stride, const Paths& paths) {
-  return Conv(in, out, 3, stride, 1, paths.engine_cache, paths.conv);
+  return Conv(in, out, 3, stride, 1, paths.engine_cache, paths.conv, paths.whole_map);
 }
 Conv Conv1x1(int64_t in, int64_t out, int64_t stride, const Paths& paths) {
-  return Conv(in, out, 1, stride, 0, paths.engine_cache, paths.conv);
+  return Conv(in, out, 1, stride, 0, paths.engine_cache, paths.conv, paths.whole_map);
 }
 
 // One residual block, basic (two 3x3) or bottleneck (1x1, 3x3, 1x1 x4).
@@ -268,7 +271,7 @@ class BlockImpl : public torch::nn::Module {
   // The last batch norm, the residual add and ReLU.
   std::pair<torch::Tensor, torch::Tensor> Tail(const torch::Tensor& y, const torch::Tensor& identity, bool split) {
     BatchNorm2d& bn = bottleneck_ ? bn3_ : bn2_;
-    if (split) return resnet::BatchNormActTwice(*bn, y, identity, bn_.fused, bn_.one_pass);
+    if (split) return resnet::BatchNormActTwice(*bn, y, identity, bn_.fused, bn_.launch);
     torch::Tensor out = BatchNormAct(bn, y, identity, /*relu=*/true, bn_);
     return {out, out};
   }
@@ -288,9 +291,9 @@ class ResNetImpl : public torch::nn::Module {
         bn_(paths.batchnorm),
         fused_pool_(paths.fused_maxpool),
         fused_classifier_(paths.fused_classifier) {
-    conv1_ = register_module(
-        "conv1", imagenet_stem ? Conv(3, 64, 7, 2, 3, paths.engine_cache, paths.conv, paths.stem_space_to_depth)
-                               : Conv3x3(3, 64, 1, paths));
+    conv1_ = register_module("conv1", imagenet_stem ? Conv(3, 64, 7, 2, 3, paths.engine_cache, paths.conv,
+                                                           paths.whole_map, paths.stem_space_to_depth)
+                                                    : Conv3x3(3, 64, 1, paths));
     bn1_ = register_module("bn1", BatchNorm2d(64));
     int64_t in = 64;
     const int64_t widths[4] = {64, 128, 256, 512};
@@ -450,6 +453,13 @@ cudnn_conv::Settings ConvSettings(const sdk::Options& options) {
   return settings;
 }
 
+// An `auto|always|never` option: none for auto, else forced on or off.
+std::optional<bool> Forced(const sdk::Options& options, const char* name) {
+  const std::string value = options.GetString(name);
+  if (value == "auto") return std::nullopt;
+  return value == "always";
+}
+
 }  // namespace
 
 std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Options& options) {
@@ -458,13 +468,14 @@ std::unique_ptr<sdk::Model> MakeResNet(const ResNetSpec& spec, const sdk::Option
   const std::string stem = options.GetString("stem");
   if (stem != "imagenet" && stem != "cifar")
     throw std::invalid_argument("stem must be 'imagenet' or 'cifar', not '" + stem + "'");
-  const Paths paths{
-      BnPath{options.GetBool("fused_batchnorm") && resnet::FusedKernelsBuilt(), options.GetBool("batchnorm_one_pass")},
-      options.GetBool("fused_maxpool") && resnet::FusedKernelsBuilt(),
-      options.GetBool("fused_classifier") && resnet::FusedKernelsBuilt(),
-      options.GetBool("cudnn_engine_cache") && cudnn_conv::Built(),
-      ConvSettings(options),
-      options.GetBool("stem_space_to_depth")};
+  const Paths paths{BnPath{options.GetBool("fused_batchnorm") && resnet::FusedKernelsBuilt(),
+                           {options.GetBool("batchnorm_one_pass"), options.GetString("sm90_launches") == "auto"}},
+                    options.GetBool("fused_maxpool") && resnet::FusedKernelsBuilt(),
+                    options.GetBool("fused_classifier") && resnet::FusedKernelsBuilt(),
+                    options.GetBool("cudnn_engine_cache") && cudnn_conv::Built(),
+                    ConvSettings(options),
+                    Forced(options, "whole_map_conv"),
+                    options.GetBool("stem_space_to_depth")};
   return std::make_unique<ResNetModel>(ResNet(spec, classes, stem == "imagenet", paths),
                                        std::array<int64_t, 3>{3, size, size}, classes);
 }

@@ -22,6 +22,11 @@ inline const TbParamSpec kResNetParams[] = {
      "(the ResNets' layers 2-4 at batch 128 and 32 px), statistics and normalisation as one kernel each way, each "
      "element read once (false: the two kernels each way)",
      nullptr, 0, 0, 0},
+    {"sm90_launches", TB_PARAM_ENUM, "\"auto\"",
+     "with fused_batchnorm, on GPUs of compute capability 9.0 and later, a one-pass batch norm's blocks as a thread "
+     "block cluster and the passes as programmatic dependents of the kernel before them (auto); never: launched as "
+     "on earlier GPUs (their blocks wait for each other through global memory), which runs those paths on a newer GPU",
+     "auto,never", 0, 0, 0},
     {"fused_maxpool", TB_PARAM_BOOL, "true",
      "on CUDA, the imagenet stem's max pool as this plugin's kernels (the window's maximum kept as a byte; the "
      "backward a gather, several times faster than LibTorch's at the stem's shape; false: LibTorch's max_pool2d)",
@@ -48,6 +53,11 @@ inline const TbParamSpec kResNetParams[] = {
      "with cudnn_engine_cache, one line in the cell's log per autotuned convolution: its candidates, their times "
      "and the engine chosen (a diagnostic: bench/tuning_log.py sums the lines up; the choice is the same)",
      nullptr, 0, 0, 0},
+    {"whole_map_conv", TB_PARAM_ENUM, "\"auto\"",
+     "with cudnn_engine_cache, on channels_last input, a convolution over a map smaller than its filter (layer 4 at "
+     "32 px) as one matrix product over the whole map: auto by the measured rule (fp32 at any batch; bf16 and fp16 "
+     "from 512 images a step), always, or never",
+     "auto,always,never", 0, 0, 0},
     {"stem_space_to_depth", TB_PARAM_BOOL, "true",
      "with cudnn_engine_cache, the imagenet stem's 7x7/2 convolution as a 4x4/1 one over 2x2 pixel blocks (the same "
      "sums; on an H200 2x faster at 32 px, 2.6x at 224 px than cuDNN's kernels for the 7x7 one), for channels_last "

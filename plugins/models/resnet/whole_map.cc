@@ -164,16 +164,6 @@ torch::Tensor ChannelsAsMap(const torch::Tensor& y, const WholeMap& map) {
   return y.reshape({y.size(0), map.ho, map.wo, k}).permute({0, 3, 1, 2});
 }
 
-std::optional<bool> WholeMapForced() {
-  // A test hook: "1" or "0" (the host refuses any other value before a run).
-  static const std::optional<bool> value = []() -> std::optional<bool> {
-    const char* s = std::getenv("TRAINBENCH_CONV_WHOLE_MAP");
-    if (s == nullptr || (std::string_view(s) != "1" && std::string_view(s) != "0")) return std::nullopt;
-    return s[0] == '1';
-  }();
-  return value;
-}
-
 bool WholeMapApplies(std::optional<bool> forced, int64_t rows, c10::ScalarType type) {
   if (forced) return *forced;
   return type == c10::ScalarType::Float || rows >= kWholeMapMinRows;

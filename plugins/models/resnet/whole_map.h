@@ -9,8 +9,8 @@
 // input pixel q), it does 16 blocks of work instead of 36 (1 of 9 over a 1x1
 // map), and its three products (output, input gradient, filter gradient)
 // are square-ish matrices of the batch's size instead of long thin ones.
-// Taken by a rule of type and batch (WholeMapApplies); the test hook
-// TRAINBENCH_CONV_WHOLE_MAP=1 or 0 forces it on or off. (A trim of the
+// Taken by a rule of type and batch (WholeMapApplies); the ResNets' option
+// whole_map_conv (always, never) forces it on or off. (A trim of the
 // one-pixel outputs to their live taps alone was dropped: the whole map
 // takes those too and beat it in every cell at batch 1024; at 128 only
 // ResNet50 fp32 favoured the trim, +0.42% against -0.09%, within the runs'
@@ -88,11 +88,6 @@ torch::Tensor MapAsChannels(const torch::Tensor& x);
 /// ChannelsAsMap(conv2d(MapAsChannels(x), WholeMapFilter(w, map)), map)
 /// where WholeMapPlan gave `map`.
 torch::Tensor ChannelsAsMap(const torch::Tensor& y, const WholeMap& map);
-
-/// TRAINBENCH_CONV_WHOLE_MAP (a test hook): "1" forces the whole-map form
-/// on, "0" off; unset: none, the measured rule of WholeMapApplies. Read once
-/// a process.
-std::optional<bool> WholeMapForced();
 
 /// From this many images a step the whole-map form runs in bf16 and half as
 /// well as in fp32 (H200, 32 px: at batch 1024 it gained 1.2-4.7%
