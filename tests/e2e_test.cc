@@ -1295,6 +1295,23 @@ measurement: {warmup_steps: 1, max_steps: 3}
   EXPECT_EQ(cell["plugins"][0]["abi"], "1.1");  // tests/fixtures/sdk-1.1: the real headers of SDK 1.1
 }
 
+// Built against SDK 1.3's frozen headers and overriding the two methods 1.3
+// added for a model's own SGD (reserved slots since 1.5): it loads and
+// trains, the host updating every parameter.
+TEST_F(EndToEnd, APluginBuiltAgainstSdk13HeadersOverridingItsRetiredSlotsTrains) {
+  const std::string config = Config(R"(name: sdk13
+models: [{plugin: sdk13_model, options: {fault: sgd_taken}}]
+devices: [cpu]
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const json cell = Results()["cells"][0];
+  EXPECT_EQ(cell["status"], "ok") << cell;
+  EXPECT_EQ(cell["plugins"][0]["abi"], "1.3");
+}
+
 TEST_F(EndToEnd, OlderPluginsRunButCannotSyncBatchNorm) {
   if (!WorkerHasGloo()) GTEST_SKIP() << "trainbench-worker built without Gloo (libgloo-dev)";
   const std::string config = Config(R"(name: old-abi

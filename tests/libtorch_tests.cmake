@@ -62,6 +62,11 @@ target_compile_definitions(old_abi_model PRIVATE FIXTURE_OLD_ABI)
 trainbench_test_plugin(sdk11_model fixtures/faulty_model.cc)
 target_include_directories(sdk11_model BEFORE PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/sdk-1.1/include)
 target_compile_definitions(sdk11_model PRIVATE FIXTURE_PLUGIN_NAME="sdk11_model")
+# And against SDK 1.3's frozen headers, overriding the two methods for a
+# model's own SGD that 1.3 added and 1.5 retired (reserved slots since).
+trainbench_test_plugin(sdk13_model fixtures/faulty_model.cc)
+target_include_directories(sdk13_model BEFORE PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/sdk-1.3/include)
+target_compile_definitions(sdk13_model PRIVATE FIXTURE_PLUGIN_NAME="sdk13_model" FIXTURE_SDK13)
 
 # A GPU's stand-in (a CPU device with a device_index), for the Slurm test's --gres cells.
 trainbench_test_plugin(gpu_stand_in fixtures/gpu_stand_in.cc)
@@ -100,7 +105,7 @@ if(TARGET trainbench_mixed_precision_kernels)
 endif()
 add_dependencies(engine_tests simple_cnn resnet18 resnet50 cpu fake_nvml fixture_abi_major fixture_abi_minor
                  fixture_fingerprint fixture_other_compiler fixture_cxx_abi fixture_enum_without_choices
-                 fixture_default_not_json fixture_no_entry fixture_crash_on_load faulty_model)
+                 fixture_default_not_json fixture_no_entry fixture_crash_on_load faulty_model sdk13_model)
 gtest_discover_tests(engine_tests DISCOVERY_TIMEOUT 60)
 # The ResNets' convolutions over maps smaller than their filter as one matrix
 # product (on by default in fp32 and from batch 512): the rule and the

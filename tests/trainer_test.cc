@@ -250,10 +250,10 @@ TEST(Trainer, TheResultSaysWhichEpilogueSimpleCnnRan) {
 }
 
 // The fixture model (tests/fixtures/faulty_model.cc) with one of its faults.
-CellSpec FaultyCell(const std::string& fault) {
+CellSpec FaultyCell(const std::string& fault, const std::string& fixture = "faulty_model") {
   CellSpec spec = SmallCell("simple_cnn", 32);
-  const std::filesystem::path plugin = testing::TestPluginDir() / "libtrainbench_faulty_model.so";
-  spec.model = {"faulty_model", plugin.string(), {{"fault", fault}}};
+  const std::filesystem::path plugin = testing::TestPluginDir() / ("libtrainbench_" + fixture + ".so");
+  spec.model = {fixture, plugin.string(), {{"fault", fault}}};
   spec.model.options = testing::WithDefaults(LoadPlugin(plugin), spec.model.options);
   return spec;
 }
@@ -362,7 +362,7 @@ TEST(Trainer, AModelReadingWorkingCopiesTrainsAndTheResultSaysSo) {
 // SDK 1.3's offer of SGD updates is no longer made: a model that would take
 // one and refuse every learning rate trains (the host updates everything).
 TEST(Trainer, NoHostOffersSdk13sSgdUpdatesAnyMore) {
-  const auto [code, events] = RunInProcess(FaultyCell("sgd_taken"));
+  const auto [code, events] = RunInProcess(FaultyCell("sgd_taken", "sdk13_model"));
   EXPECT_EQ(code, 0);
   ASSERT_FALSE(events.empty());
   EXPECT_TRUE(std::holds_alternative<protocol::Result>(events.back()));

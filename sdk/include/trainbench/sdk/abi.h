@@ -23,12 +23,12 @@
 /// ABI minor version of this SDK. A plugin's minor must be <= the host's.
 /// 1.1 appended Model::SyncBatchNorm() (called only on plugins of 1.1+).
 /// 1.2 appended TbPluginDescriptor::device_traits (read only from 1.2+).
-/// 1.3 appended Model::TakeSgdUpdates() and Model::SetSgdLearningRate()
-/// (called only on plugins of 1.3+).
+/// 1.3 appended two Model methods for a model's own SGD updates, called only
+/// on plugins of 1.3 and 1.4; reserved since (Model::Reserved13A/B).
 /// 1.4 appended Model::PathTaken() (called only on plugins of 1.4+).
 /// 1.5 appended Model::UseWorkingCopies() (called only on plugins of 1.5+)
-/// and stopped calling Model::TakeSgdUpdates() and SetSgdLearningRate():
-/// the host's optimizer updates every parameter.
+/// and stopped calling 1.3's two methods: the host's optimizer updates
+/// every parameter.
 /// 1.6 appended Device::Memory() (called only on plugins of 1.6+).
 #define TRAINBENCH_SDK_ABI_MINOR 6
 

@@ -17,19 +17,14 @@ namespace trainbench::sdk {
 
 class CrossRankSum;  // batch_norm.h
 
-/// SDK ABI 1.3, no longer used: the argument of Model::TakeSgdUpdates(),
-/// which hosts of ABI 1.5 and newer never call (the optimizer is the host's;
-/// see Model::UseWorkingCopies()). Kept so that plugins built against 1.3
-/// and 1.4 keep their layout.
-struct SgdSettings {
-  double lr = 0;
-  double momentum = 0;
-  double weight_decay = 0;
-  bool nesterov = false;
-  /// The cell's forward runs under bf16 autocast: what a model that casts
-  /// its weights gains from updating them itself (the ResNets take nothing
-  /// without it).
-  bool bf16_autocast = false;
+/// The argument of Model::Reserved13A(): SDK ABI 1.3's layout, kept so that
+/// plugins built against 1.3 and 1.4 keep theirs. No host passes it.
+struct Reserved13Args {
+  double reserved0 = 0;
+  double reserved1 = 0;
+  double reserved2 = 0;
+  bool reserved3 = false;
+  bool reserved4 = false;
 };
 
 /// A classification network made by a model plugin (TB_PLUGIN_MODEL).
@@ -79,21 +74,20 @@ class Model {
     return Status::Error("this model cannot synchronise batch normalisation across ranks");
   }
 
-  /// SDK ABI 1.3, no longer called: hosts of ABI 1.5 and newer update every
-  /// parameter themselves (a model that read low-precision copies of its
-  /// weights answers UseWorkingCopies() instead). A plugin built against
-  /// 1.3 or 1.4 that overrides it still loads and trains: its parameters are
-  /// updated by the host. The slot stays for their layout.
-  virtual Status TakeSgdUpdates(const SgdSettings& sgd, std::vector<torch::Tensor>* taken) noexcept {
-    (void)sgd;
-    taken->clear();
+  /// Reserved: two slots SDK ABI 1.3 added and ABI 1.5 retired (hosts of
+  /// 1.5 and newer never call them; the optimizer is the host's, see
+  /// UseWorkingCopies()). They keep the place of every slot after them, so
+  /// that a plugin built against 1.3 or 1.4 that overrides them still loads
+  /// and trains. Do not override or call them.
+  virtual Status Reserved13A(const Reserved13Args& args, std::vector<torch::Tensor>* out) noexcept {
+    (void)args;
+    out->clear();
     return Status::Ok();
   }
-
-  /// SDK ABI 1.3, no longer called (see TakeSgdUpdates()).
-  virtual Status SetSgdLearningRate(double lr) noexcept {
-    (void)lr;
-    return Status::Error("this model takes no SGD updates");
+  /// Reserved (see Reserved13A()).
+  virtual Status Reserved13B(double value) noexcept {
+    (void)value;
+    return Status::Error("reserved");
   }
 
   /// SDK ABI 1.4. What the model's own rules chose for the steps it ran, for
