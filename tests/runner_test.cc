@@ -19,7 +19,11 @@ namespace fs = std::filesystem;
 // cell's start, before its first attempt.
 class StopOnCellStart : public RunObserver {
  public:
-  void OnCellStarted(size_t, const CellRecord&) override { RequestStop(SIGTERM); }
+  explicit StopOnCellStart(RunStop& stop) : stop_(stop) {}
+  void OnCellStarted(size_t, const CellRecord&) override { stop_.Request(SIGTERM); }
+
+ private:
+  RunStop& stop_;
 };
 
 TEST(Runner, AStopBeforeTheFirstAttemptIsRecordedNotACrash) {
@@ -34,9 +38,9 @@ TEST(Runner, AStopBeforeTheFirstAttemptIsRecordedNotACrash) {
   e.models = {model};
   e.devices = {device};
   const fs::path out = fs::path(::testing::TempDir()) / ("runner_stop_" + std::to_string(::getpid()));
-  StopOnCellStart stopper;
-  const RunOutcome outcome = RunExperiment(e, out, nlohmann::json::object(), {&stopper});
-  ClearStopRequest();
+  RunStop stop;
+  StopOnCellStart stopper(stop);
+  const RunOutcome outcome = RunExperiment(e, out, nlohmann::json::object(), {&stopper}, stop);
   EXPECT_EQ(outcome.exit_code, 128 + SIGTERM);
   const auto& cell = outcome.results.at("cells").at(0);
   EXPECT_EQ(cell.at("status"), "interrupted");

@@ -11,6 +11,7 @@
 #include "config_loader.h"
 #include "environment.h"
 #include "file_sd_target.h"
+#include "live_runs.h"
 #include "logging.h"
 #include "net.h"
 #include "plan_impl.h"
@@ -176,6 +177,16 @@ ExperimentPlan Engine::Build(const ExperimentBuilder& builder) const {
 }
 
 RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, const EventCallback& on_event) const {
+  // This run's stop: the caller's, or one of its own; the signal handlers
+  // and Engine::RequestStop reach it while it is live.
+  RunStop own_stop;
+  RunStop& stop = options.stop != nullptr ? *options.stop : own_stop;
+  std::optional<LiveRun> live;
+  try {
+    live.emplace(stop);
+  } catch (const std::exception& e) {
+    throw EngineError(e.what(), kExitError);
+  }
   Experiment experiment = plan.impl().experiment;
   if (options.out_dir.empty()) throw EngineError("RunOptions::out_dir is empty: say where results go", kExitConfig);
   std::error_code ec;
@@ -255,7 +266,7 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
   std::unique_ptr<MetricsExporter> metrics;
   if (!m.address.empty() || !m.push_url.empty()) {
     try {
-      metrics = std::make_unique<MetricsExporter>(m);
+      metrics = std::make_unique<MetricsExporter>(m, &stop);
     } catch (const std::exception& e) {
       throw EngineError(e.what(), kExitConfig);
     }
@@ -309,13 +320,13 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
                 "other's timings (--concurrent runs beside it)",
                 MachineLockFile().string(), holder);
           },
-          &g_stop_signal);
+          &stop.requested());
     } catch (const std::exception& e) {
       throw EngineError(std::string(e.what()) + " (--concurrent runs without it)", kExitError);
     }
     if (!machine_lock.held()) {
       // 128 + the signal, as for a stop at any other stage.
-      const int sig = g_stop_signal.load();
+      const int sig = stop.signal();
       throw EngineError("stopped while waiting for the machine's benchmark lock; nothing was run",
                         sig != 0 ? 128 + sig : kExitInterrupted);
     }
@@ -333,7 +344,7 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
   if (options.kernel_trace_steps > 0 || options.graph_dump)
     diagnostics = protocol::Diagnostics{options.kernel_trace_steps, options.graph_dump, ""};
   RunOutcome outcome =
-      RunExperiment(experiment, options.out_dir, system, observers, options.resume, options.cells, diagnostics);
+      RunExperiment(experiment, options.out_dir, system, observers, stop, options.resume, options.cells, diagnostics);
   machine_lock = RunLock();  // lingering is not benchmarking
   target.reset();
 #ifdef TRAINBENCH_WITH_PROMETHEUS
@@ -342,8 +353,7 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
   RunSummary summary;
   summary.exit_code = outcome.exit_code;
   // A stop during the linger is a stop too: 128 + the signal.
-  if (const int sig = g_stop_signal.load(); sig != 0) summary.exit_code = 128 + sig;
-  ClearStopRequest();  // a later Run starts afresh
+  if (const int sig = stop.signal(); sig != 0) summary.exit_code = 128 + sig;
   summary.results = std::move(outcome.results);
   summary.table = std::move(outcome.table);
   summary.results_json = options.out_dir / "results.json";
@@ -351,7 +361,7 @@ RunSummary Engine::Run(const ExperimentPlan& plan, const RunOptions& options, co
   return summary;
 }
 
-void Engine::RequestStop(int signal) noexcept { trainbench::RequestStop(signal); }
+void Engine::RequestStop(int signal) noexcept { RequestStopAll(signal); }
 void Engine::InstallSignalHandlers() { trainbench::InstallSignalHandlers(); }
 
 }  // namespace trainbench

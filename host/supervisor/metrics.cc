@@ -46,6 +46,7 @@ double ProcessCpuSeconds(int pid) {
 
 struct MetricsExporter::Impl : MetricFamilies {
   MetricsSpec options;
+  const RunStop* run = nullptr;
   std::unique_ptr<MetricsServer> server;
 
   void SetState(const std::string& state) {
@@ -83,7 +84,7 @@ struct MetricsExporter::Impl : MetricFamilies {
           if (s->memory_used_bytes) gpu_memory.Add(cell_labels).Set(*s->memory_used_bytes);
         }
       }
-      const int pid = g_worker_pid.load();
+      const int pid = run != nullptr ? run->workers() : 0;
       const auto now = std::chrono::steady_clock::now();
       if (pid > 0) {
         const double cpu = ProcessCpuSeconds(pid);
@@ -112,8 +113,9 @@ struct MetricsExporter::Impl : MetricFamilies {
   }
 };
 
-MetricsExporter::MetricsExporter(const MetricsSpec& options) : impl_(std::make_unique<Impl>()) {
+MetricsExporter::MetricsExporter(const MetricsSpec& options, const RunStop* run) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
+  impl_->run = run;
   impl_->server = std::make_unique<MetricsServer>(options, impl_->registry);
   impl_->sampler = std::thread([this] { impl_->Sample(); });
 }
@@ -266,7 +268,7 @@ void MetricsExporter::Finish() {
     spdlog::info("serving final metrics on {}://{}/metrics for {:.0f} s", impl_->server->scheme(),
                  impl_->server->address(), impl_->options.linger_seconds);
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(impl_->options.linger_seconds);
-    while (std::chrono::steady_clock::now() < end && g_stop_signal.load() == 0) {
+    while (std::chrono::steady_clock::now() < end && (impl_->run == nullptr || impl_->run->signal() == 0)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }

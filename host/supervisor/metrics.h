@@ -22,7 +22,9 @@ class MetricsExporter : public RunObserver {
   /// Serves on options.address (HOST:PORT, or PORT: loopback; empty: push
   /// only); TLS and basic authentication as the options say (both files of
   /// each or neither: checked by the engine).
-  explicit MetricsExporter(const MetricsSpec& options);
+  /// `run`: the run whose workers' CPU use is sampled and whose stop ends
+  /// the linger (null: none); it must outlive this object.
+  explicit MetricsExporter(const MetricsSpec& options, const RunStop* run = nullptr);
   ~MetricsExporter() override;
 
   /// The address actually bound ("127.0.0.1:9464").
@@ -35,7 +37,7 @@ class MetricsExporter : public RunObserver {
   void OnRunFinished(const Results& results) override;
 
   /// Pushes to the Pushgateway (if configured), then keeps serving for the
-  /// linger time (returns early on SIGINT/SIGTERM).
+  /// linger time (returns early once the run is asked to stop).
   void Finish();
 
  private:

@@ -26,15 +26,11 @@ namespace trainbench {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::atomic<int> g_stop_signal{0};
-
 namespace {
 
 // After a stop request, how long a worker has to stop at its next step
 // before it is killed.
 constexpr double kStopGraceSeconds = 20;
-
-extern "C" void OnSignal(int sig) { RequestStop(sig); }
 
 protocol::CellSpec BuildCellSpec(const Experiment& e, const PluginUse& model, const PluginUse& device, size_t index,
                                  const std::optional<protocol::Diagnostics>& diagnostics) {
@@ -54,8 +50,8 @@ protocol::CellSpec BuildCellSpec(const Experiment& e, const PluginUse& model, co
 
 // The signal a stop was requested with, as "SIGTERM" ("a signal" when it
 // has no name).
-std::string StopSignalName() {
-  const char* abbrev = sigabbrev_np(g_stop_signal.load());
+std::string StopSignalName(const RunStop& stop) {
+  const char* abbrev = sigabbrev_np(stop.signal());
   return abbrev ? "SIG" + std::string(abbrev) : "a signal";
 }
 
@@ -140,7 +136,8 @@ void SumRankEnergy(const std::vector<std::optional<protocol::Result>>& ranks, Ce
 // cell's outcome. Rank 0 speaks for the cell; the other ranks' results give
 // the per-rank figures and their failures the reason.
 CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const CellRecord& base_cell,
-                      const fs::path& log, size_t index, double stall_timeout, std::vector<RunObserver*>& observers) {
+                      const fs::path& log, size_t index, double stall_timeout, std::vector<RunObserver*>& observers,
+                      RunStop& stop) {
   CellRecord cell = base_cell;
   bool finished = false;  // a final event came (result, skipped, error, interrupted)
   bool result = false;    // ... and it was a result
@@ -179,10 +176,10 @@ CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, c
   };
   const auto spawned = std::chrono::steady_clock::now();
   std::vector<WorkerExit> exits =
-      RunWorkers(launches, on_event, stall_timeout, /*straggler_seconds=*/30, &g_stop_signal, kStopGraceSeconds);
+      RunWorkers(launches, on_event, stall_timeout, /*straggler_seconds=*/30, &stop, kStopGraceSeconds);
   cell.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - spawned).count();
   const WorkerExit& exit = exits.front();
-  const bool interrupted = g_stop_signal.load() != 0;
+  const bool interrupted = stop.signal() != 0;
   if (result && exit.clean()) {
     cell.status = "ok";
   } else if (exit.killed_after_stop) {
@@ -190,7 +187,7 @@ CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, c
     cell.reason = fmt::format(
         "interrupted by {}; the worker had not stopped {:.0f} s later (hung in a plugin?) "
         "and was killed",
-        StopSignalName(), kStopGraceSeconds);
+        StopSignalName(stop), kStopGraceSeconds);
   } else if (!exit.protocol_error.empty()) {
     cell.status = "failed";
     cell.reason = "worker " + exit.Describe();
@@ -205,7 +202,7 @@ CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, c
     // crashes after it may have reported anything.
     if (interrupted && !result) {
       cell.status = "interrupted";
-      cell.reason = "interrupted by " + StopSignalName();
+      cell.reason = "interrupted by " + StopSignalName(stop);
     } else {
       cell.status = "failed";
       const std::string last = LastLogLine(log);
@@ -356,21 +353,9 @@ json CellConfig(const protocol::CellSpec& spec, const PluginUse& device) {
   return config;
 }
 
-void RequestStop(int sig) noexcept {
-  g_stop_signal.store(sig);
-  // The worker runs in its own process group, so a terminal's Ctrl-C and a
-  // service manager's SIGTERM reach only us: pass it on, once per request.
-  const int group = g_worker_pid.load();
-  // The worker stops at its next step on SIGINT or SIGTERM; a hang-up is
-  // the host's business, the worker gets SIGTERM for it.
-  if (group > 0) ::kill(-group, sig == SIGHUP ? SIGTERM : sig);
-}
-
-void ClearStopRequest() noexcept { g_stop_signal.store(0); }
-
 RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const json& system,
-                         std::vector<RunObserver*> observers, bool resume, const std::vector<size_t>& only,
-                         std::optional<protocol::Diagnostics> diagnostics) {
+                         std::vector<RunObserver*> observers, RunStop& stop, bool resume,
+                         const std::vector<size_t>& only, std::optional<protocol::Diagnostics> diagnostics) {
   // Every line logged during the run names it (--log-format json), and the
   // run's progress lines come first among the observers.
   const LogScope run_scope(json{{"experiment", e.name}});
@@ -459,7 +444,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
       for (auto* o : observers) o->OnCellFinished(index, cell);
       continue;
     }
-    if (g_stop_signal.load() != 0 || stopped_by_failure) {
+    if (stop.signal() != 0 || stopped_by_failure) {
       cell.status = stopped_by_failure ? "skipped" : "interrupted";
       cell.reason = stopped_by_failure ? "not run: an earlier cell failed and measurement.stop_on_failure is set"
                                        : "run interrupted before this cell started";
@@ -487,17 +472,18 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
                      model.label, device.label, job_gpus, device.ranks);
       }
       std::vector<CellRecord> attempts;
-      for (int64_t r = 0; r < e.measurement.repeats && g_stop_signal.load() == 0; ++r) {
+      for (int64_t r = 0; r < e.measurement.repeats && stop.signal() == 0; ++r) {
         const fs::path log = out_dir / "logs" /
                              fmt::format("cell-{:02}-{}-{}{}.log", index, model.label, device.label,
                                          e.measurement.repeats > 1 ? fmt::format("-r{}", r) : "");
-        attempts.push_back(RunAttempt(spec, device, cell, log, index, e.measurement.stall_timeout_seconds, observers));
+        attempts.push_back(
+            RunAttempt(spec, device, cell, log, index, e.measurement.stall_timeout_seconds, observers, stop));
         if (!attempts.back().ok()) break;
       }
       if (attempts.empty()) {
         // A stop arrived before the first attempt started.
         cell.status = "interrupted";
-        cell.reason = "run interrupted before this cell started (" + StopSignalName() + ")";
+        cell.reason = "run interrupted before this cell started (" + StopSignalName(stop) + ")";
       } else if (attempts.back().ok() && attempts.size() > 1) {
         cell = CombineRepeats(std::move(attempts));
       } else {
@@ -533,7 +519,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
       } else {
         // A cell interrupted while the run was not (a signal to its worker
         // alone) did not finish either: the run says so in its exit code.
-        any_failed |= cell.status == "failed" || (cell.status == "interrupted" && g_stop_signal.load() == 0);
+        any_failed |= cell.status == "failed" || (cell.status == "interrupted" && stop.signal() == 0);
         stopped_by_failure |= cell.status == "failed" && e.measurement.stop_on_failure;
         LogWith(spdlog::level::err, {{"event", "cell_finished"}, {"status", cell.status}}, "[{}/{}] {} on {}: {}: {}",
                 index + 1, total, model.label, device.label, cell.status, reason);
@@ -553,7 +539,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
   RunOutcome outcome;
   outcome.results = results.doc();
   outcome.table = results.Table();
-  const int sig = g_stop_signal.load();
+  const int sig = stop.signal();
   outcome.exit_code = sig != 0 ? 128 + sig : any_failed ? kExitCellsFailed : kExitOk;
   return outcome;
 }
@@ -569,21 +555,6 @@ CellRecord PlannedRecord(const PlannedCell& planned) {
   if (!planned.model.record.is_null()) cell.plugins.push_back(planned.model.record);
   if (!planned.device.record.is_null()) cell.plugins.push_back(planned.device.record);
   return cell;
-}
-
-void InstallSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  // A file-size limit reached (a quota, ulimit -f) fails the write with
-  // EFBIG, reported like a full disk, instead of killing the run.
-  signal(SIGXFSZ, SIG_IGN);
-  // A closed terminal or a dropped ssh session: stop as for SIGTERM, keeping
-  // what finished; unless started under nohup, which asked to ignore it.
-  struct sigaction hup {};
-  if (sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, nullptr);
 }
 
 }  // namespace trainbench

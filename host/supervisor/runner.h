@@ -16,9 +16,6 @@
 
 namespace trainbench {
 
-/// Set by RequestStop: stop after the current cell's worker ends.
-extern std::atomic<int> g_stop_signal;
-
 struct RunOutcome {
   int exit_code = kExitOk;  ///< an ExitCode, or 128 + signal when interrupted
   nlohmann::json results;   ///< the results.json document
@@ -28,30 +25,20 @@ struct RunOutcome {
 /// Runs every cell of `experiment` (plugins resolved) writing into `out_dir`.
 /// With `resume`, cells that finished (status ok) in an earlier run into the
 /// same folder with the same resolved configuration are kept, not rerun.
-/// A stop requested before or during the run ends it (ClearStopRequest
-/// before the next run).
+/// A stop requested of `stop` before or during the run ends it: the running
+/// cell stops at its next step, the cells after it are not run.
 /// With `only` not empty, just those cells run (by index, model-major); the
 /// others are recorded as skipped ("not selected"), as in a Slurm array task.
 /// `diagnostics` (its folder aside): what each cell writes into
 /// out_dir/diagnostics.
 RunOutcome RunExperiment(const Experiment& experiment, const std::filesystem::path& out_dir,
-                         const nlohmann::json& system, std::vector<RunObserver*> observers, bool resume = false,
-                         const std::vector<size_t>& only = {},
+                         const nlohmann::json& system, std::vector<RunObserver*> observers, RunStop& stop,
+                         bool resume = false, const std::vector<size_t>& only = {},
                          std::optional<protocol::Diagnostics> diagnostics = std::nullopt);
 
 /// The record of a planned cell before it runs: its model and device entries,
 /// their options and plugin records, no status yet. The runner and Slurm's
 /// gather both list cells this way.
 CellRecord PlannedRecord(const PlannedCell& planned);
-
-/// Records `signal` as the reason to stop and forwards it to the running
-/// worker, which stops at its next step. Async-signal-safe.
-void RequestStop(int signal) noexcept;
-
-void ClearStopRequest() noexcept;
-
-/// Installs SIGINT/SIGTERM/SIGHUP handlers that call RequestStop (SIGHUP
-/// only when it is not ignored, as under nohup).
-void InstallSignalHandlers();
 
 }  // namespace trainbench

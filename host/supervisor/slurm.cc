@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "live_runs.h"
 #include "plan_impl.h"
 #include "results.h"
 #include "runner.h"
@@ -212,7 +213,9 @@ SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, co
 
 void SlurmWait(const fs::path& out_dir, double poll_seconds) {
   const json jobs = ReadJobs(fs::absolute(out_dir));
-  while (!QueuedTasks(jobs).empty() && g_stop_signal.load() == 0) {
+  RunStop stop;  // a signal ends the wait
+  const LiveRun live(stop);
+  while (!QueuedTasks(jobs).empty() && stop.signal() == 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(poll_seconds));
   }
 }

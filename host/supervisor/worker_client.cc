@@ -28,8 +28,6 @@ extern char** environ;
 namespace trainbench {
 namespace fs = std::filesystem;
 
-std::atomic<int> g_worker_pid{0};
-
 namespace {
 // The worker's event channel, as a file descriptor number in the worker.
 constexpr int kWorkerEventsFd = 3;
@@ -206,7 +204,7 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, const WorkerEventHandler& on_event,
-                                   double idle_timeout_seconds, double straggler_seconds, const std::atomic<int>* stop,
+                                   double idle_timeout_seconds, double straggler_seconds, RunStop* stop,
                                    double stop_grace_seconds) {
   const fs::path worker = WorkerPath();
   if (::access(worker.c_str(), X_OK) != 0) {
@@ -220,13 +218,17 @@ std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, co
       workers.push_back(Spawn(worker, launch, group));
       if (group == 0) {
         group = workers.front().pid;
-        g_worker_pid.store(group);
+        if (stop != nullptr) {
+          stop->SetWorkers(group);
+          // A request made while the group was being set up reaches it too.
+          if (const int sig = stop->signal(); sig != 0) ::kill(-group, sig == SIGHUP ? SIGTERM : sig);
+        }
       }
     }
   } catch (...) {
     if (group != 0) ::kill(-group, SIGKILL);
     for (auto& w : workers) ::waitpid(w.pid, nullptr, 0);
-    g_worker_pid.store(0);
+    if (stop != nullptr) stop->SetWorkers(0);
     throw;
   }
 
@@ -329,7 +331,7 @@ std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, co
     }
     if (running == 0 || killed_all) continue;
     const auto now = Clock::now();
-    if (stop != nullptr && stop->load() != 0 && !stop_seen) stop_seen = now;
+    if (stop != nullptr && stop->signal() != 0 && !stop_seen) stop_seen = now;
     if (stop_seen && now - *stop_seen >= std::chrono::duration<double>(stop_grace_seconds)) {
       // Asked to stop and still running: hung where it cannot see the request.
       for (size_t i = 0; i < workers.size(); ++i) killed_after_stop[i] = !workers[i].reaped;
@@ -359,7 +361,7 @@ std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, co
     exits[i].killed_after_stop = killed_after_stop[i];
     exits[i].protocol_error = protocol_errors[i];
   }
-  g_worker_pid.store(0);
+  if (stop != nullptr) stop->SetWorkers(0);
   return exits;
 }
 

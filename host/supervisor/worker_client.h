@@ -10,13 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "trainbench/engine.h"
 #include "trainbench/protocol/events.h"
 
 namespace trainbench {
-
-/// Process group of the worker(s) running now (0 when none), for signal
-/// forwarding; the group's id is its first worker's pid.
-extern std::atomic<int> g_worker_pid;
 
 /// How a worker ended.
 struct WorkerExit {
@@ -66,13 +63,14 @@ struct WorkerLaunch {
 /// for `idle_timeout_seconds` (> 0), all are killed and their exits say
 /// timed_out; output on stdout/stderr does not count. When one has ended and
 /// the others have not `straggler_seconds` later, they are killed (they wait
-/// for it in a collective that cannot complete). When `*stop` becomes
-/// non-zero (a stop request, already forwarded to the group), workers that
-/// have not exited `stop_grace_seconds` later are killed. Throws
+/// for it in a collective that cannot complete). With `stop`, the workers'
+/// process group is its workers() while they run (its requests reach them),
+/// and once a stop is requested, workers that have not exited
+/// `stop_grace_seconds` later are killed. Throws
 /// std::runtime_error when a worker cannot be started.
 std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, const WorkerEventHandler& on_event,
                                    double idle_timeout_seconds = 0, double straggler_seconds = 30,
-                                   const std::atomic<int>* stop = nullptr, double stop_grace_seconds = 30);
+                                   RunStop* stop = nullptr, double stop_grace_seconds = 30);
 
 /// One worker: RunWorkers with one launch.
 WorkerExit RunWorker(const WorkerLaunch& launch, const std::function<void(const protocol::Event&)>& on_event,

@@ -17,12 +17,16 @@
 // line naming the file, key or plugin and what to do. Results are written to
 // RunOptions::out_dir after every cell (results.json, results.csv, logs/).
 // Logging goes through spdlog's default logger (set its level or sink to
-// quiet or redirect it). Thread safety: one Run at a time per process;
-// Engine::RequestStop may be called from any thread or a signal handler.
+// quiet or redirect it). Thread safety: one Engine may run several
+// experiments at once from several threads (each Run its own out_dir, with
+// RunOptions::concurrent, since the machine lock admits one at a time); a
+// RunStop stops one run, Engine::RequestStop every run; both may be called
+// from any thread or a signal handler.
 //
 // API version: kEngineApiVersion below; additions bump the minor, changes
 // that break callers bump the major (see docs/embedding.md).
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -39,7 +43,7 @@
 namespace trainbench {
 
 inline constexpr int kEngineApiVersionMajor = 1;
-inline constexpr int kEngineApiVersionMinor = 4;
+inline constexpr int kEngineApiVersionMinor = 5;
 
 /// Exit codes of `trainbench run`, also RunSummary::exit_code.
 enum ExitCode : int {
@@ -156,6 +160,30 @@ class TRAINBENCH_ENGINE_API ExperimentPlan {
   std::shared_ptr<const Impl> impl_;
 };
 
+/// Stops one run (API 1.5): pass it in RunOptions::stop, then Request() from
+/// any thread or a signal handler. The running cell stops at its next step
+/// (recorded as interrupted), results are written, the cells after it are
+/// not run, and Run returns 128 + the signal. A request made before the run
+/// starts stops it at once. Other runs go on.
+class TRAINBENCH_ENGINE_API RunStop {
+ public:
+  /// Records `signal` (the last request wins) and forwards it to the run's
+  /// workers (SIGTERM for SIGHUP). Async-signal-safe.
+  void Request(int signal) noexcept;
+  /// The signal a stop was requested with; 0: none.
+  int signal() const noexcept { return signal_.load(); }
+  /// The flag itself, for waits that poll one.
+  const std::atomic<int>& requested() const noexcept { return signal_; }
+  /// The process group of the run's workers while they run (0: none): the
+  /// engine sets it, Request signals it. A metrics exporter reads it too.
+  void SetWorkers(int group) noexcept { workers_.store(group); }
+  int workers() const noexcept { return workers_.load(); }
+
+ private:
+  std::atomic<int> signal_{0};
+  std::atomic<int> workers_{0};
+};
+
 struct RunOptions {
   std::filesystem::path out_dir;  ///< required: results.json, results.csv, logs/
   /// Keep cells that finished with the same configuration in an earlier run
@@ -189,6 +217,9 @@ struct RunOptions {
   /// configuration.
   int64_t kernel_trace_steps = 0;
   bool graph_dump = false;
+  /// Stops this run alone (API 1.5); null: only Engine::RequestStop and the
+  /// signal handlers stop it. Must outlive the Run call.
+  RunStop* stop = nullptr;
 };
 
 /// One thing that happened during a run.
@@ -259,12 +290,12 @@ class TRAINBENCH_ENGINE_API Engine {
   /// out_dir or metrics address; afterwards failures are cells' statuses.
   RunSummary Run(const ExperimentPlan& plan, const RunOptions& options, const EventCallback& on_event = {}) const;
 
-  /// Asks the running cell to stop at its next step (recorded as
-  /// interrupted) and the run to end; results are written. Safe from a
-  /// signal handler or any thread. `signal` is reported in the reason and
+  /// Asks every run of this process to stop, as RunStop::Request does for
+  /// one; with none running, the next run to start stops at once. Safe from
+  /// a signal handler or any thread. `signal` is reported in the reason and
   /// exit code (128 + signal).
   static void RequestStop(int signal) noexcept;
-  /// Installs SIGINT/SIGTERM handlers that call RequestStop (what the CLI does).
+  /// Installs SIGINT/SIGTERM/SIGHUP handlers that call RequestStop (what the CLI does).
   static void InstallSignalHandlers();
 
   /// The folders given in EngineOptions::plugin_dirs (for tasks started elsewhere).
