@@ -182,18 +182,15 @@ struct FusedBatchNormAct : public torch::autograd::Function<FusedBatchNormAct> {
                 "80 streams of device ", static_cast<int>(x.device().index()),
                 " ran these kernels); set the model option fused_batchnorm: false");
     C10_CUDA_CHECK(kernels::BnBackwardTraining(problem, args, stream));
-    return {dx,
-            dw,
-            db,
-            dr,
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor()};
+    // One per input of forward: x, weight, bias, residual, then none for the
+    // running statistics, the counter, eps, momentum, relu, one_pass,
+    // sm90_launches and twice.
+    variable_list out(13);
+    out[0] = dx;
+    out[1] = dw;
+    out[2] = db;
+    out[3] = dr;
+    return out;
   }
 };
 
