@@ -33,6 +33,24 @@ struct Reserved13Args {
 /// plugin's library loaded until this object and every tensor or module it
 /// handed out are gone. Not thread-safe: the host drives one model from one
 /// thread. No method throws; failures come back as Status.
+///
+/// The training step's contract (what the host does around Forward and the
+/// backward of its logits, and what a model may rely on):
+/// - The host owns precision, streams and capture. Forward runs under the
+///   host's autocast for the device (sdk::autocast reads it; a model never
+///   enters or leaves autocast itself), on the device's current stream.
+/// - The step may be captured in a CUDA graph (the device's cuda_graph) and
+///   replayed: Forward and its backward must not wait on the host (no
+///   .item(), no host copies, no allocation sized by data), must give the
+///   same kernels on every step of a shape, and may fork work onto side
+///   streams only while the current stream is capturing, joining them before
+///   the step ends (the ResNets do: side_stream.h).
+/// - A model may read the device settings the host applied to the process
+///   (cuDNN's autotuning and TF32 flags in LibTorch's global context, the
+///   CUDA device current) but not change them; its own choices come from its
+///   options, which the host records.
+/// - The optimizer is the host's: every parameter of module() is updated by
+///   it (a model reads low-precision copies through UseWorkingCopies()).
 class Model {
  public:
   virtual ~Model() = default;
