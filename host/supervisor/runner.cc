@@ -399,6 +399,15 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
   const std::vector<PlannedCell> plan = e.Cells();
   const size_t total = plan.size();
   for (auto* o : observers) o->OnRunStarted(e, total);
+  // Each cell's specification and the configuration it is recorded (and
+  // matched on --resume) with, once: what a cell is asked to do and what its
+  // record says it did cannot drift apart.
+  std::vector<protocol::CellSpec> specs;
+  std::vector<json> configs;
+  for (const auto& planned : plan) {
+    specs.push_back(BuildCellSpec(e, planned.model, planned.device, planned.index, diagnostics));
+    configs.push_back(CellConfig(specs.back(), planned.device));
+  }
 
   // Every cell is listed from the start: an earlier run's finished one as
   // it was (so the first write loses none of them), the others pending, so
@@ -407,8 +416,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
   for (const auto& planned : plan) {
     CellRecord cell = PlannedRecord(planned);
     cell.index = static_cast<int64_t>(planned.index);
-    cell.config =
-        CellConfig(BuildCellSpec(e, planned.model, planned.device, planned.index, diagnostics), planned.device);
+    cell.config = configs[planned.index];
     // The same cell: its labels, its place in the experiment and its
     // resolved config, not only the config (four alike cells are four cells).
     auto done = std::find_if(earlier.begin(), earlier.end(), [&](const CellRecord& c) {
@@ -451,7 +459,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
       continue;
     }
     cell.index = static_cast<int64_t>(index);
-    const protocol::CellSpec spec = BuildCellSpec(e, model, device, index, diagnostics);
+    const protocol::CellSpec& spec = specs[index];
     if (!only.empty() && std::find(only.begin(), only.end(), index) == only.end()) {
       cell.status = "skipped";
       cell.reason = "not selected in this run (--cells)";
@@ -490,7 +498,7 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
         cell = attempts.back();
       }
       cell.index = static_cast<int64_t>(index);
-      cell.config = CellConfig(spec, device);
+      cell.config = configs[index];
       const std::string reason = Printable(cell.reason.value_or(""));  // a plugin's words, for a terminal
       if (cell.ok()) {
         SetEfficiency(cell, e.measurement);
