@@ -978,6 +978,37 @@ TEST_F(EndToEnd, PluginsListsRejectionsAndSurvivesACrashingPlugin) {
   }
 }
 
+// The plugin table for documentation comes from the option schemas
+// (`--format markdown`): a heading and a table per plugin, a plugin's words
+// kept inside their cell; `--format json` gives the same records to tools;
+// another format is refused.
+TEST_F(EndToEnd, PluginsAsMarkdownAndJsonComeFromTheSchemas) {
+  const Outcome md = Trainbench("plugins --format markdown --plugin-dir " + FixtureDir().string() + Plugins());
+  ASSERT_EQ(md.exit_code, 0) << md.output;
+  for (const char* expected : {"### `resnet18` (model plugin", "| option | type | default | values | what it does |",
+                               "| `whole_map_conv` | enum | `\"auto\"` | `auto`, `always`, `never` |",
+                               "| `threads` | int |", "### Rejected", "fixture_abi_major.so: plugin SDK ABI 2.0"}) {
+    EXPECT_NE(md.output.find(expected), std::string::npos) << expected << "\n" << md.output;
+  }
+  std::stringstream lines(md.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("| `", 0) != 0) continue;
+    size_t columns = 0;  // unescaped bars
+    for (size_t i = 0; i < line.size(); ++i) columns += line[i] == '|' && (i == 0 || line[i - 1] != '\\');
+    EXPECT_EQ(columns, 6u) << line;
+  }
+  const Outcome js = Trainbench("plugins --format json" + Plugins());
+  ASSERT_EQ(js.exit_code, 0) << js.output;
+  const json doc = json::parse(js.output);
+  bool resnet = false;
+  for (const auto& p : doc["plugins"])
+    if (p.value("name", "") == "resnet50") resnet = p["options"].is_array() && p["loaded"] == true;
+  EXPECT_TRUE(resnet) << js.output;
+  const Outcome html = Trainbench("plugins --format html" + Plugins());
+  EXPECT_NE(html.exit_code, 0);
+  EXPECT_NE(html.output.find("html"), std::string::npos) << html.output;
+}
+
 // Data parallelism on the CPU (Gloo): the same code path as several GPUs
 // with NCCL, which docs/results/raw/h200-data-parallel.md measures.
 // A disk that fills up mid-run: after the first cell the run may write no

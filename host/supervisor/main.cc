@@ -16,6 +16,7 @@
 
 #include "cifar10_release.h"
 #include "plugin_caches.h"
+#include "plugin_listing.h"
 #include "trainbench/engine.h"
 #include "trainbench/sdk/cache.h"
 
@@ -24,43 +25,6 @@ using namespace trainbench;
 using trainbench::data::kCifar10Url;
 
 namespace {
-
-void PrintPlugins(const Engine& engine) {
-  std::printf("search path:\n");
-  for (const auto& d : engine.search_path())
-    std::printf("  %s%s\n", d.c_str(), fs::is_directory(d) ? "" : "  (missing)");
-  std::printf("\n");
-  for (const auto& p : engine.plugins()) {
-    if (!p.loaded) {
-      std::printf("REJECTED %s\n", p.reason.empty() ? p.path.c_str() : p.reason.c_str());
-      continue;
-    }
-    std::string availability;
-    if (p.available.has_value()) {
-      availability = *p.available ? "  [available]" : "  [unavailable: " + p.unavailable_reason + "]";
-    }
-    std::printf("%-7s %-12s %-8s %s%s\n        %s  (ABI %s, %s)\n", p.kind.c_str(), p.name.c_str(), p.version.c_str(),
-                p.description.c_str(), availability.c_str(), p.path.c_str(), p.abi.c_str(), p.fingerprint.c_str());
-    if (p.device.is_object() && p.device.value("accelerator", false)) {
-      const auto option = [&](const char* key) {
-        return p.device.contains(key) && p.device[key].is_string() ? p.device[key].get<std::string>() : "none";
-      };
-      std::printf("        accelerator: one per rank, selected by option %s; graph option %s\n",
-                  option("index_option").c_str(), option("graph_option").c_str());
-    }
-    for (const auto& param : p.params) {
-      std::string extra;
-      if (param.contains("choices"))
-        extra = " {" + fmt::format("{}", fmt::join(param["choices"].get<std::vector<std::string>>(), ",")) + "}";
-      if (param.contains("min"))
-        extra += fmt::format(" [{}, {}]", param["min"].get<double>(), param["max"].get<double>());
-      std::printf("          %-16s %-6s default %-10s %s%s\n", param.value("name", "").c_str(),
-                  param.value("type", "").c_str(), param["default"].dump().c_str(), param.value("doc", "").c_str(),
-                  extra.c_str());
-    }
-  }
-  for (const std::string& note : engine.MissingPluginNotes()) std::printf("\nnote: %s\n", note.c_str());
-}
 
 std::string DefaultOutDir(const std::string& name) {
   const std::time_t now = std::time(nullptr);
@@ -330,14 +294,24 @@ struct ValidateCommand {
 };
 
 struct PluginsCommand {
+  std::string format = "text";
+
   CLI::App* Add(CLI::App& app, Globals& g) {
     auto* plugins = app.add_subcommand("plugins", "list plugins found, loaded or rejected with the reason");
     AddPluginDirOptions(plugins, g.engine);
+    plugins
+        ->add_option("--format", format,
+                     "text (default), markdown (each plugin's options as a table, for documentation) or json")
+        ->check(CLI::IsMember({"text", "markdown", "json"}));
     return plugins;
   }
 
   int Run(const Globals& g) const {
-    PrintPlugins(Engine(g.engine));
+    const Engine engine(g.engine);
+    const std::string out = format == "markdown" ? PluginsMarkdown(engine)
+                            : format == "json"   ? PluginsJson(engine) + "\n"
+                                                 : PluginsText(engine);
+    std::fwrite(out.data(), 1, out.size(), stdout);
     return kExitOk;
   }
 };
