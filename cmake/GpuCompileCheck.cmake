@@ -86,7 +86,7 @@ endforeach()
 add_library(trainbench_gpu_check_kernels OBJECT ${_kernels})
 set_target_properties(trainbench_gpu_check_kernels PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                                               CUDA_ARCHITECTURES 90 CUDA_VISIBILITY_PRESET hidden)
-target_include_directories(trainbench_gpu_check_kernels PRIVATE ${_src}/sdk/include ${_src}/plugins/path_log
+target_include_directories(trainbench_gpu_check_kernels PRIVATE ${_src}/sdk/include ${_src}/sdk/internal ${_src}/plugins/path_log
                                                                  ${_src}/host/worker)
 
 # Every C++ translation unit with CUDA code, with the definitions a CUDA

@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "mixed_precision_kernels.h"
-#include "trainbench/sdk/cuda_element.cuh"
+#include "trainbench/cuda_element.cuh"
 
 namespace trainbench::worker::kernels {
 namespace {

@@ -21,7 +21,7 @@
 #include "batch_norm_two_pass.cuh"
 #include "kernel_host.h"
 #include "path_log.h"
-#include "trainbench/sdk/cuda_element.cuh"
+#include "trainbench/cuda_element.cuh"
 
 namespace resnet::kernels {
 namespace {

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "trainbench/sdk/cuda_element.cuh"
+#include "trainbench/cuda_element.cuh"
 #include "batch_norm_plan.h"
 
 namespace resnet::kernels::bn {

@@ -19,7 +19,7 @@
 
 #include "classifier_kernels.h"
 #include "kernel_host.h"
-#include "trainbench/sdk/cuda_element.cuh"
+#include "trainbench/cuda_element.cuh"
 
 namespace resnet::kernels {
 namespace {

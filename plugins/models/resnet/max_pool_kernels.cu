@@ -9,7 +9,7 @@
 
 #include "kernel_host.h"
 #include "max_pool_kernels.h"
-#include "trainbench/sdk/cuda_element.cuh"
+#include "trainbench/cuda_element.cuh"
 
 namespace resnet::kernels {
 namespace {

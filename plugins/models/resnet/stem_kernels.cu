@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "stem_kernels.h"
-#include "trainbench/sdk/cuda_element.cuh"
+#include "trainbench/cuda_element.cuh"
 
 namespace resnet::kernels {
 namespace {

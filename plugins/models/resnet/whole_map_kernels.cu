@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "kernel_host.h"
-#include "trainbench/sdk/cuda_element.cuh"
+#include "trainbench/cuda_element.cuh"
 #include "whole_map_kernels.h"
 
 namespace resnet::kernels {

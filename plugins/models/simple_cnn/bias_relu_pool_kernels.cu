@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "bias_relu_pool_kernels.h"
-#include "trainbench/sdk/cuda_element.cuh"
+#include "trainbench/cuda_element.cuh"
 
 namespace simple_cnn::kernels {
 namespace {
