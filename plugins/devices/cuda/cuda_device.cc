@@ -42,19 +42,24 @@ std::atomic<int64_t> g_failed_request{-1};
 // overrides): segments that grow in place instead of fixed blocks, so that
 // memory freed between differently sized tensors is not stranded in them (on
 // an H100, ResNet18 bf16 at 224 px, batch 256: an eager step's peak reserved
-// 5.05 GiB for 4.12 GiB of tensors, 4.14 with it). LibTorch 2.9 and later;
-// elsewhere an error when asked for.
-void SetExpandableSegments(bool on) {
+// 5.05 GiB for 4.12 GiB of tensors, 4.14 with it). Whether it was applied:
+// LibTorch 2.9 and later set it at run time; an older one is left as
+// PYTORCH_CUDA_ALLOC_CONF set it, said on stderr (the cell's log), and the
+// device's description records what was applied.
+bool SetExpandableSegments(bool on) {
 #ifdef TRAINBENCH_ALLOCATOR_CONFIG
   namespace config = c10::CachingAllocator;
   // The settings in force again, with this one last (it wins).
   const std::string settings = config::getAllocatorSettings();
   config::setAllocatorSettings(settings + (settings.empty() ? "" : ",") +
                                "expandable_segments:" + (on ? "True" : "False"));
+  return true;
 #else
-  if (on)
-    throw std::runtime_error("expandable_segments needs LibTorch 2.9 or later (this is " TORCH_VERSION
-                             "): set it to false");
+  std::fprintf(stderr,
+               "cuda: expandable_segments %s not applied: LibTorch " TORCH_VERSION
+               " cannot set it at run time (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True can)\n",
+               on ? "true" : "false");
+  return false;
 #endif
 }
 
@@ -101,7 +106,7 @@ class CudaDevice : public trainbench::sdk::Device {
     try {
       c10::cuda::set_device(index_);
       total_ = static_cast<int64_t>(at::cuda::getDeviceProperties(index_)->totalGlobalMem);
-      SetExpandableSegments(expandable_segments_);  // before the cell's first allocation
+      expandable_applied_ = SetExpandableSegments(expandable_segments_);  // before the cell's first allocation
       if (memory_limit_gib_ > 0) {
         // Every allocation of LibTorch's caching allocator on this GPU counts
         // against it (cuDNN's workspaces and a captured step's pool too), as
@@ -183,6 +188,9 @@ class CudaDevice : public trainbench::sdk::Device {
       j["amp"] = trainbench::sdk::AmpName(amp_);
       j["channels_last"] = channels_last_;
       j["cuda_graph"] = cuda_graph_;
+      // The allocator's segments as this cell set them; null: left as
+      // PYTORCH_CUDA_ALLOC_CONF has them (a LibTorch that cannot set them).
+      j["expandable_segments"] = expandable_applied_ ? nlohmann::json(expandable_segments_) : nlohmann::json();
       return j.dump();
     } catch (const std::exception& e) {
       return nlohmann::json{{"type", "cuda"}, {"error", e.what()}}.dump();
@@ -242,6 +250,7 @@ class CudaDevice : public trainbench::sdk::Device {
   c10::DeviceIndex index_;
   double memory_limit_gib_;
   bool expandable_segments_;
+  bool expandable_applied_ = false;
   int64_t total_ = -1, limit_ = -1;
   bool cudnn_benchmark_;
   int64_t benchmark_limit_;
@@ -276,7 +285,8 @@ const TbParamSpec kParams[] = {
     {"expandable_segments", TB_PARAM_BOOL, "true",
      "LibTorch's CUDA allocator grows its segments in place (PYTORCH_CUDA_ALLOC_CONF's expandable_segments, which "
      "this overrides), so memory freed between tensors of different sizes is not stranded: a footprint near the "
-     "tensors' own (false: fixed blocks, PyTorch's default; LibTorch 2.9 or later for true)",
+     "tensors' own (false: fixed blocks, PyTorch's default; set at run time with LibTorch 2.9 or later, elsewhere "
+     "left as PYTORCH_CUDA_ALLOC_CONF has it and said in the cell's log)",
      nullptr, 0, 0, 0},
 };
 
