@@ -17,6 +17,12 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+Engine TestEngine() {
+  EngineOptions options;
+  options.plugin_dirs = {testing::PluginDir()};
+  return Engine(options);
+}
+
 // Waits until `done()` or `seconds` pass; whether it became true.
 template <class F>
 bool WaitFor(F done, double seconds) {
@@ -55,9 +61,7 @@ struct Background {
 // stopping one ends it (its cell interrupted, 128 + the signal) while the
 // other goes on training, until its own stop ends it with its own signal.
 TEST(EngineRuns, TwoRunsAtOnceEachStopOnItsOwn) {
-  EngineOptions engine_options;
-  engine_options.plugin_dirs = {testing::PluginDir()};
-  const Engine engine(engine_options);
+  const Engine engine = TestEngine();
   const auto plan = [&](const std::string& name) {
     return engine.Build(ExperimentBuilder(name)
                             .Synthetic(2000, 100)
@@ -105,9 +109,7 @@ TEST(EngineRuns, TwoRunsAtOnceEachStopOnItsOwn) {
 // A stop asked of no run in particular (Engine::RequestStop, what the signal
 // handlers call) while none is running stops the next run at once.
 TEST(EngineRuns, AStopBeforeAnyRunStopsTheNextOne) {
-  EngineOptions engine_options;
-  engine_options.plugin_dirs = {testing::PluginDir()};
-  const Engine engine(engine_options);
+  const Engine engine = TestEngine();
   const ExperimentPlan plan = engine.Build(ExperimentBuilder("early")
                                                .Synthetic(500, 100)
                                                .BatchSize(50)

@@ -14,16 +14,24 @@ std::atomic<int> pending{0};
 
 extern "C" void OnSignal(int sig) { RequestStopAll(sig); }
 
+// The workers run in a process group of their own, so a terminal's Ctrl-C
+// and a service manager's SIGTERM reach only the host: pass it on. The
+// worker stops at its next step on SIGINT or SIGTERM; a hang-up is the
+// host's business, the worker gets SIGTERM for it.
+void Forward(int group, int sig) noexcept {
+  if (group > 0 && sig != 0) ::kill(-group, sig == SIGHUP ? SIGTERM : sig);
+}
+
 }  // namespace
 
 void RunStop::Request(int sig) noexcept {
   signal_.store(sig);
-  // The workers run in a process group of their own, so a terminal's Ctrl-C
-  // and a service manager's SIGTERM reach only the host: pass it on. The
-  // worker stops at its next step on SIGINT or SIGTERM; a hang-up is the
-  // host's business, the worker gets SIGTERM for it.
-  const int group = workers_.load();
-  if (group > 0) ::kill(-group, sig == SIGHUP ? SIGTERM : sig);
+  Forward(workers_.load(), sig);
+}
+
+void RunStop::SetWorkers(int group) noexcept {
+  workers_.store(group);
+  Forward(group, signal_.load());  // a request made while the group was being set up
 }
 
 LiveRun::LiveRun(RunStop& stop) : slot_(-1) {

@@ -218,11 +218,7 @@ std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, co
       workers.push_back(Spawn(worker, launch, group));
       if (group == 0) {
         group = workers.front().pid;
-        if (stop != nullptr) {
-          stop->SetWorkers(group);
-          // A request made while the group was being set up reaches it too.
-          if (const int sig = stop->signal(); sig != 0) ::kill(-group, sig == SIGHUP ? SIGTERM : sig);
-        }
+        if (stop != nullptr) stop->SetWorkers(group);  // a stop already requested reaches it
       }
     }
   } catch (...) {

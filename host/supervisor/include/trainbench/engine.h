@@ -175,8 +175,9 @@ class TRAINBENCH_ENGINE_API RunStop {
   /// The flag itself, for waits that poll one.
   const std::atomic<int>& requested() const noexcept { return signal_; }
   /// The process group of the run's workers while they run (0: none): the
-  /// engine sets it, Request signals it. A metrics exporter reads it too.
-  void SetWorkers(int group) noexcept { workers_.store(group); }
+  /// engine sets it, Request signals it, and a stop requested before the
+  /// group existed reaches it when it is set. A metrics exporter reads it too.
+  void SetWorkers(int group) noexcept;
   int workers() const noexcept { return workers_.load(); }
 
  private:
