@@ -57,6 +57,12 @@ inline Outcome Run(const std::string& program, const std::string& args) {
 inline Outcome Trainbench(const std::string& args) { return Run("trainbench", args); }
 inline Outcome Worker(const std::string& args) { return Run("trainbench-worker", args); }
 
+// Whether this build's worker can train data parallel (c10d's Gloo).
+inline bool WorkerHasGloo() {
+  const Outcome o = Worker("info");
+  return o.output.find("\"gloo\"") != std::string::npos;
+}
+
 class EndToEnd : public ::testing::Test {
  protected:
   void SetUp() override {
