@@ -353,25 +353,58 @@ json CellConfig(const protocol::CellSpec& spec, const PluginUse& device) {
   return config;
 }
 
-RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const json& system,
-                         std::vector<RunObserver*> observers, RunStop& stop, bool resume,
-                         const std::vector<size_t>& only, std::optional<protocol::Diagnostics> diagnostics) {
-  // Every line logged during the run names it (--log-format json), and the
-  // run's progress lines come first among the observers.
-  const LogScope run_scope(json{{"experiment", e.name}});
-  RunLog run_log;
-  observers.insert(observers.begin(), &run_log);
-  // Finished cells of an earlier run into the same folder, by configuration.
-  std::vector<CellRecord> earlier;
-  json earlier_doc;
-  if (resume) {
-    const fs::path file = out_dir / "results.json";
+namespace {
+
+// One run of an experiment's cells, in order, each written to results.json
+// as it finishes (RunExperiment).
+class ExperimentRun {
+ public:
+  ExperimentRun(const Experiment& e, const fs::path& out_dir, const json& system, std::vector<RunObserver*> observers,
+                RunStop& stop, const std::vector<size_t>& only, std::optional<protocol::Diagnostics> diagnostics)
+      : e_(e),
+        out_dir_(out_dir),
+        observers_(std::move(observers)),
+        stop_(stop),
+        only_(only),
+        diagnostics_(std::move(diagnostics)),
+        results_(out_dir, e.ToJson(), system, e.measurement.baseline),
+        plan_(e.Cells()) {
+    // The run's progress lines come first among the observers.
+    observers_.insert(observers_.begin(), &run_log_);
+  }
+
+  RunOutcome Run(bool resume) {
+    std::vector<CellRecord> earlier = resume ? EarlierCells() : std::vector<CellRecord>{};
+    Prepare();
+    for (auto* o : observers_) o->OnRunStarted(e_, plan_.size());
+    ListCells(std::move(earlier));
+    for (const auto& planned : plan_) {
+      const LogScope cell_scope(
+          json{{"cell", planned.index}, {"model", planned.model.label}, {"device", planned.device.label}});
+      RunCell(planned);
+    }
+    results_.ComputeSpeedups();
+    results_.Write();
+    for (auto* o : observers_) o->OnRunFinished(results_);
+    RunOutcome outcome;
+    outcome.results = results_.doc();
+    outcome.table = results_.Table();
+    const int sig = stop_.signal();
+    outcome.exit_code = sig != 0 ? 128 + sig : any_failed_ ? kExitCellsFailed : kExitOk;
+    return outcome;
+  }
+
+ private:
+  // Finished cells of an earlier run into the same folder (--resume); an
+  // unusable file is kept aside, never overwritten.
+  std::vector<CellRecord> EarlierCells() {
+    std::vector<CellRecord> earlier;
+    const fs::path file = out_dir_ / "results.json";
     std::error_code ec;
     if (fs::exists(file, ec)) {
-      earlier_doc = ReadJsonFile(file);
-      const ReadCells previous = CellsOf(earlier_doc);
+      earlier_doc_ = ReadJsonFile(file);
+      const ReadCells previous = CellsOf(earlier_doc_);
       if (const std::string& problem = previous.problem; !problem.empty()) {
-        // Not overwritten: someone may want what is in it.
         const fs::path aside = file.string() + ".corrupt-" + Stamp();
         fs::rename(file, aside, ec);
         spdlog::warn("--resume: {} is unusable ({}); kept as {}{}, and every cell runs again", file.string(), problem,
@@ -385,171 +418,206 @@ RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const jso
       }
     }
     spdlog::info("--resume: {} finished cell(s) in {}", earlier.size(), file.string());
+    return earlier;
   }
-  Results results(out_dir, e.ToJson(), system, e.measurement.baseline);
-  std::map<std::string, std::string> index_options;
-  for (const auto& d : e.devices)
-    if (!d.index_option.empty()) index_options[d.label] = d.index_option;
-  results.SetIndexOptions(index_options);
-  MakeRealDirectory(out_dir / "logs");
-  if (diagnostics) {
-    diagnostics->folder = fs::absolute(out_dir / "diagnostics").string();
-    MakeRealDirectory(diagnostics->folder);
-  }
-  const std::vector<PlannedCell> plan = e.Cells();
-  const size_t total = plan.size();
-  for (auto* o : observers) o->OnRunStarted(e, total);
-  // Each cell's specification and the configuration it is recorded (and
-  // matched on --resume) with, once: what a cell is asked to do and what its
-  // record says it did cannot drift apart.
-  std::vector<protocol::CellSpec> specs;
-  std::vector<json> configs;
-  for (const auto& planned : plan) {
-    specs.push_back(BuildCellSpec(e, planned.model, planned.device, planned.index, diagnostics));
-    configs.push_back(CellConfig(specs.back(), planned.device));
+
+  // The folders, and each cell's specification and the configuration it is
+  // recorded (and matched on --resume) with, once: what a cell is asked to
+  // do and what its record says it did cannot drift apart.
+  void Prepare() {
+    std::map<std::string, std::string> index_options;
+    for (const auto& d : e_.devices)
+      if (!d.index_option.empty()) index_options[d.label] = d.index_option;
+    results_.SetIndexOptions(index_options);
+    MakeRealDirectory(out_dir_ / "logs");
+    if (diagnostics_) {
+      diagnostics_->folder = fs::absolute(out_dir_ / "diagnostics").string();
+      MakeRealDirectory(diagnostics_->folder);
+    }
+    for (const auto& planned : plan_) {
+      specs_.push_back(BuildCellSpec(e_, planned.model, planned.device, planned.index, diagnostics_));
+      configs_.push_back(CellConfig(specs_.back(), planned.device));
+    }
+    kept_.assign(plan_.size(), false);
   }
 
   // Every cell is listed from the start: an earlier run's finished one as
   // it was (so the first write loses none of them), the others pending, so
-  // a partial file shows what is still to come.
-  std::vector<bool> kept(total, false);
-  for (const auto& planned : plan) {
-    CellRecord cell = PlannedRecord(planned);
-    cell.index = static_cast<int64_t>(planned.index);
-    cell.config = configs[planned.index];
-    // The same cell: its labels, its place in the experiment and its
-    // resolved config, not only the config (four alike cells are four cells).
-    auto done = std::find_if(earlier.begin(), earlier.end(), [&](const CellRecord& c) {
-      return c.model == cell.model && c.device == cell.device && c.index == cell.index && c.config == cell.config;
-    });
-    if (done != earlier.end()) {
-      CellRecord resumed = *done;
-      resumed.index = cell.index;
-      resumed.resumed = true;
-      cell = resumed;
-      kept[planned.index] = true;
-      earlier.erase(done);
+  // a partial file shows what is still to come. Finished cells no planned
+  // cell matches any more (the config changed) go to a side file before the
+  // first write, never lost.
+  void ListCells(std::vector<CellRecord> earlier) {
+    for (const auto& planned : plan_) {
+      CellRecord cell = PlannedRecord(planned);
+      cell.index = static_cast<int64_t>(planned.index);
+      cell.config = configs_[planned.index];
+      // The same cell: its labels, its place in the experiment and its
+      // resolved config, not only the config (four alike cells are four cells).
+      auto done = std::find_if(earlier.begin(), earlier.end(), [&](const CellRecord& c) {
+        return c.model == cell.model && c.device == cell.device && c.index == cell.index && c.config == cell.config;
+      });
+      if (done != earlier.end()) {
+        CellRecord resumed = *done;
+        resumed.index = cell.index;
+        resumed.resumed = true;
+        cell = resumed;
+        kept_[planned.index] = true;
+        earlier.erase(done);
+      }
+      results_.cells().push_back(std::move(cell));
     }
-    results.cells().push_back(std::move(cell));
+    if (!earlier.empty()) KeepDroppedCells(out_dir_, earlier_doc_, earlier, results_.cells());
+    results_.ComputeSpeedups();
+    results_.Write();
   }
-  // Finished cells no planned cell matches any more (the config changed) go
-  // to a side file before the first write, never lost.
-  if (!earlier.empty()) KeepDroppedCells(out_dir, earlier_doc, earlier, results.cells());
-  results.ComputeSpeedups();
-  results.Write();
 
-  bool any_failed = false;
-  bool stopped_by_failure = false;
-  for (const auto& planned : plan) {
-    const size_t index = planned.index;
-    const PluginUse& model = planned.model;
-    const PluginUse& device = planned.device;
-    CellRecord& cell = results.cells()[index];
-    const LogScope cell_scope(json{{"cell", index}, {"model", model.label}, {"device", device.label}});
-    if (kept[index]) {
+  // One cell: kept from the earlier run, not run (a stop, an earlier
+  // failure, --cells, no device plugin) or run; written either way.
+  void RunCell(const PlannedCell& planned) {
+    const size_t index = planned.index, total = plan_.size();
+    const std::string& model = planned.model.label;
+    const std::string& device = planned.device.label;
+    CellRecord& cell = results_.cells()[index];
+    if (kept_[index]) {
       LogWith(spdlog::level::info, {{"event", "cell_finished"}, {"status", cell.status}, {"resumed", true}},
-              "[{}/{}] {} on {}: finished in the earlier run, kept", index + 1, total, model.label, device.label);
-      for (auto* o : observers) o->OnCellFinished(index, cell);
-      continue;
+              "[{}/{}] {} on {}: finished in the earlier run, kept", index + 1, total, model, device);
+      for (auto* o : observers_) o->OnCellFinished(index, cell);
+      return;
     }
-    if (stop.signal() != 0 || stopped_by_failure) {
-      cell.status = stopped_by_failure ? "skipped" : "interrupted";
-      cell.reason = stopped_by_failure ? "not run: an earlier cell failed and measurement.stop_on_failure is set"
-                                       : "run interrupted before this cell started";
-      continue;
+    if (stop_.signal() != 0 || stopped_by_failure_) {
+      cell.status = stopped_by_failure_ ? "skipped" : "interrupted";
+      cell.reason = stopped_by_failure_ ? "not run: an earlier cell failed and measurement.stop_on_failure is set"
+                                        : "run interrupted before this cell started";
+      return;
     }
     cell.index = static_cast<int64_t>(index);
-    const protocol::CellSpec& spec = specs[index];
-    if (!only.empty() && std::find(only.begin(), only.end(), index) == only.end()) {
+    if (!only_.empty() && std::find(only_.begin(), only_.end(), index) == only_.end()) {
       cell.status = "skipped";
       cell.reason = "not selected in this run (--cells)";
-      continue;
+      return;
     }
-    for (auto* o : observers) o->OnCellStarted(index, cell);
-    if (device.path.empty()) {
+    for (auto* o : observers_) o->OnCellStarted(index, cell);
+    if (planned.device.path.empty()) {
       cell.status = "skipped";
-      cell.reason = device.missing_reason;
+      cell.reason = planned.device.missing_reason;
       LogWith(spdlog::level::warn, {{"event", "cell_finished"}, {"status", "skipped"}}, "[{}/{}] {} on {}: skipped: {}",
-              index + 1, total, model.label, device.label, device.missing_reason);
+              index + 1, total, model, device, planned.device.missing_reason);
     } else {
-      LogWith(spdlog::level::info, {{"event", "cell_started"}}, "[{}/{}] {} on {}: starting", index + 1, total,
-              model.label, device.label);
-      if (const std::string job_gpus = SlurmJobGpus(); !job_gpus.empty() && !device.device_indices.empty()) {
-        cell.slurm = {{"job_gpus", job_gpus}};
-        spdlog::info("[{}/{}] {} on {}: the Slurm job's GPUs {}, in that order for its {} rank(s)", index + 1, total,
-                     model.label, device.label, job_gpus, device.ranks);
-      }
-      std::vector<CellRecord> attempts;
-      for (int64_t r = 0; r < e.measurement.repeats && stop.signal() == 0; ++r) {
-        const fs::path log = out_dir / "logs" /
-                             fmt::format("cell-{:02}-{}-{}{}.log", index, model.label, device.label,
-                                         e.measurement.repeats > 1 ? fmt::format("-r{}", r) : "");
-        attempts.push_back(
-            RunAttempt(spec, device, cell, log, index, e.measurement.stall_timeout_seconds, observers, stop));
-        if (!attempts.back().ok()) break;
-      }
-      if (attempts.empty()) {
-        // A stop arrived before the first attempt started.
-        cell.status = "interrupted";
-        cell.reason = "run interrupted before this cell started (" + StopSignalName(stop) + ")";
-      } else if (attempts.back().ok() && attempts.size() > 1) {
-        cell = CombineRepeats(std::move(attempts));
-      } else {
-        cell = attempts.back();
-      }
+      LogWith(spdlog::level::info, {{"event", "cell_started"}}, "[{}/{}] {} on {}: starting", index + 1, total, model,
+              device);
+      cell = Attempts(planned, cell);
       cell.index = static_cast<int64_t>(index);
-      cell.config = configs[index];
-      const std::string reason = Printable(cell.reason.value_or(""));  // a plugin's words, for a terminal
-      if (cell.ok()) {
-        SetEfficiency(cell, e.measurement);
-        cell.target_accuracy = e.measurement.target_accuracy;
-        LogWith(spdlog::level::info,
-                {{"event", "cell_finished"},
-                 {"status", "ok"},
-                 {"samples_per_second", cell.samples_per_second.value_or(0.0)},
-                 {"time_to_train_seconds", cell.time_to_train_seconds.value_or(0.0)}},
-                "[{}/{}] {} on {}: {:.1f} samples/s, {:.1f} s to train{}", index + 1, total, model.label, device.label,
-                cell.samples_per_second.value_or(0.0), cell.time_to_train_seconds.value_or(0.0),
-                cell.projected.value_or(false) ? " (projected)" : "");
-        if (cell.samples_per_second_ci95) {
-          const auto& ci = *cell.samples_per_second_ci95;
-          const double median = cell.samples_per_second.value_or(0.0);
-          if (median > 0 && (ci[1] - ci[0]) / 2 > 0.05 * median) {
-            LogWith(spdlog::level::warn, {{"event", "noisy_machine"}, {"samples_per_second_ci95", ci}},
-                    "[{}/{}] {} on {}: noisy machine: the 95% interval of {} repeats, {:.1f}-{:.1f} samples/s, "
-                    "is wider than 5% of the median either side",
-                    index + 1, total, model.label, device.label, cell.samples_per_second_repeats->size(), ci[0], ci[1]);
-          }
-        }
-      } else if (cell.status == "skipped") {
-        LogWith(spdlog::level::warn, {{"event", "cell_finished"}, {"status", "skipped"}},
-                "[{}/{}] {} on {}: skipped: {}", index + 1, total, model.label, device.label, reason);
-      } else {
-        // A cell interrupted while the run was not (a signal to its worker
-        // alone) did not finish either: the run says so in its exit code.
-        any_failed |= cell.status == "failed" || (cell.status == "interrupted" && stop.signal() == 0);
-        stopped_by_failure |= cell.status == "failed" && e.measurement.stop_on_failure;
-        LogWith(spdlog::level::err, {{"event", "cell_finished"}, {"status", cell.status}}, "[{}/{}] {} on {}: {}: {}",
-                index + 1, total, model.label, device.label, cell.status, reason);
-      }
+      cell.config = configs_[index];
+      Finished(planned, cell);
     }
     // GPU details of the run come from the first cell that ran on one.
-    if (device.accelerator && cell.hardware.is_object() && !results.system().contains("gpu")) {
-      results.system()["gpu"] = cell.hardware;
-    }
-    results.ComputeSpeedups();
-    results.Write();
-    for (auto* o : observers) o->OnCellFinished(index, cell);
+    if (planned.device.accelerator && cell.hardware.is_object() && !results_.system().contains("gpu"))
+      results_.system()["gpu"] = cell.hardware;
+    results_.ComputeSpeedups();
+    results_.Write();
+    for (auto* o : observers_) o->OnCellFinished(index, cell);
   }
-  results.ComputeSpeedups();
-  results.Write();
-  for (auto* o : observers) o->OnRunFinished(results);
-  RunOutcome outcome;
-  outcome.results = results.doc();
-  outcome.table = results.Table();
-  const int sig = stop.signal();
-  outcome.exit_code = sig != 0 ? 128 + sig : any_failed ? kExitCellsFailed : kExitOk;
-  return outcome;
+
+  // The cell's attempts (measurement.repeats, until one is not ok), as one
+  // record: the median repeat's with every repeat's rate, or the last.
+  CellRecord Attempts(const PlannedCell& planned, const CellRecord& cell) {
+    const size_t index = planned.index;
+    const PluginUse& device = planned.device;
+    CellRecord record = cell;
+    if (const std::string job_gpus = SlurmJobGpus(); !job_gpus.empty() && !device.device_indices.empty()) {
+      record.slurm = {{"job_gpus", job_gpus}};
+      spdlog::info("[{}/{}] {} on {}: the Slurm job's GPUs {}, in that order for its {} rank(s)", index + 1,
+                   plan_.size(), planned.model.label, device.label, job_gpus, device.ranks);
+    }
+    const MeasurementSpec& m = e_.measurement;
+    std::vector<CellRecord> attempts;
+    for (int64_t r = 0; r < m.repeats && stop_.signal() == 0; ++r) {
+      const fs::path log = out_dir_ / "logs" /
+                           fmt::format("cell-{:02}-{}-{}{}.log", index, planned.model.label, device.label,
+                                       m.repeats > 1 ? fmt::format("-r{}", r) : "");
+      attempts.push_back(
+          RunAttempt(specs_[index], device, record, log, index, m.stall_timeout_seconds, observers_, stop_));
+      if (!attempts.back().ok()) break;
+    }
+    if (attempts.empty()) {
+      // A stop arrived before the first attempt started.
+      record.status = "interrupted";
+      record.reason = "run interrupted before this cell started (" + StopSignalName(stop_) + ")";
+      return record;
+    }
+    if (attempts.back().ok() && attempts.size() > 1) return CombineRepeats(std::move(attempts));
+    return attempts.back();
+  }
+
+  // What a cell that ran came to: its figures, or why not, in the log; a
+  // failure counts for the exit code (and ends the run with stop_on_failure).
+  void Finished(const PlannedCell& planned, CellRecord& cell) {
+    const size_t index = planned.index, total = plan_.size();
+    const std::string& model = planned.model.label;
+    const std::string& device = planned.device.label;
+    const std::string reason = Printable(cell.reason.value_or(""));  // a plugin's words, for a terminal
+    if (cell.ok()) {
+      SetEfficiency(cell, e_.measurement);
+      cell.target_accuracy = e_.measurement.target_accuracy;
+      LogWith(spdlog::level::info,
+              {{"event", "cell_finished"},
+               {"status", "ok"},
+               {"samples_per_second", cell.samples_per_second.value_or(0.0)},
+               {"time_to_train_seconds", cell.time_to_train_seconds.value_or(0.0)}},
+              "[{}/{}] {} on {}: {:.1f} samples/s, {:.1f} s to train{}", index + 1, total, model, device,
+              cell.samples_per_second.value_or(0.0), cell.time_to_train_seconds.value_or(0.0),
+              cell.projected.value_or(false) ? " (projected)" : "");
+      WarnIfNoisy(planned, cell);
+    } else if (cell.status == "skipped") {
+      LogWith(spdlog::level::warn, {{"event", "cell_finished"}, {"status", "skipped"}}, "[{}/{}] {} on {}: skipped: {}",
+              index + 1, total, model, device, reason);
+    } else {
+      // A cell interrupted while the run was not (a signal to its worker
+      // alone) did not finish either: the run says so in its exit code.
+      any_failed_ |= cell.status == "failed" || (cell.status == "interrupted" && stop_.signal() == 0);
+      stopped_by_failure_ |= cell.status == "failed" && e_.measurement.stop_on_failure;
+      LogWith(spdlog::level::err, {{"event", "cell_finished"}, {"status", cell.status}}, "[{}/{}] {} on {}: {}: {}",
+              index + 1, total, model, device, cell.status, reason);
+    }
+  }
+
+  void WarnIfNoisy(const PlannedCell& planned, const CellRecord& cell) const {
+    if (!cell.samples_per_second_ci95) return;
+    const auto& ci = *cell.samples_per_second_ci95;
+    const double median = cell.samples_per_second.value_or(0.0);
+    if (median <= 0 || (ci[1] - ci[0]) / 2 <= 0.05 * median) return;
+    LogWith(spdlog::level::warn, {{"event", "noisy_machine"}, {"samples_per_second_ci95", ci}},
+            "[{}/{}] {} on {}: noisy machine: the 95% interval of {} repeats, {:.1f}-{:.1f} samples/s, "
+            "is wider than 5% of the median either side",
+            planned.index + 1, plan_.size(), planned.model.label, planned.device.label,
+            cell.samples_per_second_repeats->size(), ci[0], ci[1]);
+  }
+
+  const Experiment& e_;
+  const fs::path out_dir_;
+  RunLog run_log_;
+  std::vector<RunObserver*> observers_;
+  RunStop& stop_;
+  const std::vector<size_t>& only_;
+  std::optional<protocol::Diagnostics> diagnostics_;
+  Results results_;
+  const std::vector<PlannedCell> plan_;
+  json earlier_doc_;
+  std::vector<protocol::CellSpec> specs_;
+  std::vector<json> configs_;
+  std::vector<bool> kept_;
+  bool any_failed_ = false;
+  bool stopped_by_failure_ = false;
+};
+
+}  // namespace
+
+RunOutcome RunExperiment(const Experiment& e, const fs::path& out_dir, const json& system,
+                         std::vector<RunObserver*> observers, RunStop& stop, bool resume,
+                         const std::vector<size_t>& only, std::optional<protocol::Diagnostics> diagnostics) {
+  // Every line logged during the run names it (--log-format json).
+  const LogScope run_scope(json{{"experiment", e.name}});
+  return ExperimentRun(e, out_dir, system, std::move(observers), stop, only, std::move(diagnostics)).Run(resume);
 }
 
 CellRecord PlannedRecord(const PlannedCell& planned) {

@@ -201,6 +201,194 @@ WorkerExit ExitOf(int status) {
 
 using Clock = std::chrono::steady_clock;
 
+// The workers of one cell (one per rank) in a process group of their own:
+// their events read as they come, their ends reaped, and the group killed
+// when they hang, outlive a stop or a rank that ended (RunWorkers).
+class WorkerGroup {
+ public:
+  WorkerGroup(const WorkerEventHandler& on_event, RunStop* stop) : on_event_(on_event), stop_(stop) {}
+
+  // Spawns every launch into one group; on a failure, none is left running.
+  void Start(const fs::path& worker, const std::vector<WorkerLaunch>& launches) {
+    try {
+      for (const auto& launch : launches) {
+        workers_.push_back(Spawn(worker, launch, group_));
+        if (group_ == 0) {
+          group_ = workers_.front().pid;
+          if (stop_ != nullptr) stop_->SetWorkers(group_);  // a stop already requested reaches it
+        }
+      }
+    } catch (...) {
+      if (group_ != 0) ::kill(-group_, SIGKILL);
+      for (auto& w : workers_) ::waitpid(w.pid, nullptr, 0);
+      if (stop_ != nullptr) stop_->SetWorkers(0);
+      throw;
+    }
+    const size_t n = workers_.size();
+    timed_out_.assign(n, false);
+    killed_after_stop_.assign(n, false);
+    protocol_errors_.assign(n, "");
+    running_ = n;
+    last_event_ = Clock::now();
+  }
+
+  // Until every worker has ended: their events, their ends, the watchdog.
+  void Wait(double idle_timeout_seconds, double straggler_seconds, double stop_grace_seconds) {
+    while (running_ > 0) {
+      if (!Poll()) break;
+      Reap();
+      if (running_ == 0 || killed_all_) continue;
+      Watch(idle_timeout_seconds, straggler_seconds, stop_grace_seconds);
+    }
+  }
+
+  // Whatever the workers left in their group (a plugin's children) ends too;
+  // each worker's exit.
+  std::vector<WorkerExit> Finish() {
+    ::kill(-group_, SIGKILL);
+    std::vector<WorkerExit> exits(workers_.size());
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (!workers_[i].reaped) {
+        int status = 0;
+        while (::waitpid(workers_[i].pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        workers_[i].status = status;
+      }
+      exits[i] = ExitOf(workers_[i].status);
+      exits[i].timed_out = timed_out_[i];
+      exits[i].killed_after_stop = killed_after_stop_[i];
+      exits[i].protocol_error = protocol_errors_[i];
+    }
+    if (stop_ != nullptr) stop_->SetWorkers(0);
+    return exits;
+  }
+
+ private:
+  // Waits a little for events and reads them; false when poll failed.
+  // Exits are noticed by polling waitpid (Reap): a worker's end, not its
+  // channel's EOF, is what counts.
+  bool Poll() {
+    std::vector<pollfd> fds;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (!workers_[i].reaped && workers_[i].events.fd >= 0) {
+        fds.push_back({workers_[i].events.fd, POLLIN, 0});
+        which.push_back(i);
+      }
+    }
+    constexpr int kReapMs = 50;
+    const int ready = ::poll(fds.data(), fds.size(), kReapMs);
+    if (ready < 0 && errno != EINTR) return false;
+    for (size_t k = 0; ready > 0 && k < fds.size(); ++k) {
+      if (fds[k].revents != 0) ReadEvents(which[k]);
+    }
+    return true;
+  }
+
+  // Reads what worker i has sent. Any event counts as progress; output on
+  // stdout/stderr does not.
+  void ReadEvents(size_t i) {
+    Started& w = workers_[i];
+    while (w.events.fd >= 0) {
+      const ssize_t n = ::read(w.events.fd, chunk_, sizeof(chunk_));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return;  // EAGAIN: nothing more now
+      if (n == 0) {
+        if (w.frames.pending() > 0 && protocol_errors_[i].empty())
+          protocol_errors_[i] = "event channel: the worker closed it inside a message";
+        w.events.Close();
+        return;
+      }
+      w.frames.Feed(chunk_, static_cast<size_t>(n));
+      try {
+        while (auto message = w.frames.Next()) Dispatch(i, protocol::EventFromJson(*message));
+      } catch (const protocol::ProtocolError& e) {
+        // Nothing more from it can be trusted: end the cell.
+        if (protocol_errors_[i].empty()) protocol_errors_[i] = e.what();
+        ::kill(w.pid, SIGKILL);
+        w.events.Close();
+        return;
+      }
+    }
+  }
+
+  // The first message must be a hello of this host's protocol version.
+  void Dispatch(size_t i, const protocol::Event& event) {
+    Started& w = workers_[i];
+    last_event_ = Clock::now();
+    if (w.hello) {
+      on_event_(i, event);
+      return;
+    }
+    const auto* hello = std::get_if<protocol::Hello>(&event);
+    if (hello == nullptr)
+      throw protocol::ProtocolError("event channel: the first message was '" + protocol::EventName(event) +
+                                    "', not 'hello'");
+    if (hello->protocol != protocol::kProtocolVersion) {
+      throw protocol::ProtocolError("the worker (" + hello->worker_version + ") speaks protocol version " +
+                                    std::to_string(hello->protocol) + ", this host " +
+                                    std::to_string(protocol::kProtocolVersion) +
+                                    " (install trainbench and trainbench-worker together)");
+    }
+    w.hello = true;
+  }
+
+  void Reap() {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      Started& w = workers_[i];
+      if (w.reaped) continue;
+      int status = 0;
+      if (::waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
+      w.reaped = true;
+      w.status = status;
+      ReadEvents(i);  // what it wrote before it ended
+      if (protocol_errors_[i].empty() && w.frames.pending() > 0)
+        protocol_errors_[i] = "event channel: the worker ended inside a message";
+      if (protocol_errors_[i].empty() && !w.hello && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        protocol_errors_[i] =
+            "the worker never said hello on its event channel (an older trainbench-worker, "
+            "of protocol 1, on TRAINBENCH_WORKER?)";
+      }
+      w.events.Close();
+      --running_;
+      if (!first_end_) first_end_ = Clock::now();
+    }
+  }
+
+  // Kills the group when it outlived a stop by the grace period (hung where
+  // it cannot see the request), sent no event for the idle timeout (hung),
+  // or a rank ended and the others did not within straggler_seconds (they
+  // are waiting for it in a collective).
+  void Watch(double idle_timeout_seconds, double straggler_seconds, double stop_grace_seconds) {
+    const auto now = Clock::now();
+    const auto past = [&](Clock::time_point since, double seconds) {
+      return now - since >= std::chrono::duration<double>(seconds);
+    };
+    if (stop_ != nullptr && stop_->signal() != 0 && !stop_seen_) stop_seen_ = now;
+    if (stop_seen_ && past(*stop_seen_, stop_grace_seconds)) {
+      for (size_t i = 0; i < workers_.size(); ++i) killed_after_stop_[i] = !workers_[i].reaped;
+    } else if (idle_timeout_seconds > 0 && past(last_event_, idle_timeout_seconds)) {
+      for (size_t i = 0; i < workers_.size(); ++i) timed_out_[i] = !workers_[i].reaped;
+    } else if (!(first_end_ && past(*first_end_, straggler_seconds))) {
+      return;
+    }
+    ::kill(-group_, SIGKILL);
+    killed_all_ = true;
+  }
+
+  const WorkerEventHandler& on_event_;
+  RunStop* stop_;
+  std::vector<Started> workers_;
+  pid_t group_ = 0;
+  std::vector<bool> timed_out_, killed_after_stop_;
+  std::vector<std::string> protocol_errors_;
+  size_t running_ = 0;
+  bool killed_all_ = false;
+  Clock::time_point last_event_;
+  std::optional<Clock::time_point> stop_seen_, first_end_;
+  char chunk_[65536];
+};
+
 }  // namespace
 
 std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, const WorkerEventHandler& on_event,
@@ -211,154 +399,10 @@ std::vector<WorkerExit> RunWorkers(const std::vector<WorkerLaunch>& launches, co
     throw std::runtime_error(worker.string() +
                              ": worker executable not found or not executable (set TRAINBENCH_WORKER)");
   }
-  std::vector<Started> workers;
-  pid_t group = 0;
-  try {
-    for (const auto& launch : launches) {
-      workers.push_back(Spawn(worker, launch, group));
-      if (group == 0) {
-        group = workers.front().pid;
-        if (stop != nullptr) stop->SetWorkers(group);  // a stop already requested reaches it
-      }
-    }
-  } catch (...) {
-    if (group != 0) ::kill(-group, SIGKILL);
-    for (auto& w : workers) ::waitpid(w.pid, nullptr, 0);
-    if (stop != nullptr) stop->SetWorkers(0);
-    throw;
-  }
-
-  std::vector<WorkerExit> exits(workers.size());
-  std::vector<bool> timed_out(workers.size(), false), killed_after_stop(workers.size(), false);
-  std::optional<Clock::time_point> stop_seen;
-  std::vector<std::string> protocol_errors(workers.size());
-  char chunk[65536];
-  // Any event counts as progress; output on stdout/stderr does not.
-  auto last_event = Clock::now();
-
-  // Reads what worker i has sent; false when its channel is at EOF.
-  auto read_events = [&](size_t i) {
-    Started& w = workers[i];
-    while (w.events.fd >= 0) {
-      const ssize_t n = ::read(w.events.fd, chunk, sizeof(chunk));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return true;  // EAGAIN: nothing more now
-      if (n == 0) {
-        if (w.frames.pending() > 0 && protocol_errors[i].empty())
-          protocol_errors[i] = "event channel: the worker closed it inside a message";
-        w.events.Close();
-        return false;
-      }
-      w.frames.Feed(chunk, static_cast<size_t>(n));
-      try {
-        while (auto message = w.frames.Next()) {
-          protocol::Event event = protocol::EventFromJson(*message);
-          if (!w.hello) {
-            const auto* hello = std::get_if<protocol::Hello>(&event);
-            if (hello == nullptr)
-              throw protocol::ProtocolError("event channel: the first message was '" + protocol::EventName(event) +
-                                            "', not 'hello'");
-            if (hello->protocol != protocol::kProtocolVersion) {
-              throw protocol::ProtocolError("the worker (" + hello->worker_version + ") speaks protocol version " +
-                                            std::to_string(hello->protocol) + ", this host " +
-                                            std::to_string(protocol::kProtocolVersion) +
-                                            " (install trainbench and trainbench-worker together)");
-            }
-            w.hello = true;
-            last_event = Clock::now();
-            continue;
-          }
-          last_event = Clock::now();
-          on_event(i, event);
-        }
-      } catch (const protocol::ProtocolError& e) {
-        // Nothing more from it can be trusted: end the cell.
-        if (protocol_errors[i].empty()) protocol_errors[i] = e.what();
-        ::kill(w.pid, SIGKILL);
-        w.events.Close();
-        return false;
-      }
-    }
-    return false;
-  };
-
-  // When one rank has ended and others have not within straggler_seconds,
-  // they are waiting for it in a collective: end them.
-  std::optional<Clock::time_point> first_end;
-  size_t running = workers.size();
-  bool killed_all = false;
-  while (running > 0) {
-    std::vector<pollfd> fds;
-    std::vector<size_t> which;
-    for (size_t i = 0; i < workers.size(); ++i) {
-      if (!workers[i].reaped && workers[i].events.fd >= 0) {
-        fds.push_back({workers[i].events.fd, POLLIN, 0});
-        which.push_back(i);
-      }
-    }
-    // Exits are noticed by polling waitpid: a worker's end, not its
-    // channel's EOF, is what counts.
-    constexpr int kReapMs = 50;
-    const int ready = ::poll(fds.data(), fds.size(), kReapMs);
-    if (ready < 0 && errno != EINTR) break;
-    for (size_t k = 0; ready > 0 && k < fds.size(); ++k) {
-      if (fds[k].revents != 0) read_events(which[k]);
-    }
-    for (size_t i = 0; i < workers.size(); ++i) {
-      Started& w = workers[i];
-      if (w.reaped) continue;
-      int status = 0;
-      const pid_t r = ::waitpid(w.pid, &status, WNOHANG);
-      if (r == w.pid) {
-        w.reaped = true;
-        w.status = status;
-        read_events(i);  // what it wrote before it ended
-        if (protocol_errors[i].empty() && w.frames.pending() > 0)
-          protocol_errors[i] = "event channel: the worker ended inside a message";
-        if (protocol_errors[i].empty() && !w.hello && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-          protocol_errors[i] =
-              "the worker never said hello on its event channel (an older trainbench-worker, "
-              "of protocol 1, on TRAINBENCH_WORKER?)";
-        }
-        w.events.Close();
-        --running;
-        if (!first_end) first_end = Clock::now();
-      }
-    }
-    if (running == 0 || killed_all) continue;
-    const auto now = Clock::now();
-    if (stop != nullptr && stop->signal() != 0 && !stop_seen) stop_seen = now;
-    if (stop_seen && now - *stop_seen >= std::chrono::duration<double>(stop_grace_seconds)) {
-      // Asked to stop and still running: hung where it cannot see the request.
-      for (size_t i = 0; i < workers.size(); ++i) killed_after_stop[i] = !workers[i].reaped;
-      ::kill(-group, SIGKILL);
-      killed_all = true;
-    } else if (idle_timeout_seconds > 0 && now - last_event >= std::chrono::duration<double>(idle_timeout_seconds)) {
-      // No event from any worker for the idle timeout: hung.
-      for (size_t i = 0; i < workers.size(); ++i) timed_out[i] = !workers[i].reaped;
-      ::kill(-group, SIGKILL);
-      killed_all = true;
-    } else if (first_end && now - *first_end >= std::chrono::duration<double>(straggler_seconds)) {
-      ::kill(-group, SIGKILL);
-      killed_all = true;
-    }
-  }
-  // Whatever the workers left in their group (a plugin's children) ends too.
-  ::kill(-group, SIGKILL);
-  for (size_t i = 0; i < workers.size(); ++i) {
-    if (!workers[i].reaped) {
-      int status = 0;
-      while (::waitpid(workers[i].pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      workers[i].status = status;
-    }
-    exits[i] = ExitOf(workers[i].status);
-    exits[i].timed_out = timed_out[i];
-    exits[i].killed_after_stop = killed_after_stop[i];
-    exits[i].protocol_error = protocol_errors[i];
-  }
-  if (stop != nullptr) stop->SetWorkers(0);
-  return exits;
+  WorkerGroup group(on_event, stop);
+  group.Start(worker, launches);
+  group.Wait(idle_timeout_seconds, straggler_seconds, stop_grace_seconds);
+  return group.Finish();
 }
 
 WorkerExit RunWorker(const WorkerLaunch& launch, const std::function<void(const protocol::Event&)>& on_event,
