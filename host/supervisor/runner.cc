@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
+#include <functional>
 #include <set>
 
 extern char** environ;
@@ -132,20 +133,15 @@ void SumRankEnergy(const std::vector<std::optional<protocol::Result>>& ranks, Ce
   cell.epoch_energy_joules = epochs;
 }
 
-// Runs one attempt of a cell in fresh workers (one per rank); returns the
-// cell's outcome. Rank 0 speaks for the cell; the other ranks' results give
-// the per-rank figures and their failures the reason.
-CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const CellRecord& base_cell,
-                      const fs::path& log, size_t index, double stall_timeout, std::vector<RunObserver*>& observers,
-                      RunStop& stop) {
-  CellRecord cell = base_cell;
-  bool finished = false;  // a final event came (result, skipped, error, interrupted)
-  bool result = false;    // ... and it was a result
-  const std::vector<WorkerLaunch> launches = Launches(spec, device, log);
-  const size_t ranks = launches.size();
-  std::vector<std::optional<protocol::Result>> rank_results(ranks);
-  std::vector<std::optional<protocol::Error>> rank_errors(ranks);
-  auto on_event = [&](size_t rank, const protocol::Event& event) {
+// What a cell's workers said in one attempt: rank 0's events make the
+// cell's record (and go to the observers), the other ranks' results and
+// errors are kept for the per-rank figures and the reason of a failure.
+class AttemptEvents {
+ public:
+  AttemptEvents(const CellRecord& base, size_t ranks, size_t index, std::vector<RunObserver*>& observers)
+      : cell(base), rank_results(ranks), rank_errors(ranks), index_(index), observers_(observers) {}
+
+  void operator()(size_t rank, const protocol::Event& event) {
     if (rank > 0) {
       if (auto* r = std::get_if<protocol::Result>(&event)) rank_results[rank] = *r;
       if (auto* e = std::get_if<protocol::Error>(&event)) rank_errors[rank] = *e;
@@ -159,28 +155,39 @@ CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, c
       cell.Apply(*r);
       finished = result = true;
     } else if (auto* sk = std::get_if<protocol::Skipped>(&event)) {
-      cell.status = "skipped";
-      cell.reason = sk->reason;
-      finished = true;
+      Final("skipped", sk->reason);
     } else if (auto* er = std::get_if<protocol::Error>(&event)) {
-      cell.status = "failed";
-      cell.reason = er->reason;
+      Final("failed", er->reason);
       if (er->loss_nan) cell.loss_nan = true;
-      finished = true;
     } else if (auto* in = std::get_if<protocol::Interrupted>(&event)) {
-      cell.status = "interrupted";
-      cell.reason = in->reason;
-      finished = true;
+      Final("interrupted", in->reason);
     }
-    for (auto* o : observers) o->OnEvent(index, cell, event);
-  };
-  const auto spawned = std::chrono::steady_clock::now();
-  std::vector<WorkerExit> exits =
-      RunWorkers(launches, on_event, stall_timeout, /*straggler_seconds=*/30, &stop, kStopGraceSeconds);
-  cell.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - spawned).count();
-  const WorkerExit& exit = exits.front();
-  const bool interrupted = stop.signal() != 0;
-  if (result && exit.clean()) {
+    for (auto* o : observers_) o->OnEvent(index_, cell, event);
+  }
+
+  CellRecord cell;
+  bool finished = false;  // a final event came (result, skipped, error, interrupted)
+  bool result = false;    // ... and it was a result
+  std::vector<std::optional<protocol::Result>> rank_results;
+  std::vector<std::optional<protocol::Error>> rank_errors;
+
+ private:
+  void Final(const char* status, const std::string& reason) {
+    cell.status = status;
+    cell.reason = reason;
+    finished = true;
+  }
+  size_t index_;
+  std::vector<RunObserver*>& observers_;
+};
+
+// The cell's status from how rank 0's worker ended and what it said: a
+// result counts only from a worker that then exits cleanly (one that
+// crashes after it may have reported anything).
+void SetStatusFromExit(AttemptEvents& a, const WorkerExit& exit, const RunStop& stop, double stall_timeout,
+                       const fs::path& log) {
+  CellRecord& cell = a.cell;
+  if (a.result && exit.clean()) {
     cell.status = "ok";
   } else if (exit.killed_after_stop) {
     cell.status = "interrupted";
@@ -197,54 +204,68 @@ CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, c
         "the worker sent no event for {:.0f} s (measurement.stall_timeout_seconds) "
         "and was killed: hung?",
         stall_timeout);
-  } else if (result || !finished) {
-    // A result counts only from a worker that then exits cleanly: one that
-    // crashes after it may have reported anything.
-    if (interrupted && !result) {
+  } else if (a.result || !a.finished) {
+    if (stop.signal() != 0 && !a.result) {
       cell.status = "interrupted";
       cell.reason = "interrupted by " + StopSignalName(stop);
     } else {
       cell.status = "failed";
       const std::string last = LastLogLine(log);
-      cell.reason = std::string(result ? "the worker reported a result, then " : "worker ") + exit.Describe() +
+      cell.reason = std::string(a.result ? "the worker reported a result, then " : "worker ") + exit.Describe() +
                     (last.empty() ? "" : "; last log line: " + last);
     }
   }
   // Measurements of a cell that did not finish cleanly are not kept.
   if (!cell.ok()) cell.DropMeasurements();
-  if (ranks > 1) {
-    // Another rank's failure explains the cell's (rank 0 often only sees
-    // its peer vanish); an interrupted run stays interrupted.
-    std::string others;
-    for (size_t r = 1; r < ranks; ++r) {
-      std::string why;
-      if (rank_errors[r])
-        why = rank_errors[r]->reason;
-      else if (!exits[r].protocol_error.empty())
-        why = "worker " + exits[r].Describe();
-      else if (exits[r].signaled && exits[r].signal != SIGKILL)
-        why = "worker " + exits[r].Describe();
-      else if (!exits[r].signaled && exits[r].code != 0)
-        why = "worker " + exits[r].Describe();
-      if (!why.empty()) others += fmt::format("; rank {}: {}", r, why);
-    }
-    if (!others.empty() && cell.status != "interrupted") {
-      cell.status = "failed";
-      cell.reason = cell.reason.value_or("rank 0 finished") + others;
-      cell.DropMeasurements();
-    }
-    if (cell.ok()) {
-      std::vector<double> per_rank;
-      for (size_t r = 0; r < ranks; ++r) {
-        // Each rank times the combined batch's steps; its own share is 1/N.
-        const double sps = rank_results[r] ? rank_results[r]->samples_per_second : 0.0;
-        per_rank.push_back(sps / static_cast<double>(ranks));
-      }
-      cell.rank_samples_per_second = per_rank;
-      SumRankEnergy(rank_results, cell);
-    }
+}
+
+// A data-parallel cell: another rank's failure explains the cell's (rank 0
+// often only sees its peer vanish; an interrupted run stays interrupted);
+// an ok cell gets each rank's rate and the ranks' energy.
+void MergeRanks(AttemptEvents& a, const std::vector<WorkerExit>& exits) {
+  CellRecord& cell = a.cell;
+  const size_t ranks = exits.size();
+  std::string others;
+  for (size_t r = 1; r < ranks; ++r) {
+    std::string why;
+    if (a.rank_errors[r])
+      why = a.rank_errors[r]->reason;
+    else if (!exits[r].protocol_error.empty() || (exits[r].signaled && exits[r].signal != SIGKILL) ||
+             (!exits[r].signaled && exits[r].code != 0))
+      why = "worker " + exits[r].Describe();
+    if (!why.empty()) others += fmt::format("; rank {}: {}", r, why);
   }
-  return cell;
+  if (!others.empty() && cell.status != "interrupted") {
+    cell.status = "failed";
+    cell.reason = cell.reason.value_or("rank 0 finished") + others;
+    cell.DropMeasurements();
+  }
+  if (!cell.ok()) return;
+  std::vector<double> per_rank;
+  for (size_t r = 0; r < ranks; ++r) {
+    // Each rank times the combined batch's steps; its own share is 1/N.
+    const double sps = a.rank_results[r] ? a.rank_results[r]->samples_per_second : 0.0;
+    per_rank.push_back(sps / static_cast<double>(ranks));
+  }
+  cell.rank_samples_per_second = per_rank;
+  SumRankEnergy(a.rank_results, cell);
+}
+
+// Runs one attempt of a cell in fresh workers (one per rank); returns the
+// cell's outcome. Rank 0 speaks for the cell; the other ranks' results give
+// the per-rank figures and their failures the reason.
+CellRecord RunAttempt(const protocol::CellSpec& spec, const PluginUse& device, const CellRecord& base_cell,
+                      const fs::path& log, size_t index, double stall_timeout, std::vector<RunObserver*>& observers,
+                      RunStop& stop) {
+  const std::vector<WorkerLaunch> launches = Launches(spec, device, log);
+  AttemptEvents attempt(base_cell, launches.size(), index, observers);
+  const auto spawned = std::chrono::steady_clock::now();
+  const std::vector<WorkerExit> exits =
+      RunWorkers(launches, std::ref(attempt), stall_timeout, /*straggler_seconds=*/30, &stop, kStopGraceSeconds);
+  attempt.cell.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - spawned).count();
+  SetStatusFromExit(attempt, exits.front(), stop, stall_timeout, log);
+  if (launches.size() > 1) MergeRanks(attempt, exits);
+  return attempt.cell;
 }
 
 // The repeats of a cell, every one ok: the one of median throughput is
