@@ -2,7 +2,7 @@
 // ranks (an in-process CrossRankSum), each normalising half of a batch; the
 // result must be torch::nn::BatchNorm2d on the whole batch: outputs, input
 // and parameter gradients, running statistics.
-#include "trainbench/sdk/batch_norm.h"
+#include "trainbench/sdk/support/batch_norm.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -16,7 +16,7 @@
 #include "plugin_loader.h"
 #include "plugin_options.h"
 #include "test_env.h"
-#include "trainbench/sdk/module_model.h"
+#include "trainbench/sdk/support/module_model.h"
 
 namespace trainbench {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "cuda_graph.h"
 #include "relative_error.h"
-#include "trainbench/sdk/autocast.h"
+#include "trainbench/sdk/support/autocast.h"
 
 namespace {
 

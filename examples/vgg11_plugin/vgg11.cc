@@ -10,8 +10,8 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/pooling.h>
-#include <trainbench/sdk/module_model.h>
 #include <trainbench/sdk/plugin.h>
+#include <trainbench/sdk/support/module_model.h>
 
 #include <memory>
 

@@ -1,11 +1,11 @@
 #pragma once
 // RAII automatic mixed precision for one forward pass (LibTorch's two APIs:
-// trainbench/sdk/autocast.h).
+// trainbench/sdk/support/autocast.h).
 
 #include <ATen/autocast_mode.h>
 
-#include "trainbench/sdk/autocast.h"
 #include "trainbench/sdk/device.h"
+#include "trainbench/sdk/support/autocast.h"
 
 namespace trainbench::worker {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "trainbench/protocol/cell_spec.h"
-#include "trainbench/sdk/batch_norm.h"
+#include "trainbench/sdk/support/batch_norm.h"
 
 namespace trainbench::worker {
 

@@ -9,7 +9,7 @@
 
 #include <utility>
 
-#include "trainbench/sdk/batch_norm.h"
+#include "trainbench/sdk/support/batch_norm.h"
 
 namespace resnet {
 

@@ -22,8 +22,8 @@
 #include "path_log.h"
 #include "side_stream.h"
 #include "stem.h"
-#include "trainbench/sdk/autocast.h"
-#include "trainbench/sdk/module_model.h"
+#include "trainbench/sdk/support/autocast.h"
+#include "trainbench/sdk/support/module_model.h"
 #include "trainbench/sdk/working_copies.h"
 #include "whole_map.h"
 

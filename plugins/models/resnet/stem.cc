@@ -10,7 +10,7 @@
 
 #include "kernel_dtype.h"
 #include "stem_kernels.h"
-#include "trainbench/sdk/autocast.h"
+#include "trainbench/sdk/support/autocast.h"
 #endif
 
 namespace resnet {

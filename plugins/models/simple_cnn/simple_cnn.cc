@@ -23,8 +23,8 @@
 
 #include "bias_relu_pool.h"
 #include "path_log.h"
-#include "trainbench/sdk/module_model.h"
 #include "trainbench/sdk/plugin.h"
+#include "trainbench/sdk/support/module_model.h"
 
 namespace {
 

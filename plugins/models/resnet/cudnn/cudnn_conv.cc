@@ -35,8 +35,8 @@
 #include "cudnn_tuner.h"
 #include "engine_cache.h"
 #include "side_stream.h"
-#include "trainbench/sdk/autocast.h"
 #include "trainbench/sdk/cache.h"
+#include "trainbench/sdk/support/autocast.h"
 #endif
 
 namespace trainbench::plugins::cudnn_conv {

@@ -15,7 +15,7 @@
 
 namespace trainbench::sdk {
 
-class CrossRankSum;  // batch_norm.h
+class CrossRankSum;  // cross_rank_sum.h
 
 /// The argument of Model::Reserved13A(): SDK ABI 1.3's layout, kept so that
 /// plugins built against 1.3 and 1.4 keep theirs. No host passes it.

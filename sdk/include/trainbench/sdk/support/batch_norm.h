@@ -26,22 +26,9 @@
 #include <ostream>
 #include <vector>
 
-namespace trainbench::sdk {
+#include "trainbench/sdk/cross_rank_sum.h"
 
-/// Sums tensors over the ranks of a data-parallel cell; implemented by the
-/// host (SDK ABI 1.1), handed to a model by Model::SyncBatchNorm().
-class CrossRankSum {
- public:
-  virtual ~CrossRankSum() = default;
-  /// Replaces the contiguous tensor `t` by its sum over all ranks. Collective:
-  /// every rank calls it with a tensor of the same shape, in the same order.
-  /// Throws on a communication failure.
-  virtual void SumInPlace(torch::Tensor& t) = 0;
-  /// This rank (0 .. WorldSize() - 1).
-  virtual int Rank() const noexcept = 0;
-  /// Number of ranks.
-  virtual int WorldSize() const noexcept = 0;
-};
+namespace trainbench::sdk {
 
 namespace detail {
 

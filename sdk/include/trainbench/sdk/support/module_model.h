@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "trainbench/sdk/batch_norm.h"
-#include "trainbench/sdk/flops.h"
 #include "trainbench/sdk/model.h"
+#include "trainbench/sdk/support/batch_norm.h"
+#include "trainbench/sdk/support/flops.h"
 
 namespace trainbench::sdk {
 
