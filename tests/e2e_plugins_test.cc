@@ -139,6 +139,18 @@ TEST_F(EndToEnd, PluginsAsMarkdownAndJsonComeFromTheSchemas) {
   const Outcome html = Trainbench("plugins --format html" + Plugins());
   EXPECT_NE(html.exit_code, 0);
   EXPECT_NE(html.output.find("html"), std::string::npos) << html.output;
+
+  // Named plugins only (docs/usage.md's tables): nothing else, no rejected
+  // files; a name no loaded plugin has is refused in one line.
+  const Outcome two = Trainbench("plugins --format markdown resnet50 cpu" + Plugins());
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("### `resnet50`"), std::string::npos) << two.output;
+  EXPECT_NE(two.output.find("### `cpu`"), std::string::npos) << two.output;
+  EXPECT_EQ(two.output.find("### `resnet18`"), std::string::npos) << two.output;
+  EXPECT_EQ(two.output.find("Rejected"), std::string::npos) << two.output;
+  const Outcome unknown = Trainbench("plugins resnet51" + Plugins());
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("no plugin named 'resnet51'"), std::string::npos) << unknown.output;
 }
 
 // A model plugin built against SDK ABI 1.0 predates Model::SyncBatchNorm():

@@ -295,6 +295,7 @@ struct ValidateCommand {
 
 struct PluginsCommand {
   std::string format = "text";
+  std::vector<std::string> names;
 
   CLI::App* Add(CLI::App& app, Globals& g) {
     auto* plugins = app.add_subcommand("plugins", "list plugins found, loaded or rejected with the reason");
@@ -303,14 +304,15 @@ struct PluginsCommand {
         ->add_option("--format", format,
                      "text (default), markdown (each plugin's options as a table, for documentation) or json")
         ->check(CLI::IsMember({"text", "markdown", "json"}));
+    plugins->add_option("names", names, "only the plugins of these names (for documentation: docs/usage.md's tables)");
     return plugins;
   }
 
   int Run(const Globals& g) const {
     const Engine engine(g.engine);
-    const std::string out = format == "markdown" ? PluginsMarkdown(engine)
-                            : format == "json"   ? PluginsJson(engine) + "\n"
-                                                 : PluginsText(engine);
+    const std::string out = format == "markdown" ? PluginsMarkdown(engine, names)
+                            : format == "json"   ? PluginsJson(engine, names) + "\n"
+                                                 : PluginsText(engine, names);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return kExitOk;
   }

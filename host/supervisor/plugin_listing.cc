@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -43,14 +44,30 @@ std::string Values(const json& param) {
 
 std::string Text(const json& j, const char* key) { return j.contains(key) && j[key].is_string() ? j[key] : ""; }
 
+// The plugins listed: all found, or the loaded ones of `names`.
+std::vector<PluginRecord> Listed(const Engine& engine, const std::vector<std::string>& names) {
+  if (names.empty()) return engine.plugins();
+  std::vector<PluginRecord> listed;
+  for (const std::string& name : names) {
+    const auto& all = engine.plugins();
+    if (std::none_of(all.begin(), all.end(), [&](const PluginRecord& p) { return p.loaded && p.name == name; }))
+      throw EngineError("plugins: no plugin named '" + Cell(name) +
+                            "' was loaded from the search path (`trainbench plugins` lists what was found)",
+                        kExitConfig);
+  }
+  for (const auto& p : engine.plugins())
+    if (p.loaded && std::find(names.begin(), names.end(), p.name) != names.end()) listed.push_back(p);
+  return listed;
+}
+
 }  // namespace
 
-std::string PluginsText(const Engine& engine) {
+std::string PluginsText(const Engine& engine, const std::vector<std::string>& names) {
   std::string out = "search path:\n";
   for (const auto& d : engine.search_path())
     out += fmt::format("  {}{}\n", d.string(), fs::is_directory(d) ? "" : "  (missing)");
   out += "\n";
-  for (const auto& p : engine.plugins()) {
+  for (const auto& p : Listed(engine, names)) {
     if (!p.loaded) {
       out += fmt::format("REJECTED {}\n", p.reason.empty() ? p.path : p.reason);
       continue;
@@ -78,14 +95,15 @@ std::string PluginsText(const Engine& engine) {
                          param.contains("default") ? param["default"].dump() : "", Text(param, "doc"), extra);
     }
   }
-  for (const std::string& note : engine.MissingPluginNotes()) out += "\nnote: " + note + "\n";
+  if (names.empty())
+    for (const std::string& note : engine.MissingPluginNotes()) out += "\nnote: " + note + "\n";
   return out;
 }
 
-std::string PluginsMarkdown(const Engine& engine) {
+std::string PluginsMarkdown(const Engine& engine, const std::vector<std::string>& names) {
   std::string out;
   std::vector<std::string> rejected;
-  for (const auto& p : engine.plugins()) {
+  for (const auto& p : Listed(engine, names)) {
     if (!p.loaded) {
       rejected.push_back(Cell(p.reason.empty() ? p.path : p.reason));
       continue;
@@ -109,14 +127,17 @@ std::string PluginsMarkdown(const Engine& engine) {
     for (const auto& r : rejected) out += "- " + r + "\n";
     out += "\n";
   }
-  for (const std::string& note : engine.MissingPluginNotes()) out += "Note: " + Cell(note) + "\n\n";
+  if (names.empty())
+    for (const std::string& note : engine.MissingPluginNotes()) out += "Note: " + Cell(note) + "\n\n";
   return out;
 }
 
-std::string PluginsJson(const Engine& engine) {
-  json doc{{"search_path", json::array()}, {"plugins", json::array()}, {"notes", engine.MissingPluginNotes()}};
+std::string PluginsJson(const Engine& engine, const std::vector<std::string>& names) {
+  json doc{{"search_path", json::array()},
+           {"plugins", json::array()},
+           {"notes", names.empty() ? engine.MissingPluginNotes() : std::vector<std::string>{}}};
   for (const auto& d : engine.search_path()) doc["search_path"].push_back(d.string());
-  for (const auto& p : engine.plugins()) {
+  for (const auto& p : Listed(engine, names)) {
     json j{{"path", p.path}, {"sha256", p.sha256}, {"loaded", p.loaded}};
     if (!p.loaded) {
       j["reason"] = p.reason;
