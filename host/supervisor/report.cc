@@ -283,44 +283,26 @@ std::string ReportCsv(const std::vector<LoadedResults>& runs) {
   return out.str();
 }
 
-void PlotReport(const std::vector<LoadedResults>& runs, const std::string& output) {
-  const std::string ext = fs::path(output).extension().string();
-  if (ext != ".png" && ext != ".svg") throw std::runtime_error(output + ": the plot must be a .png or .svg file");
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    throw std::runtime_error("gnuplot not found: install it (Debian/Ubuntu: apt-get install gnuplot-nox) to draw " +
-                             output + "; the table above needs nothing");
-  }
-  // A folder of our own (0700, a fresh name): nothing planted in it.
-  const fs::path dir = MakePrivateTempDirectory("trainbench-report");
-  struct RemoveDir {
-    fs::path dir;
-    ~RemoveDir() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } remove_dir{dir};
-  // One data block per run and device: params, speedup (the study's figure);
-  // and one bar per cell for throughput.
-  // The device speedups are against, named on the axis (the first run's).
-  std::string baseline = "the baseline device";
+namespace {
+
+// The device the speedups are against, named on the axis (the first run's).
+std::string BaselineOf(const std::vector<LoadedResults>& runs) {
   if (!runs.empty() && runs[0].doc["experiment"].contains("measurement") &&
       runs[0].doc["experiment"]["measurement"].is_object() &&
       runs[0].doc["experiment"]["measurement"].value("baseline", json()).is_string())
-    baseline = runs[0].doc["experiment"]["measurement"]["baseline"].get<std::string>();
-  std::ofstream script(dir / "plot.gp");
-  script << (ext == ".png" ? "set terminal pngcairo size 1400,1100 noenhanced\n"
-                           : "set terminal svg size 1400,1100 noenhanced\n");
-  // gnuplot draws in the private folder; the drawing is then put in place
-  // without following a link planted at `output`.
-  const fs::path drawn = dir / ("plot" + ext);
-  script << "set output " << Quote(drawn.string()) << "\n"
-         << "set multiplot layout 2,2\n"
+    return runs[0].doc["experiment"]["measurement"]["baseline"].get<std::string>();
+  return "the baseline device";
+}
+
+// Panel 1: speedup against model size, one line per run and device (the
+// study's figure), each point with its 95% interval.
+void SpeedupPanel(std::ofstream& script, const fs::path& dir, const std::vector<Row>& rows,
+                  const std::string& baseline) {
+  script << "set multiplot layout 2,2\n"
          << "set title 'Speedup against model size'\nset xlabel 'trainable parameters'\n"
          << "set ylabel " << Quote("speedup over " + baseline + " (x; bars: 95% interval)") << "\n"
          << "set logscale x\nset format x '%.0s%c'\nset yrange [0:*]\nset grid\n"
          << "set key below\nset offsets graph 0.1, graph 0.1, graph 0.1, 0\nset bmargin 8\n";
-  std::vector<std::string> series;
-  std::vector<Row> rows = Rows(runs);
   std::map<std::string, std::vector<const Row*>> by_series;
   for (const Row& r : rows) {
     if (r.status == "ok" && r.speedup.is_number()) by_series[r.run + " / " + r.device].push_back(&r);
@@ -345,12 +327,15 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
         Quote("#" + std::to_string(points.front()->run_number) + " " + name), block, block);
     ++block;
   }
-  speedups.close();
   script << (plot.empty()
                  ? "set label 'no speedups (only the baseline device ran)' at graph 0.5,0.5 center\nplot 1 notitle\n"
                  : plot + ", 1 with lines dashtype 2 linecolor 'gray' title " + Quote("1x: as fast as " + baseline) +
                        "\n");
   script << "unset label\nunset format\nunset yrange\n";
+}
+
+// Panel 2: throughput, one bar per cell.
+void ThroughputPanel(std::ofstream& script, const fs::path& dir, const std::vector<Row>& rows, size_t runs) {
   script
       << "unset logscale x\nset title 'Throughput per cell'\nset xlabel ''\nset ylabel 'samples/s'\n"
       << "set logscale y\nset style fill solid 0.7\nset boxwidth 0.7\nset xtics rotate by -45 font ',9'\nset key off\n";
@@ -358,12 +343,14 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
   size_t i = 0;
   for (const Row& r : rows) {
     if (r.status != "ok") continue;
-    bars << i++ << " " << r.sps << " " << json(BarLabel(r, runs.size())).dump() << "\n";
+    bars << i++ << " " << r.sps << " " << json(BarLabel(r, runs)).dump() << "\n";
   }
-  bars.close();
   script << "plot " << Quote((dir / "throughput.dat").string()) << " using 1:2:xtic(3) with boxes\n";
-  // The race the study implies: test accuracy against training time, a
-  // line per cell that recorded its evaluations (accuracy_curve).
+}
+
+// Panel 3: the race the study implies, test accuracy against training
+// time, a line per cell that recorded its evaluations (accuracy_curve).
+void AccuracyPanel(std::ofstream& script, const fs::path& dir, const std::vector<Row>& rows, size_t runs) {
   std::ofstream curves(dir / "accuracy.dat");
   std::string race;
   size_t curve_block = 0;
@@ -374,9 +361,8 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
     curves << "\n\n";
     race += fmt::format("{}{} index {} using 1:2 with linespoints pointtype 7 pointsize 0.5 title {}",
                         race.empty() ? "plot " : ", ", Quote((dir / "accuracy.dat").string()), curve_block++,
-                        Quote(r.model + " " + r.device + (runs.size() > 1 ? " (" + r.run + ")" : "")));
+                        Quote(r.model + " " + r.device + (runs > 1 ? " (" + r.run + ")" : "")));
   }
-  curves.close();
   script << "unset logscale y\nset xtics rotate by 0 font ''\nset xrange [0:*]\nset bmargin 4\n"
             "set key inside right bottom font ',8' opaque\nset title 'Test accuracy against training "
             "time'\nset xlabel 'training seconds (evaluation excluded)'\nset ylabel 'test accuracy (%)'\n"
@@ -384,7 +370,11 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
                             "plot 1 notitle\n"
                           : race + "\n")
          << "unset label\n";
-  // Energy per sample of each cell, measured (NVML, RAPL) or said not to be.
+}
+
+// Panel 4: energy per sample of each cell, measured (NVML, RAPL) or said
+// not to be.
+void EnergyPanel(std::ofstream& script, const fs::path& dir, const std::vector<Row>& rows, size_t runs) {
   std::ofstream energy(dir / "energy.dat");
   size_t bars_drawn = 0;
   std::string unmeasured;
@@ -394,9 +384,8 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
       if (unmeasured.empty() && !r.energy_reason.empty()) unmeasured = r.energy_reason;
       continue;
     }
-    energy << bars_drawn++ << " " << *r.joules_per_sample << " " << json(BarLabel(r, runs.size())).dump() << "\n";
+    energy << bars_drawn++ << " " << *r.joules_per_sample << " " << json(BarLabel(r, runs)).dump() << "\n";
   }
-  energy.close();
   script << "unset xrange\nset bmargin 8\n"
          << "set title 'Energy per training sample'\nset xlabel ''\nset ylabel 'joules per sample'\nset key off\n"
          << "set logscale y\nset style fill solid 0.7\nset boxwidth 0.7\nset xtics rotate by -45 font ',9'\n";
@@ -409,7 +398,40 @@ void PlotReport(const std::vector<LoadedResults>& runs, const std::string& outpu
     script << "plot " << Quote((dir / "energy.dat").string()) << " using 1:2:xtic(3) with boxes\n";
   }
   script << "unset multiplot\n";
-  script.close();
+}
+
+}  // namespace
+
+void PlotReport(const std::vector<LoadedResults>& runs, const std::string& output) {
+  const std::string ext = fs::path(output).extension().string();
+  if (ext != ".png" && ext != ".svg") throw std::runtime_error(output + ": the plot must be a .png or .svg file");
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    throw std::runtime_error("gnuplot not found: install it (Debian/Ubuntu: apt-get install gnuplot-nox) to draw " +
+                             output + "; the table above needs nothing");
+  }
+  // A folder of our own (0700, a fresh name): nothing planted in it.
+  const fs::path dir = MakePrivateTempDirectory("trainbench-report");
+  struct RemoveDir {
+    fs::path dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove_dir{dir};
+  // gnuplot draws in the private folder; the drawing is then put in place
+  // without following a link planted at `output`.
+  const fs::path drawn = dir / ("plot" + ext);
+  {
+    std::ofstream script(dir / "plot.gp");
+    script << (ext == ".png" ? "set terminal pngcairo size 1400,1100 noenhanced\n"
+                             : "set terminal svg size 1400,1100 noenhanced\n");
+    script << "set output " << Quote(drawn.string()) << "\n";
+    const std::vector<Row> rows = Rows(runs);
+    SpeedupPanel(script, dir, rows, BaselineOf(runs));
+    ThroughputPanel(script, dir, rows, runs.size());
+    AccuracyPanel(script, dir, rows, runs.size());
+    EnergyPanel(script, dir, rows, runs.size());
+  }
   // gnuplot without a shell between: no file name is ever a command.
   const int rc = RunGnuplot(dir / "plot.gp", dir / "gnuplot.log");
   std::error_code ec;
