@@ -70,13 +70,12 @@ double DescribeTimeout() {
   return seconds ? std::stod(*seconds) : 60.0;
 }
 
-}  // namespace
-
-PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs, bool allow_insecure) {
-  PluginCatalog catalog;
-  catalog.dirs_ = dirs;
+// The .so files of the search path's folders, in order (sorted within a
+// folder); those an unsafe file or folder makes refused go to `refused`
+// before any of their code runs.
+std::vector<std::string> CandidateFiles(const std::vector<fs::path>& dirs, bool allow_insecure,
+                                        std::vector<PluginInfo>& refused) {
   std::vector<std::string> files;
-  std::map<std::string, PluginInfo> described;
   for (const auto& dir : dirs) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) continue;
@@ -86,26 +85,29 @@ PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs, bool al
       if (!entry.is_regular_file() || entry.path().extension() != ".so") continue;
       const std::string file = entry.path().string();
       const std::string unsafe_file = allow_insecure ? "" : UnsafeBecause(file);
-      if (!unsafe_dir.empty() || !unsafe_file.empty()) {
-        // Refused before any of its code runs.
-        PluginInfo info;
-        info.path = file;
-        info.reason =
-            file + ": refused: " +
-            (unsafe_file.empty() ? "its folder " + dir.string() + " is " + unsafe_dir : "the file is " + unsafe_file) +
-            "; fix with chmod go-w (or chown), or pass --allow-insecure-plugins";
-        described[file] = info;
-        catalog.plugins_.push_back(info);
+      if (unsafe_dir.empty() && unsafe_file.empty()) {
+        here.push_back(file);
         continue;
       }
-      here.push_back(file);
+      PluginInfo info;
+      info.path = file;
+      info.reason =
+          file + ": refused: " +
+          (unsafe_file.empty() ? "its folder " + dir.string() + " is " + unsafe_dir : "the file is " + unsafe_file) +
+          "; fix with chmod go-w (or chown), or pass --allow-insecure-plugins";
+      refused.push_back(info);
     }
     std::sort(here.begin(), here.end());
     files.insert(files.end(), here.begin(), here.end());
   }
+  return files;
+}
 
-  // Describe in as few workers as possible; when one dies or hangs, the file
-  // it was on is the culprit, and the rest get a fresh worker.
+// Each file described by a worker, in as few workers as possible: when one
+// dies or hangs, the file it was on is the culprit, and the rest get a
+// fresh worker.
+std::map<std::string, PluginInfo> Describe(const std::vector<std::string>& files) {
+  std::map<std::string, PluginInfo> described;
   size_t next = 0;
   while (next < files.size()) {
     std::vector<std::string> args = {"describe"};
@@ -128,18 +130,26 @@ PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs, bool al
         },
         DescribeTimeout());
     next += got;
-    if (next < files.size() && (exit.signaled || exit.code != 0)) {
-      PluginInfo info;
-      info.path = files[next];
-      info.reason = files[next] + ": the worker " + (exit.timed_out ? "hung" : "died") +
-                    " while loading or describing it (" + exit.Describe() + ")";
-      described[info.path] = info;
-      ++next;
-    } else if (next < files.size()) {
-      break;  // the worker stopped early without dying: nothing more to learn
-    }
+    if (next >= files.size()) break;
+    if (!exit.signaled && exit.code == 0) break;  // the worker stopped early without dying: nothing more to learn
+    PluginInfo info;
+    info.path = files[next];
+    info.reason = files[next] + ": the worker " + (exit.timed_out ? "hung" : "died") +
+                  " while loading or describing it (" + exit.Describe() + ")";
+    described[info.path] = info;
+    ++next;
   }
+  return described;
+}
 
+}  // namespace
+
+PluginCatalog PluginCatalog::Discover(const std::vector<fs::path>& dirs, bool allow_insecure) {
+  PluginCatalog catalog;
+  catalog.dirs_ = dirs;
+  const std::vector<std::string> files = CandidateFiles(dirs, allow_insecure, catalog.plugins_);
+  std::map<std::string, PluginInfo> described = Describe(files);
+  // A name is the first file's that has it.
   std::map<std::string, std::string> first_by_name;
   for (const auto& file : files) {
     PluginInfo info = described.count(file) ? described[file] : PluginInfo{};
