@@ -116,6 +116,59 @@ json JobOf(const json& jobs, size_t cell) {
   return json();
 }
 
+// The job script of one array: one task per cell, each running
+// `trainbench run --cells N --resume` into its own folder.
+std::string JobScript(const Engine& engine, const Experiment& e, const fs::path& config, const fs::path& out,
+                      const SlurmOptions& options, int64_t gpus, const std::string& array) {
+  const fs::path trainbench = InstallRoot() / TRAINBENCH_BINDIR / "trainbench";
+  std::ostringstream script;
+  script << "#!/bin/bash\n"
+         << "# trainbench: cells " << array << " of " << config.string() << ", one per array task.\n"
+         << "#SBATCH --job-name=" << Quote("trainbench-" + e.name) << "\n"
+         << "#SBATCH --array=" << array << "\n"
+         << "#SBATCH --output=" << Quote((out / "slurm" / "task-%a.out").string()) << "\n"
+         << "#SBATCH --ntasks=1\n";
+  if (gpus > 0) script << "#SBATCH --gres=gpu:" << gpus << "\n";
+  if (!options.partition.empty()) script << "#SBATCH --partition=" << options.partition << "\n";
+  if (!options.time_limit.empty()) script << "#SBATCH --time=" << options.time_limit << "\n";
+  script << "export NCCL_NVLS_ENABLE=0\n"
+         << "exec " << Quote(trainbench.string()) << " run " << Quote(config.string())
+         << " --cells \"$SLURM_ARRAY_TASK_ID\" --out " << Quote((out / "tasks").string())
+         << "/cell-\"$SLURM_ARRAY_TASK_ID\""
+         // A resubmitted task runs in its earlier folder: resumed, never
+         // written over.
+         << " --resume";
+  for (const auto& d : engine.plugin_dirs()) script << " --plugin-dir " << Quote(fs::absolute(d).string());
+  if (engine.allow_insecure_plugins()) script << " --allow-insecure-plugins";
+  if (!options.metrics_file_sd.empty()) {
+    script << " --metrics-addr 0.0.0.0:0 --metrics-file-sd " << Quote(fs::absolute(options.metrics_file_sd).string());
+  }
+  if (!options.metrics_push_url.empty()) script << " --metrics-push " << Quote(options.metrics_push_url);
+  script << "\n";
+  return script.str();
+}
+
+// sbatch on `script_file`; the job's id (--parsable prints "JOBID" or
+// "JOBID;CLUSTER", after any warnings). A refusal is one line.
+std::string Sbatch(const fs::path& script_file, const SlurmOptions& options) {
+  std::vector<std::string> argv = {"sbatch", "--parsable"};
+  if (options.hold) argv.push_back("--hold");
+  argv.insert(argv.end(), options.sbatch_args.begin(), options.sbatch_args.end());
+  argv.push_back(script_file.string());
+  const auto [code, text] = Capture(argv);
+  if (code != 0) {
+    std::string said = Trim(text).substr(0, 500);
+    for (auto& c : said)
+      if (c == '\n') c = ' ';  // one line
+    throw EngineError("sbatch " + script_file.string() + " failed (exit " + std::to_string(code) + "): " + said +
+                          (code == 127 ? " (is Slurm installed?)" : ""),
+                      kExitError);
+  }
+  std::string last = Trim(text);
+  last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+  return last.substr(0, last.find(';'));
+}
+
 }  // namespace
 
 SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, const fs::path& yaml_file,
@@ -149,55 +202,13 @@ SlurmSubmission SlurmSubmit(const Engine& engine, const ExperimentPlan& plan, co
     by_gpus[gpus].push_back(i);
   }
 
-  const fs::path trainbench = InstallRoot() / TRAINBENCH_BINDIR / "trainbench";
   const fs::path config = fs::absolute(yaml_file);
   for (const auto& [gpus, group] : by_gpus) {
     std::string array;
     for (size_t c : group) array += (array.empty() ? "" : ",") + std::to_string(c);
-    std::ostringstream script;
-    script << "#!/bin/bash\n"
-           << "# trainbench: cells " << array << " of " << config.string() << ", one per array task.\n"
-           << "#SBATCH --job-name=" << Quote("trainbench-" + e.name) << "\n"
-           << "#SBATCH --array=" << array << "\n"
-           << "#SBATCH --output=" << Quote((out / "slurm" / "task-%a.out").string()) << "\n"
-           << "#SBATCH --ntasks=1\n";
-    if (gpus > 0) script << "#SBATCH --gres=gpu:" << gpus << "\n";
-    if (!options.partition.empty()) script << "#SBATCH --partition=" << options.partition << "\n";
-    if (!options.time_limit.empty()) script << "#SBATCH --time=" << options.time_limit << "\n";
-    script << "export NCCL_NVLS_ENABLE=0\n"
-           << "exec " << Quote(trainbench.string()) << " run " << Quote(config.string())
-           << " --cells \"$SLURM_ARRAY_TASK_ID\" --out " << Quote((out / "tasks").string())
-           << "/cell-\"$SLURM_ARRAY_TASK_ID\""
-           // A resubmitted task runs in its earlier folder: resumed, never
-           // written over.
-           << " --resume";
-    for (const auto& d : engine.plugin_dirs()) script << " --plugin-dir " << Quote(fs::absolute(d).string());
-    if (engine.allow_insecure_plugins()) script << " --allow-insecure-plugins";
-    if (!options.metrics_file_sd.empty()) {
-      script << " --metrics-addr 0.0.0.0:0 --metrics-file-sd " << Quote(fs::absolute(options.metrics_file_sd).string());
-    }
-    if (!options.metrics_push_url.empty()) script << " --metrics-push " << Quote(options.metrics_push_url);
-    script << "\n";
     const fs::path script_file = out / "slurm" / fmt::format("job-{}-{}gpu.sh", jobs.size(), gpus);
-    WriteFileAtomically(script_file, script.str());
-
-    std::vector<std::string> argv = {"sbatch", "--parsable"};
-    if (options.hold) argv.push_back("--hold");
-    argv.insert(argv.end(), options.sbatch_args.begin(), options.sbatch_args.end());
-    argv.push_back(script_file.string());
-    const auto [code, text] = Capture(argv);
-    if (code != 0) {
-      std::string said = Trim(text).substr(0, 500);
-      for (auto& c : said)
-        if (c == '\n') c = ' ';  // one line
-      throw EngineError("sbatch " + script_file.string() + " failed (exit " + std::to_string(code) + "): " + said +
-                            (code == 127 ? " (is Slurm installed?)" : ""),
-                        kExitError);
-    }
-    // --parsable prints "JOBID" or "JOBID;CLUSTER" (after any warnings).
-    std::string last = Trim(text);
-    last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
-    const std::string job_id = last.substr(0, last.find(';'));
+    WriteFileAtomically(script_file, JobScript(engine, e, config, out, options, gpus, array));
+    const std::string job_id = Sbatch(script_file, options);
     jobs.push_back({{"job_id", job_id},
                     {"cells", group},
                     {"gpus", gpus},
