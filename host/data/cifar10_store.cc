@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "archive_unpack.h"
@@ -257,6 +258,94 @@ FolderCheck CheckCifar10Folder(const fs::path& folder) {
                   "; installed " + manifest.value("installed", "") + " from " + manifest.value("source", ""));
 }
 
+namespace {
+
+// Where a fetch's files come from: an archive (downloaded into `part`, or
+// the one --from names) or a folder of the files (--from).
+struct FetchSource {
+  fs::path archive;
+  fs::path part;  // a download in progress, kept for the next fetch to resume
+  std::string source;
+};
+
+FetchSource Obtain(const FetchRequest& request, const fs::path& home,
+                   const std::function<ByteProgress(const char*)>& stage) {
+  FetchSource got;
+  std::error_code ec;
+  if (request.from.empty()) {
+    got.part = home / (std::string(kCifar10Archive) + ".part");
+    got.source = request.url;
+    try {
+      DownloadTo(request.url, got.part, kLargestDownload, kDownloadAttempts, stage("download"));
+    } catch (const DownloadError&) {
+      // What arrived stays for the next fetch to resume; nothing, nothing.
+      if (fs::file_size(got.part, ec) == 0) fs::remove(got.part, ec);
+      throw;
+    }
+    got.archive = got.part;
+  } else if (fs::is_directory(request.from, ec)) {
+    got.source = fs::absolute(request.from).lexically_normal().string();
+  } else if (fs::exists(request.from, ec)) {
+    got.archive = request.from;
+    got.source = fs::absolute(request.from).lexically_normal().string();
+  } else {
+    throw DataError(request.from.string() +
+                    ": not found: --from takes cifar-10-binary.tar.gz or a folder of its files");
+  }
+  return got;
+}
+
+// Into place: an earlier install (ours) aside, the new one in, the old gone;
+// the earlier one back where the new one cannot go.
+void MoveIntoPlace(const fs::path& home, const fs::path& scratch, const fs::path& target, bool present) {
+  std::error_code ec;
+  if (!present) {
+    fs::rename(scratch, target, ec);
+    if (ec) throw DataError(target.string() + ": cannot install: " + ec.message());
+    return;
+  }
+  ScratchFolder old(home, std::string(".") + kCifar10Folder + ".old-");
+  fs::remove(old.path());
+  fs::rename(target, old.path(), ec);
+  if (ec) throw DataError(target.string() + ": cannot move the earlier install aside: " + ec.message());
+  fs::rename(scratch, target, ec);
+  if (ec) {
+    std::error_code back;
+    fs::rename(old.path(), target, back);
+    throw DataError(target.string() + ": cannot install: " + ec.message());
+  }
+}
+
+// The files unpacked or copied into `scratch`, identified as a pinned
+// release, their labels checked and the manifest written; the release and
+// when it was installed.
+std::pair<const Cifar10Release*, std::string> Install(const FetchRequest& request, const FetchSource& from,
+                                                      const fs::path& scratch,
+                                                      const std::function<ByteProgress(const char*)>& stage) {
+  std::map<std::string, WrittenFile> files;
+  UnpackedArchive unpacked;
+  const std::string name = from.archive.empty() ? from.source : from.archive.string();
+  if (!from.archive.empty()) {
+    unpacked = UnpackCifar10Archive(from.archive, scratch, stage("unpack"));
+    files = unpacked.files;
+  } else {
+    files = CopyFolder(request.from, scratch, stage("copy"));
+  }
+  const Cifar10Release& release = Identify(name, files, from.archive.empty() ? nullptr : &unpacked);
+  for (const Split split : {Split::kTrain, Split::kTest}) {
+    try {
+      CheckLabels(scratch, split);
+    } catch (const DataError& e) {
+      throw DataError(name + ": " + std::string(e.what()).substr(scratch.string().size() + 1));
+    }
+  }
+  const std::string installed = Now();
+  WriteManifest(scratch, release, from.source, installed, files, from.archive.empty() ? nullptr : &unpacked);
+  return {&release, installed};
+}
+
+}  // namespace
+
 FolderCheck FetchCifar10(const FetchRequest& request, const FetchProgress& progress) {
   const fs::path& home = request.data_home;
   if (home.empty()) throw DataError("no data folder: neither XDG_DATA_HOME nor HOME is an absolute path: give --dir");
@@ -275,91 +364,32 @@ FolderCheck FetchCifar10(const FetchRequest& request, const FetchProgress& progr
       throw DataError(target.string() + ": already there and not installed by trainbench (" + check.detail +
                       "): move it away, or fetch into another --dir");
   }
-
-  const auto stage = [&](const char* name) -> ByteProgress {
+  const std::function<ByteProgress(const char*)> stage = [&progress](const char* name) -> ByteProgress {
     return [&progress, name](std::uint64_t done, std::uint64_t total) {
       if (progress) progress(name, done, total);
     };
   };
-  fs::path archive;
-  fs::path part;
-  std::string source;
-  if (request.from.empty()) {
-    part = home / (std::string(kCifar10Archive) + ".part");
-    source = request.url;
-    try {
-      DownloadTo(request.url, part, kLargestDownload, kDownloadAttempts, stage("download"));
-    } catch (const DownloadError&) {
-      // What arrived stays for the next fetch to resume; nothing, nothing.
-      if (fs::file_size(part, ec) == 0) fs::remove(part, ec);
-      throw;
-    }
-    archive = part;
-  } else if (fs::is_directory(request.from, ec)) {
-    source = fs::absolute(request.from).lexically_normal().string();
-  } else if (fs::exists(request.from, ec)) {
-    archive = request.from;
-    source = fs::absolute(request.from).lexically_normal().string();
-  } else {
-    throw DataError(request.from.string() +
-                    ": not found: --from takes cifar-10-binary.tar.gz or a folder of its files");
-  }
-
+  const FetchSource from = Obtain(request, home, stage);
   ScratchFolder scratch(home, std::string(".") + kCifar10Folder + ".partial-");
-  const Cifar10Release* installed_release = nullptr;
-  std::string installed;
+  std::pair<const Cifar10Release*, std::string> installed;
   try {
-    std::map<std::string, WrittenFile> files;
-    UnpackedArchive unpacked;
-    const std::string name = archive.empty() ? source : archive.string();
-    if (!archive.empty()) {
-      unpacked = UnpackCifar10Archive(archive, scratch.path(), stage("unpack"));
-      files = unpacked.files;
-    } else {
-      files = CopyFolder(request.from, scratch.path(), stage("copy"));
-    }
-    const Cifar10Release& release = Identify(name, files, archive.empty() ? nullptr : &unpacked);
-    installed_release = &release;
-    for (const Split split : {Split::kTrain, Split::kTest}) {
-      try {
-        CheckLabels(scratch.path(), split);
-      } catch (const DataError& e) {
-        throw DataError(name + ": " + std::string(e.what()).substr(scratch.path().string().size() + 1));
-      }
-    }
-    installed = Now();
-    WriteManifest(scratch.path(), release, source, installed, files, archive.empty() ? nullptr : &unpacked);
+    installed = Install(request, from, scratch.path(), stage);
     // mkdtemp's folder is the owner's alone; the install is as any new folder.
     const mode_t mask = ::umask(0);
     ::umask(mask);
     ::chmod(scratch.path().c_str(), 0777 & ~mask);
     SyncFolder(scratch.path());
-    // Into place: the old install (ours) aside, the new one in, the old gone.
-    if (present) {
-      ScratchFolder old(home, std::string(".") + kCifar10Folder + ".old-");
-      fs::remove(old.path());
-      fs::rename(target, old.path(), ec);
-      if (ec) throw DataError(target.string() + ": cannot move the earlier install aside: " + ec.message());
-      fs::rename(scratch.path(), target, ec);
-      if (ec) {
-        std::error_code back;
-        fs::rename(old.path(), target, back);
-        throw DataError(target.string() + ": cannot install: " + ec.message());
-      }
-    } else {
-      fs::rename(scratch.path(), target, ec);
-      if (ec) throw DataError(target.string() + ": cannot install: " + ec.message());
-    }
+    MoveIntoPlace(home, scratch.path(), target, present);
     scratch.Keep();
     SyncFolder(home);
   } catch (const DataError&) {
     // A download that does not verify is not resumed next time.
-    if (!part.empty()) fs::remove(part, ec);
+    if (!from.part.empty()) fs::remove(from.part, ec);
     throw;
   }
-  if (!part.empty()) fs::remove(part, ec);
+  if (!from.part.empty()) fs::remove(from.part, ec);
   // What was just verified file by file, said as `data list` will say it.
-  return Verified(target, *installed_release, "; installed " + installed + " from " + source);
+  return Verified(target, *installed.first, "; installed " + installed.second + " from " + from.source);
 }
 
 }  // namespace trainbench::data
