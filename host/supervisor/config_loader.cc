@@ -34,6 +34,80 @@ bool HasControlCharacter(const std::string& text) {
   });
 }
 
+// A device entry's ranks: `gpus` (a list of indices, or a count of the
+// first GPUs) or `processes`, not both.
+void ParseRanks(const Validator& v, const YAML::Node& item, const std::string& item_path, PluginUse& use) {
+  const YAML::Node gpus = item["gpus"], processes = item["processes"];
+  if (!Absent(gpus) && !Absent(processes))
+    v.Fail(processes, item_path + ".processes", "give either gpus or processes, not both");
+  if (!Absent(gpus) && gpus.IsSequence()) {
+    if (gpus.size() == 0) v.Fail(gpus, item_path + ".gpus", "expected at least one GPU index");
+    std::set<int64_t> seen;
+    for (size_t g = 0; g < gpus.size(); ++g) {
+      const std::string gpath = item_path + ".gpus[" + std::to_string(g) + "]";
+      const int64_t index = v.Int(gpus[g], gpath, 0, 1023);
+      if (!seen.insert(index).second) v.Fail(gpus[g], gpath, "GPU " + std::to_string(index) + " is listed twice");
+      use.device_indices.push_back(index);
+    }
+    use.ranks = static_cast<int64_t>(use.device_indices.size());
+  } else if (!Absent(gpus)) {
+    use.ranks = v.Int(gpus, item_path + ".gpus", 1, 1024);
+    for (int64_t g = 0; g < use.ranks; ++g) use.device_indices.push_back(g);
+  } else if (!Absent(processes)) {
+    use.ranks = v.Int(processes, item_path + ".processes", 1, 1024);
+  }
+}
+
+// One entry of a list written as a mapping: plugin, label, options, and a
+// device's budget and ranks.
+void ParseEntry(const Validator& v, const YAML::Node& item, const std::string& item_path, bool device, PluginUse& use) {
+  std::vector<std::string> keys = {"plugin", "label", "options"};
+  if (device) keys.insert(keys.end(), {"max_steps", "time_budget_seconds", "gpus", "processes", "sync_batchnorm"});
+  v.Keys(item, item_path, keys);
+  if (!item["plugin"]) v.Fail(item, item_path, "missing key 'plugin' (the plugin's name)");
+  use.plugin = v.String(item["plugin"], item_path + ".plugin");
+  use.plugin_node = item["plugin"];  // assigned once: a second Node assignment would rewrite the document
+  if (item["label"]) use.label = v.String(item["label"], item_path + ".label");
+  use.options_node = item["options"] ? item["options"] : YAML::Node(YAML::NodeType::Map);
+  if (!Absent(use.options_node) && !use.options_node.IsMap())
+    v.Fail(use.options_node, item_path + ".options", "expected a mapping of option to value");
+  if (!Absent(item["max_steps"]))
+    use.max_steps = v.Int(item["max_steps"], item_path + ".max_steps", 1, INT64_C(1) << 40);
+  if (!Absent(item["time_budget_seconds"]))
+    use.time_budget_seconds = v.Float(item["time_budget_seconds"], item_path + ".time_budget_seconds", 0.001, 1e7);
+  ParseRanks(v, item, item_path, use);
+  if (!Absent(item["sync_batchnorm"]))
+    use.sync_batchnorm = v.Bool(item["sync_batchnorm"], item_path + ".sync_batchnorm");
+}
+
+// A plugin's name is plain text; a label names log files and results rows:
+// a plain name, not a path, once in its list.
+void CheckNames(const Validator& v, const YAML::Node& item, const std::string& item_path, PluginUse& use,
+                std::set<std::string>& labels) {
+  if (HasControlCharacter(use.plugin)) {
+    v.Fail(use.plugin_node, item_path + (item.IsScalar() ? "" : ".plugin"),
+           "'" + use.plugin + "' holds control characters: a plugin's name is plain text (see `trainbench plugins`)");
+  }
+  if (use.label.empty()) use.label = use.plugin;
+  const YAML::Node label_at = item.IsMap() && item["label"] ? item["label"] : use.plugin_node;
+  if (use.label.size() > kMaxLabelBytes) {
+    v.Fail(label_at, item_path + ".label",
+           "'" + use.label.substr(0, 40) + "...' is " + std::to_string(use.label.size()) + " bytes; the limit is " +
+               std::to_string(kMaxLabelBytes) + " (give a shorter 'label')");
+  }
+  if (use.label == "." || use.label == ".." || use.label.find('/') != std::string::npos ||
+      HasControlCharacter(use.label)) {
+    v.Fail(label_at, item_path + ".label",
+           "'" + use.label + "' cannot name a file: no '/', control characters, '.' or '..' (give a plain 'label')");
+  }
+  if (!labels.insert(use.label).second) {
+    v.Fail(item, item_path,
+           "label '" + use.label +
+               "' is used twice; give entries of the same plugin distinct "
+               "'label's");
+  }
+}
+
 std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& list, const std::string& path,
                                        bool device) {
   if (!list.IsDefined()) v.Fail(list, path, "missing; list at least one plugin");
@@ -49,65 +123,9 @@ std::vector<PluginUse> ParsePluginList(const Validator& v, const YAML::Node& lis
       use.plugin = item.as<std::string>();
       use.options_node = YAML::Node(YAML::NodeType::Map);
     } else {
-      std::vector<std::string> keys = {"plugin", "label", "options"};
-      if (device) keys.insert(keys.end(), {"max_steps", "time_budget_seconds", "gpus", "processes", "sync_batchnorm"});
-      v.Keys(item, item_path, keys);
-      if (!item["plugin"]) v.Fail(item, item_path, "missing key 'plugin' (the plugin's name)");
-      use.plugin = v.String(item["plugin"], item_path + ".plugin");
-      use.plugin_node = item["plugin"];  // assigned once: a second Node assignment would rewrite the document
-      if (item["label"]) use.label = v.String(item["label"], item_path + ".label");
-      use.options_node = item["options"] ? item["options"] : YAML::Node(YAML::NodeType::Map);
-      if (!Absent(use.options_node) && !use.options_node.IsMap())
-        v.Fail(use.options_node, item_path + ".options", "expected a mapping of option to value");
-      if (!Absent(item["max_steps"]))
-        use.max_steps = v.Int(item["max_steps"], item_path + ".max_steps", 1, INT64_C(1) << 40);
-      if (!Absent(item["time_budget_seconds"]))
-        use.time_budget_seconds = v.Float(item["time_budget_seconds"], item_path + ".time_budget_seconds", 0.001, 1e7);
-      const YAML::Node gpus = item["gpus"], processes = item["processes"];
-      if (!Absent(gpus) && !Absent(processes))
-        v.Fail(processes, item_path + ".processes", "give either gpus or processes, not both");
-      if (!Absent(gpus) && gpus.IsSequence()) {
-        if (gpus.size() == 0) v.Fail(gpus, item_path + ".gpus", "expected at least one GPU index");
-        std::set<int64_t> seen;
-        for (size_t g = 0; g < gpus.size(); ++g) {
-          const std::string gpath = item_path + ".gpus[" + std::to_string(g) + "]";
-          const int64_t index = v.Int(gpus[g], gpath, 0, 1023);
-          if (!seen.insert(index).second) v.Fail(gpus[g], gpath, "GPU " + std::to_string(index) + " is listed twice");
-          use.device_indices.push_back(index);
-        }
-        use.ranks = static_cast<int64_t>(use.device_indices.size());
-      } else if (!Absent(gpus)) {
-        use.ranks = v.Int(gpus, item_path + ".gpus", 1, 1024);
-        for (int64_t g = 0; g < use.ranks; ++g) use.device_indices.push_back(g);
-      } else if (!Absent(processes)) {
-        use.ranks = v.Int(processes, item_path + ".processes", 1, 1024);
-      }
-      if (!Absent(item["sync_batchnorm"]))
-        use.sync_batchnorm = v.Bool(item["sync_batchnorm"], item_path + ".sync_batchnorm");
+      ParseEntry(v, item, item_path, device, use);
     }
-    if (HasControlCharacter(use.plugin)) {
-      v.Fail(use.plugin_node, item_path + (item.IsScalar() ? "" : ".plugin"),
-             "'" + use.plugin + "' holds control characters: a plugin's name is plain text (see `trainbench plugins`)");
-    }
-    if (use.label.empty()) use.label = use.plugin;
-    // Labels name log files and results rows: a plain name, not a path.
-    const YAML::Node label_at = item.IsMap() && item["label"] ? item["label"] : use.plugin_node;
-    if (use.label.size() > kMaxLabelBytes) {
-      v.Fail(label_at, item_path + ".label",
-             "'" + use.label.substr(0, 40) + "...' is " + std::to_string(use.label.size()) + " bytes; the limit is " +
-                 std::to_string(kMaxLabelBytes) + " (give a shorter 'label')");
-    }
-    if (use.label == "." || use.label == ".." || use.label.find('/') != std::string::npos ||
-        HasControlCharacter(use.label)) {
-      v.Fail(label_at, item_path + ".label",
-             "'" + use.label + "' cannot name a file: no '/', control characters, '.' or '..' (give a plain 'label')");
-    }
-    if (!labels.insert(use.label).second) {
-      v.Fail(item, item_path,
-             "label '" + use.label +
-                 "' is used twice; give entries of the same plugin distinct "
-                 "'label's");
-    }
+    CheckNames(v, item, item_path, use, labels);
     uses.push_back(std::move(use));
   }
   return uses;
