@@ -239,43 +239,41 @@ std::string GiBText(int64_t bytes) {
   return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
 }
 
-std::string Results::Table() const {
-  std::ostringstream out;
-  // Two speedups, named apart: of the steady-state rate, and of the time to
-  // train the whole cell (setup, warm-up and evaluation included: the study's).
-  out << fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8} {:>9}  {}\n", "model", "params",
-                     "device", "samples/s", "epoch time", "time to train", "test acc", "speedup", "(time)", "peak mem",
-                     "status");
-  bool any_projected = false;
-  for (const auto& c : cells_) {
-    const bool ok = c.ok();
-    any_projected |= c.projected.value_or(false);
-    const std::string params = c.params ? fmt::format("{:.2f}M", static_cast<double>(*c.params) / 1e6) : "-";
-    std::string sps = ok && c.samples_per_second ? fmt::format("{:.1f}", *c.samples_per_second) : "-";
-    if (ok && c.samples_per_second_ci95 && c.samples_per_second_ci95->size() == 2) {
-      sps += fmt::format(" ±{:.1f}", ((*c.samples_per_second_ci95)[1] - (*c.samples_per_second_ci95)[0]) / 2);
-    }
-    std::string epoch = "-";
-    if (ok && c.epoch_seconds && !c.epoch_seconds->empty()) {
-      epoch = fmt::format("{:.2f} s{}", c.median_epoch_seconds(), c.projected.value_or(false) ? "*" : "");
-    }
-    const std::string train = ok && c.time_to_train_seconds ? fmt::format("{:.1f} s{}", *c.time_to_train_seconds,
-                                                                          c.projected.value_or(false) ? "*" : "")
-                                                            : "-";
-    const auto accuracy = c.final_accuracy();
-    const std::string acc = ok && accuracy ? fmt::format("{:.1f}%", 100.0 * *accuracy) : "-";
-    std::string speedup = c.speedup ? fmt::format("{:.2f}x", *c.speedup) : (ok ? "baseline" : "-");
-    if (ok && c.device != baseline_ && !c.speedup) speedup = "n/a";
-    const std::string speedup_time = c.speedup_time_to_train ? fmt::format("{:.2f}x", *c.speedup_time_to_train) : "-";
-    std::string status = c.status;
-    if (!ok && c.reason) status += ": " + *c.reason;
-    // What the cell's process held at most (a GPU allocator's cache included).
-    const std::string memory = c.peak_memory_bytes && *c.peak_memory_bytes > 0 ? GiBText(*c.peak_memory_bytes) : "-";
-    out << fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8} {:>9}  {}\n", Printable(c.model),
-                       params, Printable(c.device), sps, epoch, train, acc, speedup, speedup_time, memory,
-                       Printable(status));
+namespace {
+
+// One cell's row of the closing table.
+std::string TableRow(const CellRecord& c, const std::string& baseline) {
+  const bool ok = c.ok();
+  const std::string params = c.params ? fmt::format("{:.2f}M", static_cast<double>(*c.params) / 1e6) : "-";
+  std::string sps = ok && c.samples_per_second ? fmt::format("{:.1f}", *c.samples_per_second) : "-";
+  if (ok && c.samples_per_second_ci95 && c.samples_per_second_ci95->size() == 2) {
+    sps += fmt::format(" ±{:.1f}", ((*c.samples_per_second_ci95)[1] - (*c.samples_per_second_ci95)[0]) / 2);
   }
-  for (const auto& c : cells_) {
+  std::string epoch = "-";
+  if (ok && c.epoch_seconds && !c.epoch_seconds->empty()) {
+    epoch = fmt::format("{:.2f} s{}", c.median_epoch_seconds(), c.projected.value_or(false) ? "*" : "");
+  }
+  const std::string train = ok && c.time_to_train_seconds ? fmt::format("{:.1f} s{}", *c.time_to_train_seconds,
+                                                                        c.projected.value_or(false) ? "*" : "")
+                                                          : "-";
+  const auto accuracy = c.final_accuracy();
+  const std::string acc = ok && accuracy ? fmt::format("{:.1f}%", 100.0 * *accuracy) : "-";
+  std::string speedup = c.speedup ? fmt::format("{:.2f}x", *c.speedup) : (ok ? "baseline" : "-");
+  if (ok && c.device != baseline && !c.speedup) speedup = "n/a";
+  const std::string speedup_time = c.speedup_time_to_train ? fmt::format("{:.2f}x", *c.speedup_time_to_train) : "-";
+  std::string status = c.status;
+  if (!ok && c.reason) status += ": " + *c.reason;
+  // What the cell's process held at most (a GPU allocator's cache included).
+  const std::string memory = c.peak_memory_bytes && *c.peak_memory_bytes > 0 ? GiBText(*c.peak_memory_bytes) : "-";
+  return fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8} {:>9}  {}\n", Printable(c.model),
+                     params, Printable(c.device), sps, epoch, train, acc, speedup, speedup_time, memory,
+                     Printable(status));
+}
+
+// The lines under the table: data parallelism, time to the target, energy.
+std::string TableNotes(const std::vector<CellRecord>& cells, const std::string& baseline) {
+  std::ostringstream out;
+  for (const auto& c : cells) {
     const int64_t ranks = c.ranks.value_or(1);
     if (ranks <= 1 || !c.ok()) continue;
     out << fmt::format("data parallel: {} on {}: {} ranks ({} backend), {:.1f} samples/s per rank{}\n",
@@ -286,7 +284,7 @@ std::string Results::Table() const {
                                          c.scaling_baseline.value_or(""))
                            : std::string(", no one-rank cell to compare with"));
   }
-  for (const auto& c : cells_) {
+  for (const auto& c : cells) {
     if (!c.ok() || !c.target_accuracy) continue;
     out << fmt::format(
         "time to {:.1f}% test accuracy: {} on {}: {}\n", 100 * *c.target_accuracy, c.model, c.device,
@@ -295,21 +293,39 @@ std::string Results::Table() const {
                           c.epochs_to_target.value_or(0), c.stopped_at_target.value_or(false) ? " (stopped there)" : "")
             : c.target_reason.value_or("not reached"));
   }
-  for (const auto& c : cells_) {
+  for (const auto& c : cells) {
     if (!c.ok() || (!c.energy_joules && !c.energy_reason)) continue;
-    if (c.energy_joules) {
-      out << fmt::format(
-          "energy: {} on {}: {:.1f} J, {:.4g} J/sample, {:.1f} W ({}){}\n", c.model, c.device, *c.energy_joules,
-          c.joules_per_sample.value_or(0), c.average_power_watts.value_or(0), c.energy_source.value_or("?"),
-          c.energy_ratio ? fmt::format(", {:.2f}x less energy per sample than {}", *c.energy_ratio, baseline_) : "");
-      if (c.energy_counter_glitches) {
-        out << fmt::format("  ({} backward step(s) of the counter ignored as glitches, not counted as wraps)\n",
-                           *c.energy_counter_glitches);
-      }
-    } else {
+    if (!c.energy_joules) {
       out << fmt::format("energy: {} on {}: not measured: {}\n", c.model, c.device, *c.energy_reason);
+      continue;
+    }
+    out << fmt::format(
+        "energy: {} on {}: {:.1f} J, {:.4g} J/sample, {:.1f} W ({}){}\n", c.model, c.device, *c.energy_joules,
+        c.joules_per_sample.value_or(0), c.average_power_watts.value_or(0), c.energy_source.value_or("?"),
+        c.energy_ratio ? fmt::format(", {:.2f}x less energy per sample than {}", *c.energy_ratio, baseline) : "");
+    if (c.energy_counter_glitches) {
+      out << fmt::format("  ({} backward step(s) of the counter ignored as glitches, not counted as wraps)\n",
+                         *c.energy_counter_glitches);
     }
   }
+  return out.str();
+}
+
+}  // namespace
+
+std::string Results::Table() const {
+  std::ostringstream out;
+  // Two speedups, named apart: of the steady-state rate, and of the time to
+  // train the whole cell (setup, warm-up and evaluation included: the study's).
+  out << fmt::format("{:<12} {:>8} {:<10} {:>18} {:>10} {:>13} {:>8} {:>8} {:>8} {:>9}  {}\n", "model", "params",
+                     "device", "samples/s", "epoch time", "time to train", "test acc", "speedup", "(time)", "peak mem",
+                     "status");
+  bool any_projected = false;
+  for (const auto& c : cells_) {
+    any_projected |= c.projected.value_or(false);
+    out << TableRow(c, baseline_);
+  }
+  out << TableNotes(cells_, baseline_);
   if (any_projected) out << "* projected from steady-state throughput (time budget reached before the epoch ended)\n";
   out << "speedup: steady-state samples/s over the " << baseline_ << " cell's; (time): the " << baseline_
       << " cell's time to train over this one's; peak mem: the most the cell's process held (a GPU's allocator "
