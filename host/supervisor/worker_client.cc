@@ -118,6 +118,41 @@ struct Started {
   int status = 0;
 };
 
+// This process's environment plus `added` (which wins), as NAME=VALUE.
+std::vector<std::string> WorkerEnvironment(const std::vector<std::pair<std::string, std::string>>& added) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    bool overridden = false;
+    for (const auto& kv : added) overridden |= kv.first == name;
+    if (!overridden) env.push_back(entry);
+  }
+  for (const auto& kv : added) env.push_back(kv.first + "=" + kv.second);
+  return env;
+}
+
+// argv/envp for posix_spawn: pointers into `strings`, then a null.
+std::vector<char*> Pointers(std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  for (auto& s : strings) pointers.push_back(s.data());
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+// The spec is small (a few KiB), far below a pipe's buffer: written whole
+// (a worker that died early stops it; its exit status tells why).
+void WriteAll(const Fd& to, const std::string& text) {
+  signal(SIGPIPE, SIG_IGN);
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(to.fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+}
+
 // Starts `launch` in process group `pgid` (0: a new group led by it).
 Started Spawn(const fs::path& worker, const WorkerLaunch& launch, pid_t pgid) {
   Fd in_read, in_write, events_read, events_write;
@@ -140,23 +175,8 @@ Started Spawn(const fs::path& worker, const WorkerLaunch& launch, pid_t pgid) {
   std::vector<std::string> argv_storage = {worker.string(), "--events-fd", std::to_string(kWorkerEventsFd),
                                            "--supervisor-pid", std::to_string(::getpid())};
   argv_storage.insert(argv_storage.end(), launch.args.begin(), launch.args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // The environment, plus the launch's own variables (which win).
-  const std::vector<std::pair<std::string, std::string>>& added = launch.env;
-  std::vector<std::string> env_storage;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    const std::string name = entry.substr(0, entry.find('='));
-    bool overridden = false;
-    for (const auto& kv : added) overridden |= kv.first == name;
-    if (!overridden) env_storage.push_back(entry);
-  }
-  for (const auto& kv : added) env_storage.push_back(kv.first + "=" + kv.second);
-  std::vector<char*> envp;
-  for (auto& e : env_storage) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  std::vector<std::string> env_storage = WorkerEnvironment(launch.env);
+  const std::vector<char*> argv = Pointers(argv_storage), envp = Pointers(env_storage);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // We ignore SIGPIPE; the worker gets the default back.
@@ -175,15 +195,7 @@ Started Spawn(const fs::path& worker, const WorkerLaunch& launch, pid_t pgid) {
   events_write.Close();
   log.Close();
 
-  // The spec is small (a few KiB), far below a pipe's buffer: write it whole.
-  signal(SIGPIPE, SIG_IGN);
-  size_t written = 0;
-  while (written < launch.stdin_text.size()) {
-    const ssize_t n = ::write(in_write.fd, launch.stdin_text.data() + written, launch.stdin_text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // the worker died early; its exit status tells why
-    written += static_cast<size_t>(n);
-  }
+  WriteAll(in_write, launch.stdin_text);
   started.events = std::move(events_read);
   return started;
 }
