@@ -231,6 +231,37 @@ void SlurmWait(const fs::path& out_dir, double poll_seconds) {
   }
 }
 
+namespace {
+
+// A cell whose task left no finished record: not submitted, queued or
+// running in Slurm, or ended without a result (with what slurmctld says).
+CellRecord Unfinished(const PlannedCell& planned, const std::optional<CellRecord>& found, const std::string& job_id,
+                      size_t i, const std::map<std::string, std::pair<std::string, std::string>>& queued,
+                      const fs::path& out) {
+  const std::string previous_reason = found ? found->reason.value_or("") : "";
+  const std::string task = job_id + "_" + std::to_string(i);
+  CellRecord cell = PlannedRecord(planned);
+  if (job_id.empty()) {
+    cell.status = "pending";
+    cell.reason = "not submitted yet (trainbench slurm submit)";
+  } else if (auto q = queued.find(task); q != queued.end()) {
+    cell.status = q->second.first == "RUNNING" ? "running" : "pending";
+    cell.reason = "Slurm " + task + ": " + q->second.first + " (" + q->second.second + ")";
+  } else {
+    const std::string state = SlurmState(job_id, i);
+    cell.status = "failed";
+    cell.reason = "Slurm task " + task + " ended without a result: " +
+                  (state.empty() ? "no longer known to slurmctld (cancelled before it started, or purged "
+                                   "after MinJobAge)"
+                                 : state) +
+                  (previous_reason.empty() ? "" : "; " + previous_reason) + "; see " +
+                  (out / "slurm" / fmt::format("task-{}.out", i)).string();
+  }
+  return cell;
+}
+
+}  // namespace
+
 SlurmGathered SlurmGather(const ExperimentPlan& plan, const fs::path& out_dir) {
   const Experiment& e = plan.impl().experiment;
   const fs::path out = fs::absolute(out_dir);
@@ -255,25 +286,8 @@ SlurmGathered SlurmGather(const ExperimentPlan& plan, const fs::path& out_dir) {
     const std::string status = found ? found->status : "";
     CellRecord cell = found.value_or(CellRecord{});
     if (!found || status == "pending" || status == "interrupted" || status.empty()) {
-      const std::string previous_reason = found ? found->reason.value_or("") : "";
-      cell = PlannedRecord(cells[i]);
-      if (job_id.empty()) {
-        cell.status = "pending";
-        cell.reason = "not submitted yet (trainbench slurm submit)";
-      } else if (auto q = queued.find(task); q != queued.end()) {
-        cell.status = q->second.first == "RUNNING" ? "running" : "pending";
-        cell.reason = "Slurm " + task + ": " + q->second.first + " (" + q->second.second + ")";
-        ++gathered.queued;
-      } else {
-        const std::string state = SlurmState(job_id, i);
-        cell.status = "failed";
-        cell.reason = "Slurm task " + task + " ended without a result: " +
-                      (state.empty() ? "no longer known to slurmctld (cancelled before it started, or purged "
-                                       "after MinJobAge)"
-                                     : state) +
-                      (previous_reason.empty() ? "" : "; " + previous_reason) + "; see " +
-                      (out / "slurm" / fmt::format("task-{}.out", i)).string();
-      }
+      cell = Unfinished(cells[i], found, job_id, i, queued, out);
+      if (cell.status == "running" || (cell.status == "pending" && !job_id.empty())) ++gathered.queued;
     }
     if (!job_id.empty()) {
       // Beside what the task recorded of its job (the GPUs it was given).
