@@ -72,6 +72,34 @@ bool NamesParent(const std::string& name) {
   return false;
 }
 
+// The archive cannot be read on: why, as libarchive or the reader says.
+[[noreturn]] void Damaged(struct archive* a, const Source& source, const std::string& where, const std::string& what) {
+  const char* detail = archive_error_string(a);
+  throw DataError(where + ": " + what + ": " +
+                  (!source.error.empty() ? source.error
+                   : detail != nullptr   ? detail
+                                         : "unreadable") +
+                  " (a damaged, truncated or unfinished download, or not a .tar.gz: fetch it again)");
+}
+
+// The size of a plain file's entry, -1 for a folder's; what a CIFAR-10
+// archive never holds is refused (an absolute path, '..', a link, a device
+// or pipe, a file larger than any of its files).
+std::int64_t EntrySize(struct archive_entry* entry, const std::string& name, const std::string& at) {
+  if (name.empty() || name.front() == '/')
+    throw DataError(at + " is an absolute path: refused (not a CIFAR-10 archive)");
+  if (NamesParent(name)) throw DataError(at + " names '..' (it would leave its folder): refused");
+  if (archive_entry_hardlink(entry) != nullptr || archive_entry_filetype(entry) == AE_IFLNK)
+    throw DataError(at + " is a link: refused (CIFAR-10 archives hold plain files)");
+  if (archive_entry_filetype(entry) == AE_IFDIR) return -1;
+  if (archive_entry_filetype(entry) != AE_IFREG)
+    throw DataError(at + " is not a plain file (a device or pipe): refused");
+  const std::int64_t size = archive_entry_size_is_set(entry) ? archive_entry_size(entry) : -1;
+  if (size < 0 || size > kLargestEntry)
+    throw DataError(at + " is " + std::to_string(size) + " bytes, more than any CIFAR-10 file: refused");
+  return size;
+}
+
 }  // namespace
 
 WrittenFile WriteNewFile(const fs::path& dest, const std::string& name,
@@ -118,14 +146,7 @@ UnpackedArchive UnpackCifar10Archive(const fs::path& archive, const fs::path& de
   std::unique_ptr<struct archive, decltype(&archive_read_free)> a(archive_read_new(), archive_read_free);
   archive_read_support_filter_gzip(a.get());
   archive_read_support_format_tar(a.get());
-  const auto damaged = [&](const std::string& what) {
-    const char* detail = archive_error_string(a.get());
-    throw DataError(where + ": " + what + ": " +
-                    (!source.error.empty() ? source.error
-                     : detail != nullptr   ? detail
-                                           : "unreadable") +
-                    " (a damaged, truncated or unfinished download, or not a .tar.gz: fetch it again)");
-  };
+  const auto damaged = [&](const std::string& what) { Damaged(a.get(), source, where, what); };
   if (archive_read_open(a.get(), &source, nullptr, ReadBlock, nullptr) != ARCHIVE_OK) damaged("not a gzip tar archive");
 
   UnpackedArchive out;
@@ -141,17 +162,8 @@ UnpackedArchive UnpackCifar10Archive(const fs::path& archive, const fs::path& de
     const char* raw = archive_entry_pathname(entry);
     const std::string name = raw != nullptr ? raw : "";
     const std::string at = where + ": entry '" + name + "'";
-    if (name.empty() || name.front() == '/')
-      throw DataError(at + " is an absolute path: refused (not a CIFAR-10 archive)");
-    if (NamesParent(name)) throw DataError(at + " names '..' (it would leave its folder): refused");
-    if (archive_entry_hardlink(entry) != nullptr || archive_entry_filetype(entry) == AE_IFLNK)
-      throw DataError(at + " is a link: refused (CIFAR-10 archives hold plain files)");
-    if (archive_entry_filetype(entry) == AE_IFDIR) continue;
-    if (archive_entry_filetype(entry) != AE_IFREG)
-      throw DataError(at + " is not a plain file (a device or pipe): refused");
-    const std::int64_t size = archive_entry_size_is_set(entry) ? archive_entry_size(entry) : -1;
-    if (size < 0 || size > kLargestEntry)
-      throw DataError(at + " is " + std::to_string(size) + " bytes, more than any CIFAR-10 file: refused");
+    const std::int64_t size = EntrySize(entry, name, at);
+    if (size < 0) continue;  // a folder
     contents += size;
     if (contents > kLargestArchiveContents)
       throw DataError(where + ": holds more than " + std::to_string(kLargestArchiveContents >> 20) +
