@@ -11,9 +11,9 @@ using nlohmann::json;
 
 namespace {
 
-// Every field of a record with its key, both ways.
+// What the cell is: its place, plugins, configuration and status.
 template <class R, class V>
-void Fields(R& c, V&& v) {
+void CellFields(R& c, V& v) {
   v("index", c.index);
   v("model", c.model);
   v("model_plugin", c.model_plugin);
@@ -32,6 +32,11 @@ void Fields(R& c, V&& v) {
   v("train_size", c.train_size);
   v("test_size", c.test_size);
   v("steps_per_epoch", c.steps_per_epoch);
+}
+
+// What it ran on and how fast: hardware, rate, times.
+template <class R, class V>
+void RateFields(R& c, V& v) {
   v("hardware", c.hardware);
   v("samples_per_second", c.samples_per_second);
   v("achieved_tflops", c.achieved_tflops);
@@ -43,6 +48,11 @@ void Fields(R& c, V&& v) {
   v("eval_seconds", c.eval_seconds);
   v("evaluations", c.evaluations);
   v("accuracy_curve", c.accuracy_curve);
+}
+
+// What it reached: target, energy, totals, memory.
+template <class R, class V>
+void OutcomeFields(R& c, V& v) {
   v("target_accuracy", c.target_accuracy);
   v("time_to_target_seconds", c.time_to_target_seconds);
   v("epochs_to_target", c.epochs_to_target);
@@ -63,6 +73,11 @@ void Fields(R& c, V&& v) {
   v("measured_epochs", c.measured_epochs);
   v("peak_memory_bytes", c.peak_memory_bytes);
   v("peak_allocated_bytes", c.peak_allocated_bytes);
+}
+
+// Its curves and what the host adds: ranks, speedups, spreads, efficiency.
+template <class R, class V>
+void SummaryFields(R& c, V& v) {
   v("epoch_seconds", c.epoch_seconds);
   v("train_loss", c.train_loss);
   v("test_accuracy", c.test_accuracy);
@@ -87,6 +102,15 @@ void Fields(R& c, V&& v) {
   v("rank_samples_per_second", c.rank_samples_per_second);
   v("samples_per_second_repeats", c.samples_per_second_repeats);
   v("slurm", c.slurm);
+}
+
+// Every field of a record with its key, both ways.
+template <class R, class V>
+void Fields(R& c, V&& v) {
+  CellFields(c, v);
+  RateFields(c, v);
+  OutcomeFields(c, v);
+  SummaryFields(c, v);
 }
 
 struct RecordWriter {
