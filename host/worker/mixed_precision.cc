@@ -64,6 +64,26 @@ void Cast(const std::vector<kernels::CastJob>& jobs, at::ScalarType from, at::Sc
                                       c10::cuda::getCurrentCUDAStream()));
 }
 
+// A group's copies in `type`, made where there are none, cast again (one
+// kernel for them all) where their parameter changed since.
+void RefreshCopies(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& copies,
+                   std::vector<int64_t>& versions, at::ScalarType type) {
+  if (copies.empty()) {
+    for (const torch::Tensor& p : params) {
+      copies.push_back(torch::empty_strided(p.sizes(), p.strides(), p.options().dtype(type)));
+      versions.push_back(-1);
+    }
+  }
+  std::vector<kernels::CastJob> stale;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto version = static_cast<int64_t>(params[i]._version());
+    if (versions[i] == version) continue;
+    stale.push_back({params[i].data_ptr(), copies[i].data_ptr(), params[i].numel()});
+    versions[i] = version;
+  }
+  if (!stale.empty()) Cast(stale, at::kFloat, type);
+}
+
 bool CastApplies(const std::vector<torch::Tensor>& params, at::ScalarType type) {
   if (params.empty() || (type != at::kBFloat16 && type != at::kHalf)) return false;
   for (const torch::Tensor& p : params) {
@@ -303,22 +323,7 @@ std::vector<torch::Tensor> MixedPrecision::Group(size_t g, std::optional<c10::Sc
     }
     state_->copy_type = type;
   }
-  if (type) {
-    std::vector<kernels::CastJob> stale;
-    if (group.copies.empty()) {
-      for (const torch::Tensor& p : group.params) {
-        group.copies.push_back(torch::empty_strided(p.sizes(), p.strides(), p.options().dtype(*type)));
-        group.versions.push_back(-1);
-      }
-    }
-    for (size_t i = 0; i < group.params.size(); ++i) {
-      const auto version = static_cast<int64_t>(group.params[i]._version());
-      if (group.versions[i] == version) continue;
-      stale.push_back({group.params[i].data_ptr(), group.copies[i].data_ptr(), group.params[i].numel()});
-      group.versions[i] = version;
-    }
-    if (!stale.empty()) Cast(stale, at::kFloat, *type);
-  }
+  if (type) RefreshCopies(group.params, group.copies, group.versions, *type);
   if (!torch::GradMode::is_enabled()) return type ? group.copies : group.params;
   {
     const std::lock_guard<std::mutex> lock(state_->mutex);
