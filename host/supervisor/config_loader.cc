@@ -13,7 +13,6 @@
 #include "cifar10.h"
 #include "data_home.h"
 #include "environment.h"
-#include "plugin_catalog.h"
 #include "settings_yaml.h"
 #include "yaml_validator.h"
 

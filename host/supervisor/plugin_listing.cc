@@ -47,15 +47,15 @@ std::string Text(const json& j, const char* key) { return j.contains(key) && j[k
 // The plugins listed: all found, or the loaded ones of `names`.
 std::vector<PluginRecord> Listed(const Engine& engine, const std::vector<std::string>& names) {
   if (names.empty()) return engine.plugins();
-  std::vector<PluginRecord> listed;
+  const std::vector<PluginRecord>& all = engine.plugins();
   for (const std::string& name : names) {
-    const auto& all = engine.plugins();
     if (std::none_of(all.begin(), all.end(), [&](const PluginRecord& p) { return p.loaded && p.name == name; }))
       throw EngineError("plugins: no plugin named '" + Cell(name) +
                             "' was loaded from the search path (`trainbench plugins` lists what was found)",
                         kExitConfig);
   }
-  for (const auto& p : engine.plugins())
+  std::vector<PluginRecord> listed;
+  for (const auto& p : all)
     if (p.loaded && std::find(names.begin(), names.end(), p.name) != names.end()) listed.push_back(p);
   return listed;
 }

@@ -157,7 +157,7 @@ void RunSession::ApplyMetricsOptions() {
 }
 
 void RunSession::CheckSelectedCells() const {
-  const size_t total = experiment_.models.size() * experiment_.devices.size();
+  const size_t total = CellCount();
   for (size_t c : options_.cells) {
     if (c >= total) {
       throw EngineError("cell " + std::to_string(c) + " does not exist: the experiment has " + std::to_string(total) +
@@ -206,7 +206,7 @@ void RunSession::DescribeSystem() {
   } catch (const std::exception& e) {
     throw EngineError(e.what(), kExitError);
   }
-  const size_t total = experiment_.models.size() * experiment_.devices.size();
+  const size_t total = CellCount();
   const std::string out = options_.out_dir.string();
   LogWith(spdlog::level::info,
           {{"event", "run_started"}, {"experiment", experiment_.name}, {"cells", total}, {"out", out}},

@@ -46,6 +46,7 @@ class RunSession {
   void DescribeSystem();
   void TakeMachineLock();
   RunSummary Finish(RunOutcome outcome);
+  size_t CellCount() const { return experiment_.models.size() * experiment_.devices.size(); }
 
   Experiment experiment_;
   std::string config_file_;

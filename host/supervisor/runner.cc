@@ -4,25 +4,18 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
-#include <cstdlib>
 #include <ctime>
-#include <functional>
 #include <set>
-
-extern char** environ;
 
 #include "cell_attempt.h"
 #include "environment.h"
 #include "logging.h"
-#include "net.h"
 #include "peak_flops.h"
 #include "run_log.h"
 #include "safe_file.h"
 #include "statistics.h"
 #include "text_escape.h"
 #include "trainbench/protocol/version.h"
-#include "worker_client.h"
 
 namespace trainbench {
 namespace fs = std::filesystem;

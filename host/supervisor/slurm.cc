@@ -287,7 +287,7 @@ SlurmGathered SlurmGather(const ExperimentPlan& plan, const fs::path& out_dir) {
     CellRecord cell = found.value_or(CellRecord{});
     if (!found || status == "pending" || status == "interrupted" || status.empty()) {
       cell = Unfinished(cells[i], found, job_id, i, queued, out);
-      if (cell.status == "running" || (cell.status == "pending" && !job_id.empty())) ++gathered.queued;
+      if (!job_id.empty() && queued.count(task) != 0) ++gathered.queued;
     }
     if (!job_id.empty()) {
       // Beside what the task recorded of its job (the GPUs it was given).

@@ -327,8 +327,8 @@ class WorkerGroup {
   // The first message must be a hello of this host's protocol version.
   void Dispatch(size_t i, const protocol::Event& event) {
     Started& w = workers_[i];
-    last_event_ = Clock::now();
     if (w.hello) {
+      last_event_ = Clock::now();
       on_event_(i, event);
       return;
     }
@@ -343,6 +343,7 @@ class WorkerGroup {
                                     " (install trainbench and trainbench-worker together)");
     }
     w.hello = true;
+    last_event_ = Clock::now();
   }
 
   void Reap() {

@@ -32,10 +32,6 @@ using protocol::CellSpec;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-inline constexpr size_t kMaxReportedSteps = 4096;
-// Data parallel with a time budget: how often the ranks agree whether it is spent.
-inline constexpr int64_t kBudgetCheckSteps = 4;
-
 inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // A failure of the cell with a one-line reason.
@@ -58,44 +54,6 @@ class NonFiniteLoss : public CellError {
 
 inline void Check(const sdk::Status& status, const std::string& what) {
   if (!status.ok()) throw CellError(what + ": " + status.message());
-}
-
-inline double Quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
-// Learning rate for `epoch` (0-based) under the cell's schedule.
-inline double LearningRate(const protocol::TrainingSettings& t, int64_t epoch) {
-  const double lr = t.optimizer.lr;
-  if (t.schedule.name == "step") {
-    return lr * std::pow(t.schedule.gamma, static_cast<double>(epoch / std::max<int64_t>(t.schedule.step_size, 1)));
-  }
-  if (t.schedule.name == "cosine") {
-    const double pi = std::acos(-1.0);
-    return 0.5 * lr * (1.0 + std::cos(pi * static_cast<double>(epoch) / static_cast<double>(t.epochs)));
-  }
-  return lr;
-}
-
-// Converts 4-D parameters to NHWC in place. Always restrided, as PyTorch's
-// Module.to(memory_format=...) does: a 1x1 convolution's NCHW weight also
-// passes as channels_last-contiguous (size-1 dimensions are not checked), so
-// .contiguous(ChannelsLast) would keep its NCHW strides, unlike PyTorch's.
-// (Suspected, wrongly, of the weight-gradient transposes in trainbench's
-// ResNet18 graph: docs/results/raw/gpu-optimisation-notes.md, change 8.)
-inline void ToChannelsLast(torch::nn::Module& module) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : module.parameters()) {
-    if (p.dim() != 4) continue;
-    torch::Tensor nhwc = torch::empty_like(p.data(), torch::MemoryFormat::ChannelsLast);
-    nhwc.copy_(p.data());
-    p.set_data(nhwc);
-  }
 }
 
 class CellRun {

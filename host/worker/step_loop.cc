@@ -7,6 +7,26 @@
 #include "interrupt.h"
 
 namespace trainbench::worker::cell {
+namespace {
+
+constexpr size_t kMaxReportedSteps = 4096;
+// Data parallel with a time budget: how often the ranks agree whether it is spent.
+constexpr int64_t kBudgetCheckSteps = 4;
+
+// Learning rate for `epoch` (0-based) under the cell's schedule.
+double LearningRate(const protocol::TrainingSettings& t, int64_t epoch) {
+  const double lr = t.optimizer.lr;
+  if (t.schedule.name == "step") {
+    return lr * std::pow(t.schedule.gamma, static_cast<double>(epoch / std::max<int64_t>(t.schedule.step_size, 1)));
+  }
+  if (t.schedule.name == "cosine") {
+    const double pi = std::acos(-1.0);
+    return 0.5 * lr * (1.0 + std::cos(pi * static_cast<double>(epoch) / static_cast<double>(t.epochs)));
+  }
+  return lr;
+}
+
+}  // namespace
 
 torch::Tensor CellRun::Logits(const torch::Tensor& x) {
   AutocastScope autocast(settings_.device.type(), settings_.amp, /*cache=*/!in_graph_step_);

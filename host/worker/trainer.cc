@@ -9,6 +9,34 @@
 
 namespace trainbench::worker {
 namespace cell {
+namespace {
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+// Converts 4-D parameters to NHWC in place. Always restrided, as PyTorch's
+// Module.to(memory_format=...) does: a 1x1 convolution's NCHW weight also
+// passes as channels_last-contiguous (size-1 dimensions are not checked), so
+// .contiguous(ChannelsLast) would keep its NCHW strides, unlike PyTorch's.
+// (Suspected, wrongly, of the weight-gradient transposes in trainbench's
+// ResNet18 graph: docs/results/raw/gpu-optimisation-notes.md, change 8.)
+void ToChannelsLast(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters()) {
+    if (p.dim() != 4) continue;
+    torch::Tensor nhwc = torch::empty_like(p.data(), torch::MemoryFormat::ChannelsLast);
+    nhwc.copy_(p.data());
+    p.set_data(nhwc);
+  }
+}
+
+}  // namespace
 
 // Once the device is up, a failure for want of its memory ends the cell in
 // one line (the allocator's own paragraph goes to the cell's log).
