@@ -38,7 +38,8 @@ TEST_F(EndToEnd, EveryGpuBenchPointUnderAn8GiBLimitTrainsOrFailsInOneLine) {
       config << "  - {plugin: cuda, label: " << d << ", options: {" << options.at(d)
              << ", memory_limit_gib: " << kLimitGiB << "}}\n";
     config << "training: {epochs: 1, batch_size: " << p.batch << ", augment: false}\n"
-           << "measurement: {warmup_steps: 1, eval_batch_size: " << p.batch << "}\n";
+           << "measurement: {warmup_steps: 1, eval_batch_size: " << p.batch << ", baseline: " << p.devices.front()
+           << "}\n";
     const fs::path file = dir_ / (name + ".yaml");
     std::ofstream(file) << config.str();
     const fs::path out = dir_ / name;

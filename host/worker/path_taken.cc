@@ -77,7 +77,7 @@ nlohmann::json PathTaken(sdk::Model& model, int abi_minor, const GraphedStep* gr
   }
   if (graphed != nullptr) {
     const GraphedStep::Path g = graphed->path();
-    path["worker"] = {{"graphs_captured", g.captures}};
+    path["worker"] = {{"graphs_captured", g.captures}, {"graph_replays", g.replays}};
     if (g.memsets_as_kernels >= 0) path["worker"]["memsets_as_kernels"] = g.memsets_as_kernels;
     if (g.captures > 0) path["worker"]["capture_reuses_cross_stream_memory"] = g.cross_stream_reuse;
   }

@@ -230,12 +230,14 @@ bool CellRun::RunEpoch(int64_t epoch, int64_t steps_per_epoch, Clock::time_point
   return EndEpoch(epoch, epoch_steps, steps_per_epoch, epoch_start) || stop;
 }
 
-// One step, or the graph's capture (kCaptureSteps steps) where enough of the
-// epoch is left; returns the steps run. Warm-up steps and a capture are
-// trained on but not timed.
+// One step: the captured graph's replay, or its capture (kCaptureSteps
+// steps) where enough of the epoch is left, otherwise an eager step; returns
+// the steps run. Warm-up steps and a capture are trained on but not timed.
+// Once a graph is held, every step replays it: an eager step beside it would
+// take a second step's worth of memory outside the graph's pool.
 int64_t CellRun::OneStep(int64_t steps_left) {
   int64_t ran = 1;
-  if (graphed_ && steps_left >= GraphedStep::kCaptureSteps) {
+  if (graphed_ && steps_left >= graphed_->NextRunSteps()) {
     ran = graphed_->Run();
   } else {
     TrainStep(/*for_graph=*/false);

@@ -197,9 +197,11 @@ class CudaGraphedStep : public GraphedStep {
       steps = kCaptureSteps;
     }
     graph_->replay();
+    ++path_.replays;
     return steps;
   }
 
+  int NextRunSteps() const override { return graph_ ? 1 : kCaptureSteps; }
   void Invalidate() override { graph_.reset(); }
   Path path() const override { return path_; }
 

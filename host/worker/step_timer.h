@@ -47,12 +47,16 @@ class GraphedStep {
   /// Runs one step, capturing first when there is no graph; returns the
   /// steps executed (1, or kCaptureSteps when it captured).
   virtual int Run() = 0;
+  /// The steps the next Run() executes: kCaptureSteps before a capture, 1
+  /// once a graph is held.
+  virtual int NextRunSteps() const = 0;
   /// Drops the graph, so the next Run() captures again (after the learning
   /// rate changed, say).
   virtual void Invalidate() = 0;
   /// What the captures did, for the cell's record.
   struct Path {
     int captures = 0;                 ///< graphs captured
+    int64_t replays = 0;              ///< steps run as a replay of a captured graph
     int memsets_as_kernels = -1;      ///< the last capture's memset nodes rewritten as kernels (-1: not rewritten)
     bool cross_stream_reuse = false;  ///< memory used on two streams was reusable within the capture (step_timer.cc)
   };
