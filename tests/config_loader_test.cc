@@ -127,6 +127,24 @@ TEST(ConfigLoader, ContradictionsAreErrors) {
             std::string::npos);
 }
 
+// Left out, the baseline is the cpu device, or the first device where none
+// is labelled cpu (a GPU-only experiment needs no baseline line); named, it
+// must be one of the devices.
+TEST(ConfigLoader, TheBaselineLeftOutIsTheCpuOrTheFirstDevice) {
+  const std::string two = Replace(kGood, "  - plugin: cpu\n    time_budget_seconds: 5\n",
+                                  "  - {plugin: cpu, label: fast}\n  - {plugin: cpu, label: cpu}\n");
+  EXPECT_EQ(ParseExperiment(two, "exp.yaml", "/tmp").measurement.baseline, "cpu");
+  const std::string gpu_only = Replace(kGood, "  - plugin: cpu\n    time_budget_seconds: 5\n",
+                                       "  - {plugin: cpu, label: bf16}\n  - {plugin: cpu, label: fp32}\n");
+  EXPECT_EQ(ParseExperiment(gpu_only, "exp.yaml", "/tmp").measurement.baseline, "bf16");
+  EXPECT_EQ(ParseExperiment(Replace(gpu_only, "measurement: {", "measurement: {baseline: fp32, "), "exp.yaml", "/tmp")
+                .measurement.baseline,
+            "fp32");
+  EXPECT_NE(ErrorOf(Replace(gpu_only, "measurement: {", "measurement: {baseline: cpu, "))
+                .find("measurement.baseline: 'cpu' is not one of the devices"),
+            std::string::npos);
+}
+
 TEST(ConfigLoader, MetricsTlsAndDataParallelKeys) {
   const std::string tls = std::string(kGood) + "metrics: {tls: {cert_file: c.pem, key_file: /etc/k.pem}}\n";
   const Experiment e = ParseExperiment(tls, "exp.yaml", "/cfg");

@@ -357,14 +357,19 @@ void ParseMeasurement(Validator& v, const YAML::Node& root, Experiment& e) {
              "must be larger than measurement.warmup_steps (" + std::to_string(e.measurement.warmup_steps) + ")");
     }
   }
-  // The baseline must be one of the devices.
-  bool baseline_found = false;
-  for (const auto& d : e.devices) baseline_found |= d.label == e.measurement.baseline;
+  // The baseline must be one of the devices; left out, it is the cpu device,
+  // or the first device where none is labelled cpu.
+  const auto is_device = [&e](const std::string& label) {
+    return std::any_of(e.devices.begin(), e.devices.end(), [&](const auto& d) { return d.label == label; });
+  };
+  const bool baseline_given = root["measurement"] && root["measurement"]["baseline"];
+  if (!baseline_given && !is_device(e.measurement.baseline) && !e.devices.empty())
+    e.measurement.baseline = e.devices.front().label;
+  const bool baseline_found = is_device(e.measurement.baseline);
   if (!baseline_found) {
     std::vector<std::string> labels;
     for (const auto& d : e.devices) labels.push_back(d.label);
-    const YAML::Node at =
-        root["measurement"] && root["measurement"]["baseline"] ? root["measurement"]["baseline"] : root["devices"];
+    const YAML::Node at = baseline_given ? root["measurement"]["baseline"] : root["devices"];
     const std::string hint = DidYouMean(e.measurement.baseline, labels);
     v.Fail(at, "measurement.baseline",
            "'" + e.measurement.baseline + "' is not one of the devices" +

@@ -24,7 +24,9 @@ void VisitFields(MeasurementSpec& m, V& v) {
     m.stall_timeout_seconds);
   v(Field{"stop_on_failure", "end the run at the first failed cell (the rest are recorded as skipped)"},
     m.stop_on_failure);
-  v(Field{"baseline", "the device label speedups are against"}, m.baseline);
+  v(Field{"baseline",
+          "the device label speedups are against (left out: cpu, or the first device where none is labelled cpu)"},
+    m.baseline);
   v(Field{"peak_tflops",
           "the hardware's peak TFLOP/s at the cells' precision, for mfu (default: a datasheet table of GPUs; none "
           "for CPUs)",
