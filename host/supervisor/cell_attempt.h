@@ -8,9 +8,9 @@
 
 #include "experiment.h"
 #include "run_observer.h"
-#include "trainbench/engine.h"
 #include "trainbench/protocol/cell_record.h"
 #include "trainbench/protocol/cell_spec.h"
+#include "trainbench/run_stop.h"
 
 namespace trainbench {
 

@@ -1,10 +1,10 @@
 #pragma once
 // The runs of this process, as the signal handlers reach them: each run has
-// its own RunStop (trainbench/engine.h); a signal stops every live run, or,
+// its own RunStop (trainbench/run_stop.h); a signal stops every live run, or,
 // with none live, the next one to start (a Ctrl-C while the plugins are
 // being described stops the run about to begin).
 
-#include "trainbench/engine.h"
+#include "trainbench/run_stop.h"
 
 namespace trainbench {
 

@@ -11,8 +11,9 @@
 #include "experiment.h"
 #include "results.h"
 #include "run_observer.h"
-#include "trainbench/engine.h"
+#include "trainbench/exit_code.h"
 #include "trainbench/protocol/events.h"
+#include "trainbench/run_stop.h"
 
 namespace trainbench {
 

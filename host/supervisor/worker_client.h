@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "trainbench/engine.h"
 #include "trainbench/protocol/events.h"
+#include "trainbench/run_stop.h"
 
 namespace trainbench {
 

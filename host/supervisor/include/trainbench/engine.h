@@ -38,21 +38,14 @@
 #include <string>
 #include <vector>
 
-#define TRAINBENCH_ENGINE_API __attribute__((visibility("default")))
+#include "trainbench/engine_export.h"
+#include "trainbench/exit_code.h"
+#include "trainbench/run_stop.h"
 
 namespace trainbench {
 
 inline constexpr int kEngineApiVersionMajor = 1;
 inline constexpr int kEngineApiVersionMinor = 5;
-
-/// Exit codes of `trainbench run`, also RunSummary::exit_code.
-enum ExitCode : int {
-  kExitOk = 0,
-  kExitError = 1,        ///< could not run (output folder, worker missing)
-  kExitConfig = 2,       ///< bad config, plugin or dataset
-  kExitCellsFailed = 3,  ///< the run finished but some cells failed
-  kExitInterrupted = 130,
-};
 
 /// The version of the engine library ("0.1.0") and the git commit it was built from.
 TRAINBENCH_ENGINE_API std::string EngineVersion();
@@ -158,31 +151,6 @@ class TRAINBENCH_ENGINE_API ExperimentPlan {
 
  private:
   std::shared_ptr<const Impl> impl_;
-};
-
-/// Stops one run (API 1.5): pass it in RunOptions::stop, then Request() from
-/// any thread or a signal handler. The running cell stops at its next step
-/// (recorded as interrupted), results are written, the cells after it are
-/// not run, and Run returns 128 + the signal. A request made before the run
-/// starts stops it at once. Other runs go on.
-class TRAINBENCH_ENGINE_API RunStop {
- public:
-  /// Records `signal` (the last request wins) and forwards it to the run's
-  /// workers (SIGTERM for SIGHUP). Async-signal-safe.
-  void Request(int signal) noexcept;
-  /// The signal a stop was requested with; 0: none.
-  int signal() const noexcept { return signal_.load(); }
-  /// The flag itself, for waits that poll one.
-  const std::atomic<int>& requested() const noexcept { return signal_; }
-  /// The process group of the run's workers while they run (0: none): the
-  /// engine sets it, Request signals it, and a stop requested before the
-  /// group existed reaches it when it is set. A metrics exporter reads it too.
-  void SetWorkers(int group) noexcept;
-  int workers() const noexcept { return workers_.load(); }
-
- private:
-  std::atomic<int> signal_{0};
-  std::atomic<int> workers_{0};
 };
 
 struct RunOptions {
