@@ -25,6 +25,7 @@ cmake --build build-asan -j "$(nproc)"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 build-asan/bin/supervisor_tests --gtest_brief=1
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 build-asan/bin/protocol_tests --gtest_brief=1
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 build-asan/bin/data_tests --gtest_brief=1
 # Leak checking off for the rest: the host's processes end by signals in
 # many of them. handle_segv=0: the fault tests need a real SIGSEGV to reach
 # the host. Left out: the dashboard schema (no C++ in it), the unit tests
