@@ -151,6 +151,13 @@ class AttemptEvents {
 // The cell's status from how rank 0's worker ended and what it said: a
 // result counts only from a worker that then exits cleanly (one that
 // crashes after it may have reported anything).
+namespace {
+// Ended by a signal that asks a process to stop (as against a fault or SIGKILL).
+bool StoppedFromOutside(const WorkerExit& exit) {
+  return exit.signaled && (exit.signal == SIGTERM || exit.signal == SIGINT || exit.signal == SIGHUP);
+}
+}  // namespace
+
 void SetStatusFromExit(AttemptEvents& a, const WorkerExit& exit, const RunStop& stop, double stall_timeout,
                        const fs::path& log) {
   CellRecord& cell = a.cell;
@@ -175,6 +182,11 @@ void SetStatusFromExit(AttemptEvents& a, const WorkerExit& exit, const RunStop& 
     if (stop.signal() != 0 && !a.result) {
       cell.status = "interrupted";
       cell.reason = "interrupted by " + StopSignalName(stop);
+    } else if (!a.result && StoppedFromOutside(exit)) {
+      // A stop sent to the worker alone (an administrator's kill) that came
+      // before its handler was in place: what the handler would have said.
+      cell.status = "interrupted";
+      cell.reason = "the worker was " + exit.Describe() + " from outside the run, before it could stop cleanly";
     } else {
       cell.status = "failed";
       const std::string last = LastLogLine(log);
