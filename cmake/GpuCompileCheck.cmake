@@ -71,6 +71,9 @@ foreach(_dir ${_scanned})
     endif()
   endforeach()
   file(GLOB_RECURSE _found_cc ${_src}/${_dir}/*.cc)
+  if(NOT TRAINBENCH_BUILD_TESTS)  # the tests beside their code (host/worker/tests) register with their targets
+    list(FILTER _found_cc EXCLUDE REGEX "/tests/")
+  endif()
   foreach(_file ${_found_cc})
     file(STRINGS ${_file} _cuda_lines REGEX
          "^#[ ]*(if|ifdef|elif).*(${_cuda_guards}|TRAINBENCH_WITH_NCCL)|^#include <(c10/cuda|cuda_runtime|ATen/cuda|cudnn)")

@@ -78,8 +78,8 @@ target_compile_definitions(acme_npu PRIVATE FIXTURE_DEVICE_NAME="acme_npu")
 # for the GPU compile check elsewhere.
 trainbench_gpu_sources(
   KERNELS ${PROJECT_SOURCE_DIR}/bench/graph_node_gaps.cu
-  UNITS bias_relu_pool_test.cc batch_norm_act_test.cc max_pool_test.cc working_copies_cast_test.cc
-        whole_map_kernel_test.cc classifier_test.cc working_copies_sgd_test.cc cudnn_conv_test.cc graph_fill_test.cc
+  UNITS bias_relu_pool_test.cc batch_norm_act_test.cc max_pool_test.cc
+        whole_map_kernel_test.cc classifier_test.cc cudnn_conv_test.cc graph_fill_test.cc
         stem_test.cc side_stream_test.cc ${PROJECT_SOURCE_DIR}/bench/batch_norm_act_bench.cc
         ${PROJECT_SOURCE_DIR}/bench/cudnn_fusion_bench.cc)
 
@@ -92,26 +92,21 @@ function(trainbench_resnet_test name)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60)
 endfunction()
 
-# Worker-side tests: plugins loaded in this process; the working copies'
-# casts (and on CUDA builds their GPU cases and mixed-precision SGD).
-add_executable(engine_tests plugin_loader_test.cc models_test.cc batch_norm_test.cc dataset_test.cc energy_test.cc
-                            optimizer_test.cc trainer_test.cc working_copies_cast_test.cc)
-target_link_libraries(engine_tests PRIVATE trainbench::training GTest::gtest_main trainbench_test_paths)
-trainbench_torch_pch(engine_tests)
-set_source_files_properties(energy_test.cc PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
-if(TARGET trainbench_mixed_precision_kernels)
-  target_sources(engine_tests PRIVATE working_copies_sgd_test.cc)
-  target_compile_definitions(engine_tests PRIVATE TRAINBENCH_MIXED_PRECISION_KERNELS)
-endif()
-add_dependencies(engine_tests simple_cnn resnet18 resnet50 cpu fake_nvml fixture_abi_major fixture_abi_minor
-                 fixture_fingerprint fixture_other_compiler fixture_cxx_abi fixture_enum_without_choices
-                 fixture_default_not_json fixture_no_entry fixture_crash_on_load faulty_model sdk13_model)
-gtest_discover_tests(engine_tests DISCOVERY_TIMEOUT 60)
+# The worker's tests, beside its code (host/worker/tests).
+add_subdirectory(${PROJECT_SOURCE_DIR}/host/worker/tests ${CMAKE_CURRENT_BINARY_DIR}/worker)
+
+# The models through the SDK (plugins loaded in this process) and the SDK's
+# batch norm helper.
+add_executable(models_tests models_test.cc batch_norm_test.cc)
+target_link_libraries(models_tests PRIVATE trainbench::training GTest::gtest_main trainbench_test_paths)
+trainbench_torch_pch(models_tests)
+add_dependencies(models_tests simple_cnn resnet18 resnet50 cpu)
+gtest_discover_tests(models_tests DISCOVERY_TIMEOUT 60)
 # The ResNets' convolutions over maps smaller than their filter as one matrix
 # product (on by default in fp32 and from batch 512): the rule and the
 # filter's autograd on the CPU in whole_map_tests; the whole models on the
 # cuDNN path by the rule, forced on and off (option whole_map_conv) in
-# engine_tests' Models.* (GPU only).
+# models_tests' Models.* (GPU only).
 trainbench_resnet_test(whole_map_tests whole_map_test.cc)
 
 # The side streams' priorities (the forks themselves are tested in
