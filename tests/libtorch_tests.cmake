@@ -78,16 +78,14 @@ target_compile_definitions(acme_npu PRIVATE FIXTURE_DEVICE_NAME="acme_npu")
 # for the GPU compile check elsewhere.
 trainbench_gpu_sources(
   KERNELS ${PROJECT_SOURCE_DIR}/bench/graph_node_gaps.cu
-  UNITS bias_relu_pool_test.cc batch_norm_act_test.cc max_pool_test.cc
-        whole_map_kernel_test.cc classifier_test.cc cudnn_conv_test.cc graph_fill_test.cc
-        stem_test.cc side_stream_test.cc ${PROJECT_SOURCE_DIR}/bench/batch_norm_act_bench.cc
+  UNITS graph_fill_test.cc ${PROJECT_SOURCE_DIR}/bench/batch_norm_act_bench.cc
         ${PROJECT_SOURCE_DIR}/bench/cudnn_fusion_bench.cc)
 
 # A test program of the ResNets' code from its sources: trainbench_resnet_impl
 # brings the headers (plugins/models/resnet/ and its cudnn/).
 function(trainbench_resnet_test name)
   add_executable(${name} ${ARGN})
-  target_link_libraries(${name} PRIVATE trainbench_resnet_impl GTest::gtest_main)
+  target_link_libraries(${name} PRIVATE trainbench_resnet_impl GTest::gtest_main trainbench_test_paths)
   trainbench_torch_pch(${name})
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60)
 endfunction()
@@ -102,63 +100,24 @@ target_link_libraries(models_tests PRIVATE trainbench::training GTest::gtest_mai
 trainbench_torch_pch(models_tests)
 add_dependencies(models_tests simple_cnn resnet18 resnet50 cpu)
 gtest_discover_tests(models_tests DISCOVERY_TIMEOUT 60)
-# The ResNets' convolutions over maps smaller than their filter as one matrix
-# product (on by default in fp32 and from batch 512): the rule and the
-# filter's autograd on the CPU in whole_map_tests; the whole models on the
-# cuDNN path by the rule, forced on and off (option whole_map_conv) in
-# models_tests' Models.* (GPU only).
-trainbench_resnet_test(whole_map_tests whole_map_test.cc)
-
-# The side streams' priorities (the forks themselves are tested in
-# cudnn_conv_tests on CUDA builds; here without CUDA, that nothing forks).
-trainbench_resnet_test(side_stream_tests side_stream_test.cc)
+# The ResNets' benchmarks (CUDA builds): what a CUDA graph adds between two
+# kernels per kind of node between them (bench/graph_node_gaps.cu: a memset
+# node, a fill kernel, child graphs), the fused batch norm's micro-benchmark
+# (bench/batch_norm_act_bench.cc).
 if(TARGET trainbench_resnet_kernels)
-  target_compile_definitions(side_stream_tests PRIVATE TRAINBENCH_RESNET_KERNELS)  # the GPU cases
-endif()
-
-# SimpleCNN's fused CUDA epilogue against LibTorch's composite (CUDA builds).
-if(TARGET trainbench_simple_cnn_kernels)
-  add_executable(fused_kernel_tests bias_relu_pool_test.cc
-                 ${PROJECT_SOURCE_DIR}/plugins/models/simple_cnn/bias_relu_pool.cc)
-  target_include_directories(fused_kernel_tests PRIVATE ${PROJECT_SOURCE_DIR}/plugins/models/simple_cnn)
-  target_compile_definitions(fused_kernel_tests PRIVATE TRAINBENCH_SIMPLE_CNN_KERNELS)
-  target_link_libraries(fused_kernel_tests PRIVATE trainbench_simple_cnn_kernels trainbench_path_log CUDA::cudart ${TORCH_LIBRARIES}
-                        GTest::gtest_main)
-  gtest_discover_tests(fused_kernel_tests DISCOVERY_TIMEOUT 60)
-endif()
-# The ResNets' fused batch norm against the module's composite (CUDA builds).
-if(TARGET trainbench_resnet_kernels)
-  trainbench_resnet_test(batch_norm_act_tests batch_norm_act_test.cc)
-  # The stem's max pool against LibTorch's.
-  trainbench_resnet_test(max_pool_tests max_pool_test.cc)
-  # The whole map's filter gradient folded in one kernel against LibTorch's
-  # ops: the kernel itself and the whole map's autograd with it.
-  trainbench_resnet_test(whole_map_kernel_tests whole_map_kernel_test.cc)
-  # The ResNets' classifier kernels against fp64 and autocast's linear.
-  trainbench_resnet_test(classifier_tests classifier_test.cc)
-  # What a CUDA graph adds between two kernels per kind of node between them
-  # (bench/graph_node_gaps.cu: a memset node, a fill kernel, child graphs).
   add_executable(graph_node_gaps ${PROJECT_SOURCE_DIR}/bench/graph_node_gaps.cu
                                  $<TARGET_OBJECTS:trainbench_graph_fill>)
   set_target_properties(graph_node_gaps PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
   target_include_directories(graph_node_gaps PRIVATE ${PROJECT_SOURCE_DIR}/host/worker)
   target_link_libraries(graph_node_gaps PRIVATE CUDA::cudart)
-  # Its micro-benchmark (bench/batch_norm_act_bench.cc).
   add_executable(batch_norm_act_bench ${PROJECT_SOURCE_DIR}/bench/batch_norm_act_bench.cc)
   target_link_libraries(batch_norm_act_bench PRIVATE trainbench_resnet_impl)
 endif()
-# The convolutions through cuDNN's backend API with a warm start (CUDA builds
-# with cuDNN's headers).
+# CUDA builds with cuDNN's headers.
 if(TARGET trainbench_resnet_kernels AND TRAINBENCH_CUDNN_INCLUDE_DIR AND TRAINBENCH_CUDNN_LIBRARY)
-  trainbench_resnet_test(cudnn_conv_tests cudnn_conv_test.cc)
-  # (and the host's optimizer, for its updates during a captured backward)
-  target_link_libraries(cudnn_conv_tests PRIVATE trainbench::training nlohmann_json::nlohmann_json)
-  # The rewrite itself (host/worker/graph_fill.h).
+  # The worker's rewrite of a captured ResNet step's memsets (host/worker/graph_fill.h).
   trainbench_resnet_test(graph_fill_tests graph_fill_test.cc $<TARGET_OBJECTS:trainbench_graph_fill>)
   target_include_directories(graph_fill_tests PRIVATE ${PROJECT_SOURCE_DIR}/host/worker)
-  # The stem's convolution in space-to-depth form against LibTorch's 7x7 one.
-  trainbench_resnet_test(stem_tests stem_test.cc)
-  target_include_directories(stem_tests PRIVATE ${PROJECT_SOURCE_DIR}/host/worker)
   # cuDNN's fused convolutions (statistics, scale-bias-ReLU prologue) against
   # the model's convolutions and batch norms (bench/cudnn_fusion_bench.cc).
   add_executable(cudnn_fusion_bench ${PROJECT_SOURCE_DIR}/bench/cudnn_fusion_bench.cc)

@@ -1,7 +1,7 @@
 #pragma once
 // How the fused batch norm's kernels (batch_norm_act_kernels.cu) cut a
 // problem into thread blocks: plain C++ (no CUDA, no LibTorch), so that the
-// planning is tested on any machine (tests/batch_norm_plan_test.cc). The
+// planning is tested on any machine (tests/batch_norm_plan_test.cc beside it). The
 // kernels' launch code asks the device for its multiprocessors and hands
 // them to Plan.
 
