@@ -1,21 +1,17 @@
 // The metrics registry as the run feeds it (metrics.cc): worker events and
 // cell outcomes in, the text a Prometheus server scrapes from /metrics out,
 // read over HTTP from the exporter's own server.
-#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <limits>
-#include <map>
 #include <sstream>
 #include <string>
 
 #include "config_loader.h"
 #include "metrics.h"
+#include "net.h"
 #include "results.h"
 
 namespace trainbench {
@@ -29,19 +25,6 @@ devices: [cpu, {plugin: cpu, label: cpu-two}]
 training: {epochs: 2, batch_size: 32}
 measurement: {warmup_steps: 1}
 )";
-
-// A loopback port free a moment ago (the kernel's pick).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof a;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 size_t Append(char* data, size_t size, size_t n, void* out) {
   static_cast<std::string*>(out)->append(data, size * n);
@@ -99,7 +82,7 @@ protocol::Progress AfterSteps(int64_t steps, int64_t batch, double loss) {
 TEST(MetricsExporter, TurnsARunsEventsIntoSeries) {
   const Experiment e = ParseExperiment(kExperiment, "unit.yaml", "/tmp");
   MetricsSpec spec;
-  spec.address = "127.0.0.1:" + std::to_string(FreePort());
+  spec.address = "127.0.0.1:" + std::to_string(FreeTcpPort());
   MetricsExporter exporter(spec);
   exporter.OnRunStarted(e, 2);
   std::string page = Scrape(exporter);
