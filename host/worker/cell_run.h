@@ -92,17 +92,10 @@ class CellRun {
   torch::Tensor Step(const torch::Tensor& x, const torch::Tensor& y, bool for_graph = false);
 
   // Offers the model working copies of its parameters (sdk::WorkingCopies,
-  // plugins of SDK 1.5+) and returns the parameters the optimizer updates:
-  // all of them, but those the working copies update themselves. They do
-  // (mixed-precision SGD inside the backward, mixed_precision.h) where the
-  // optimizer is SGD with `overlap`, the cell has one rank (no gradients to
-  // average first), the forward runs under bf16 autocast (fp16's loss
-  // scaling unscales gradients first; without autocast there is no cast to
-  // save) and every listed parameter is a dense fp32 tensor on the one CUDA
-  // device; elsewhere they cast (one kernel per group each way) and leave
-  // the update to the optimizer. What the model lists is checked: parameters
-  // of its module, each once.
-  std::vector<torch::Tensor> OfferWorkingCopies(const LoadedPlugin& plugin);
+  // plugins of SDK 1.5+), and the optimizer their updates inside the
+  // backward where the cell has one rank and runs under bf16 autocast
+  // (trainer.cc says why).
+  void OfferWorkingCopies(const LoadedPlugin& plugin);
 
   // Data parallel: the mean of every rank's gradients, i.e. the gradient of
   // the combined batch's mean loss.

@@ -25,7 +25,7 @@ struct MixedPrecision::State {
     std::vector<torch::Tensor> params, momentum, copies;
     std::vector<int64_t> versions;  // each parameter's version when its copy was made
   };
-  std::optional<SgdArithmetic> sgd;
+  std::shared_ptr<const SgdArithmetic> sgd;  // the optimizer's; null: the groups are cast only
   c10::Device device{c10::kCPU};
   std::vector<Group> groups;
   std::optional<at::ScalarType> copy_type;  // of every group's copies, once made
@@ -250,34 +250,40 @@ bool MixedPrecision::UpdatesApply(const std::vector<std::vector<torch::Tensor>>&
 
 MixedPrecision::MixedPrecision() : state_(std::make_shared<State>()) {}
 
-void MixedPrecision::Adopt(std::vector<std::vector<torch::Tensor>> groups, std::optional<SgdArithmetic> sgd) {
-  if (sgd && !UpdatesApply(groups))
-    throw std::invalid_argument(
-        "SGD updates of working copies need this build's CUDA kernels and dense fp32 parameters on one CUDA device");
+void MixedPrecision::Adopt(std::vector<std::vector<torch::Tensor>> groups) {
   auto state = std::make_shared<State>();
-  state->sgd = sgd;
-  torch::NoGradGuard no_grad;
   for (auto& params : groups) {
     State::Group group;
-    for (torch::Tensor& p : params) {
-      if (sgd) {
-        state->device = p.device();
-        if (sgd->momentum != 0) group.momentum.push_back(torch::zeros_like(p));
-      }
-      group.params.push_back(std::move(p));
-    }
+    group.params = std::move(params);
     state->groups.push_back(std::move(group));
   }
   state_ = std::move(state);
 }
 
+bool MixedPrecision::CanUpdate() const {
+  std::vector<std::vector<torch::Tensor>> groups;
+  for (const State::Group& group : state_->groups) groups.push_back(group.params);
+  return UpdatesApply(groups);
+}
+
+void MixedPrecision::UpdateWith(std::shared_ptr<const SgdArithmetic> sgd) {
+  if (!sgd || !CanUpdate())
+    throw std::invalid_argument(
+        "SGD updates of working copies need this build's CUDA kernels and dense fp32 parameters on one CUDA device");
+  torch::NoGradGuard no_grad;
+  for (State::Group& group : state_->groups) {
+    group.momentum.clear();
+    for (const torch::Tensor& p : group.params) {
+      state_->device = p.device();
+      if (sgd->momentum != 0) group.momentum.push_back(torch::zeros_like(p));
+    }
+  }
+  state_->sgd = std::move(sgd);
+}
+
 MixedPrecision::~MixedPrecision() = default;
 
-bool MixedPrecision::Updates() const { return state_->sgd.has_value(); }
-
-void MixedPrecision::SetLearningRate(double lr) {
-  if (state_->sgd) state_->sgd->lr = lr;
-}
+bool MixedPrecision::Updates() const { return state_->sgd != nullptr; }
 
 void MixedPrecision::BeginForward() {
   const std::lock_guard<std::mutex> lock(state_->mutex);

@@ -7,7 +7,7 @@
 //   one more in the backward, into the parameters' `.grad` (LibTorch's
 //   autocast casts each weight alone, one kernel each way per weight). The
 //   optimizer then updates them like every other parameter.
-// - Mixed-precision SGD (`sgd` given), as apex's FusedSGD and MLPerf's ResNet
+// - Mixed-precision SGD (UpdateWith), as apex's FusedSGD and MLPerf's ResNet
 //   submissions run it: the copies are kept from step to step, and when a
 //   group's gradients are final (its node of the backward runs) one kernel
 //   reads their low-precision gradients, updates the fp32 parameters and
@@ -17,7 +17,10 @@
 //   cast waits on the step's critical path: inside a captured step each
 //   group's update runs on a side stream beside the rest of the backward,
 //   joined when the backward's last group has been updated. The parameters
-//   get no `.grad`; the optimizer leaves them to this object.
+//   get no `.grad`. The optimizer (optimizer.h) owns these updates, as
+//   PyTorch's optimizer-in-backward owns its per-parameter steps: it hands
+//   this object its arithmetic, whose learning rate it keeps, and leaves
+//   the groups' parameters out of its own Step().
 //
 // Outside autocast (no type asked) a group is the parameters themselves; in
 // SGD's way behind the update's node, the update reading fp32 gradients.
@@ -36,7 +39,8 @@
 
 namespace trainbench::worker {
 
-/// torch.optim.SGD's settings (dampening 0, not maximising).
+/// torch.optim.SGD's settings (dampening 0, not maximising), as the
+/// optimizer that owns them holds them.
 struct SgdArithmetic {
   double lr = 0, momentum = 0, weight_decay = 0;
   bool nesterov = false;
@@ -58,19 +62,23 @@ class MixedPrecision final : public sdk::WorkingCopies {
   MixedPrecision(const MixedPrecision&) = delete;
   MixedPrecision& operator=(const MixedPrecision&) = delete;
 
-  /// `groups`: the model's (already checked: its parameters, each once).
-  /// With `sgd`, the groups' updates are this object's; throws
-  /// std::invalid_argument where UpdatesApply() is false. Momentum buffers
-  /// start at zero (torch.optim.SGD's first step: the gradient).
-  void Adopt(std::vector<std::vector<torch::Tensor>> groups, std::optional<SgdArithmetic> sgd);
+  /// `groups`: the model's (already checked: its parameters, each once),
+  /// cast for the forward and left to the optimizer.
+  void Adopt(std::vector<std::vector<torch::Tensor>> groups);
+  /// Whether UpdateWith() can take the groups' updates (UpdatesApply()).
+  bool CanUpdate() const;
+  /// From the next backward on, each group's update runs in it with `sgd`'s
+  /// arithmetic, read at each update (the owner's learning rate changes
+  /// reach it); throws std::invalid_argument where CanUpdate() is false.
+  /// Momentum buffers start at zero (torch.optim.SGD's first step: the
+  /// gradient).
+  void UpdateWith(std::shared_ptr<const SgdArithmetic> sgd);
 
   void BeginForward() override;
   std::vector<torch::Tensor> Group(size_t group, std::optional<c10::ScalarType> type) override;
 
-  /// Whether this object updates its parameters (SGD's way).
+  /// Whether this object updates its parameters (UpdateWith).
   bool Updates() const;
-  /// The learning rate of those updates from the next step on.
-  void SetLearningRate(double lr);
   /// Every parameter of every group.
   std::vector<torch::Tensor> Parameters() const;
   /// The number of groups.

@@ -18,7 +18,9 @@
 #include "stream_capture.h"
 #endif
 
+#include <memory>
 #include <mutex>
+#include <set>
 
 namespace trainbench::worker {
 namespace {
@@ -39,31 +41,17 @@ namespace {
 // buffers start at zero: momentum * 0 + g is g, as the first step's copy).
 // With the ResNets' stage-by-stage weight gradients (resnet.cc, StepWeights)
 // the large stages' updates run beside the smaller stages' backward.
+//
+// With `overlap` and working copies that can (UpdateInBackward), their
+// parameters' updates run inside the backward by the copies' kernel, with
+// this object's arithmetic and learning rate; the rest stay with Step().
 class ForeachSgd : public Optimizer {
  public:
-  ForeachSgd(std::vector<torch::Tensor> params, double lr, double momentum, double weight_decay, bool nesterov,
-             bool overlap)
-      : params_(std::move(params)),
-        fusable_(Fusable(params_)),
-        lr_(lr),
-        momentum_(momentum),
-        weight_decay_(weight_decay),
-        nesterov_(nesterov) {
-#ifdef TRAINBENCH_EARLY_UPDATES
-    if (overlap && !params_.empty() && fusable_) {
-      early_ = std::make_unique<Early>(params_[0].device().index(), params_.size());
-      for (size_t i = 0; i < params_.size(); ++i) {
-        if (!params_[i].requires_grad()) continue;
-        hooks_.emplace_back(i, params_[i].register_hook([this, i](const at::TensorBase&) { Arrived(i); }));
-      }
-    }
-#else
-    (void)overlap;
-#endif
+  ForeachSgd(std::vector<torch::Tensor> params, const SgdArithmetic& arithmetic, bool overlap)
+      : params_(std::move(params)), sgd_(std::make_shared<SgdArithmetic>(arithmetic)), overlap_(overlap) {
+    Watch();
   }
-  ~ForeachSgd() override {
-    for (const auto& [i, hook] : hooks_) params_[i].remove_hook(hook);
-  }
+  ~ForeachSgd() override { Unwatch(); }
   ForeachSgd(const ForeachSgd&) = delete;
   ForeachSgd& operator=(const ForeachSgd&) = delete;
 
@@ -74,7 +62,7 @@ class ForeachSgd : public Optimizer {
     // (its pool would hold them). Reset either way: a capture that failed
     // before its Step() leaves nothing for the next step.
     const bool start =
-        Capturing(c10::cuda::getCurrentCUDAStream(early_->device)) && (momentum_ == 0 || !buffers_.empty());
+        Capturing(c10::cuda::getCurrentCUDAStream(early_->device)) && (sgd_->momentum == 0 || !buffers_.empty());
     const std::lock_guard<std::mutex> lock(early_->mutex);
     early_->on = start;
     early_->arrived.clear();
@@ -126,21 +114,36 @@ class ForeachSgd : public Optimizer {
       params.push_back(params_[i]);
       grads.push_back(params_[i].grad());
     }
-    if (weight_decay_ != 0) grads = at::_foreach_add(grads, params, weight_decay_);
-    if (momentum_ != 0) {
+    const SgdArithmetic& s = *sgd_;
+    if (s.weight_decay != 0) grads = at::_foreach_add(grads, params, s.weight_decay);
+    if (s.momentum != 0) {
       if (foreach_buffers_.size() != grads.size()) {
         foreach_buffers_.clear();
         for (const auto& g : grads) foreach_buffers_.push_back(g.detach().clone());
       } else {
-        at::_foreach_mul_(foreach_buffers_, momentum_);
+        at::_foreach_mul_(foreach_buffers_, s.momentum);
         at::_foreach_add_(foreach_buffers_, grads);
       }
-      grads = nesterov_ ? at::_foreach_add(grads, foreach_buffers_, momentum_) : foreach_buffers_;
+      grads = s.nesterov ? at::_foreach_add(grads, foreach_buffers_, s.momentum) : foreach_buffers_;
     }
-    at::_foreach_add_(params, grads, -lr_);
+    at::_foreach_add_(params, grads, -s.lr);
   }
 
-  void SetLearningRate(double lr) override { lr_ = lr; }
+  void SetLearningRate(double lr) override { sgd_->lr = lr; }
+
+  bool UpdateInBackward(MixedPrecision& copies) override {
+    if (!overlap_ || !copies.CanUpdate()) return false;
+    copies.UpdateWith(sgd_);
+    std::set<const void*> taken;
+    for (const torch::Tensor& p : copies.Parameters()) taken.insert(p.unsafeGetTensorImpl());
+    Unwatch();
+    std::vector<torch::Tensor> left;
+    for (torch::Tensor& p : params_)
+      if (taken.count(p.unsafeGetTensorImpl()) == 0) left.push_back(std::move(p));
+    params_ = std::move(left);
+    Watch();
+    return true;
+  }
 
   int64_t UpdatedDuringBackward() const override {
 #ifdef TRAINBENCH_EARLY_UPDATES
@@ -153,6 +156,28 @@ class ForeachSgd : public Optimizer {
   }
 
  private:
+  // Hooks on params_ for the updates during a captured backward (`overlap`),
+  // where they can run; Unwatch() takes them off.
+  void Watch() {
+    fusable_ = Fusable(params_);
+#ifdef TRAINBENCH_EARLY_UPDATES
+    if (overlap_ && !params_.empty() && fusable_) {
+      early_ = std::make_unique<Early>(params_[0].device().index(), params_.size());
+      for (size_t i = 0; i < params_.size(); ++i) {
+        if (!params_[i].requires_grad()) continue;
+        hooks_.emplace_back(i, params_[i].register_hook([this, i](const at::TensorBase&) { Arrived(i); }));
+      }
+    }
+#endif
+  }
+  void Unwatch() {
+    for (const auto& [i, hook] : hooks_) params_[i].remove_hook(hook);
+    hooks_.clear();
+#ifdef TRAINBENCH_EARLY_UPDATES
+    early_.reset();
+#endif
+  }
+
   // The fused kernel: CUDA, one device and dtype (LibTorch 2.x). Asked once:
   // a parameter keeps its device and dtype for the optimizer's life.
   static bool Fusable(const std::vector<torch::Tensor>& params) {
@@ -174,11 +199,12 @@ class ForeachSgd : public Optimizer {
     for (const size_t i : which) {
       params.push_back(params_[i]);
       grads.push_back(params_[i].grad());
-      if (momentum_ == 0) continue;
+      if (sgd_->momentum == 0) continue;
       if (!buffers_[i].defined()) buffers_[i] = torch::zeros_like(params_[i]);
       buffers.push_back(buffers_[i]);
     }
-    at::_fused_sgd_(params, grads, buffers, weight_decay_, momentum_, lr_, /*dampening=*/0.0, nesterov_,
+    const SgdArithmetic& s = *sgd_;
+    at::_fused_sgd_(params, grads, buffers, s.weight_decay, s.momentum, s.lr, /*dampening=*/0.0, s.nesterov,
                     /*maximize=*/false, /*is_first_step=*/false);
 #else
     (void)which;
@@ -242,13 +268,13 @@ class ForeachSgd : public Optimizer {
   std::unique_ptr<Early> early_;
 #endif
 
-  std::vector<torch::Tensor> params_;
-  bool fusable_;                                // Fusable(params_)
+  std::vector<torch::Tensor> params_;   // but those handed to working copies (UpdateInBackward)
+  std::shared_ptr<SgdArithmetic> sgd_;  // shared with the working copies' updates
+  bool overlap_;
+  bool fusable_ = false;                        // Fusable(params_)
   std::vector<torch::Tensor> buffers_;          // fused: one per parameter (undefined until its first update)
   std::vector<torch::Tensor> foreach_buffers_;  // foreach: one per parameter with a gradient
   std::vector<std::pair<size_t, unsigned>> hooks_;
-  double lr_, momentum_, weight_decay_;
-  bool nesterov_;
 };
 
 // LibTorch's Adam or AdamW (torch.optim's arithmetic): `Options` is
@@ -275,7 +301,8 @@ std::unique_ptr<Optimizer> MakeOptimizer(const protocol::OptimizerSettings& o, s
     return std::make_unique<AdamFamily<torch::optim::Adam, torch::optim::AdamOptions>>(std::move(params), o);
   if (o.name == "adamw")
     return std::make_unique<AdamFamily<torch::optim::AdamW, torch::optim::AdamWOptions>>(std::move(params), o);
-  return std::make_unique<ForeachSgd>(std::move(params), o.lr, o.momentum, o.weight_decay, o.nesterov, o.overlap);
+  return std::make_unique<ForeachSgd>(std::move(params), SgdArithmetic{o.lr, o.momentum, o.weight_decay, o.nesterov},
+                                      o.overlap);
 }
 
 }  // namespace trainbench::worker

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "mixed_precision.h"
 #include "trainbench/protocol/cell_spec.h"
 
 namespace trainbench::worker {
@@ -26,7 +27,16 @@ class Optimizer {
   /// one are left alone), or the rest of it after BeginBackward(). Makes the
   /// host wait for nothing.
   virtual void Step() = 0;
+  /// The learning rate of every update from the next step on, those it
+  /// handed to working copies (UpdateInBackward) included.
   virtual void SetLearningRate(double lr) = 0;
+  /// Takes over the updates of `copies`' parameters inside the backward,
+  /// each group's as soon as its gradients are final (PyTorch's
+  /// optimizer-in-backward): SGD with `training.optimizer.overlap`, where the
+  /// copies can (MixedPrecision::CanUpdate). The updates stay this object's:
+  /// its arithmetic, its learning rate; its Step() then leaves those
+  /// parameters alone. Returns whether it took them. Default: no.
+  virtual bool UpdateInBackward(MixedPrecision& /*copies*/) { return false; }
   /// How many parameters' updates ran during a backward so far (tests).
   virtual int64_t UpdatedDuringBackward() const { return 0; }
 };

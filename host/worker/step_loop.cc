@@ -152,7 +152,6 @@ void CellRun::Train(int64_t steps_per_epoch) {
     const double lr = LearningRate(s_.training, epoch);
     if (lr != current_lr) {
       optimizer_->SetLearningRate(lr);
-      if (copies_) copies_->SetLearningRate(lr);
       if (graphed_) graphed_->Invalidate();  // the lr is baked into the graph
       current_lr = lr;
     }

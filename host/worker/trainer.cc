@@ -116,7 +116,8 @@ void CellRun::SetUpModel(const LoadedPlugin& model_plugin) {
     cross_rank_sum_ = std::make_unique<CollectiveSum>(*collective_);
     Check(model_->SyncBatchNorm(cross_rank_sum_.get()), "sync_batchnorm: model '" + s_.model.name + "'");
   }
-  optimizer_ = MakeOptimizer(s_.training.optimizer, OfferWorkingCopies(model_plugin));
+  optimizer_ = MakeOptimizer(s_.training.optimizer, module.parameters());
+  OfferWorkingCopies(model_plugin);
 }
 
 // Says "started" with what the cell is (its model, hardware, data and
@@ -270,19 +271,18 @@ void CellRun::LoadData() {
 }
 
 // Offers the model working copies of its parameters (sdk::WorkingCopies,
-// plugins of SDK 1.5+) and returns the parameters the optimizer updates:
-// all of them, but those the working copies update themselves. They do
-// (mixed-precision SGD inside the backward, mixed_precision.h) where the
-// optimizer is SGD with `overlap`, the cell has one rank (no gradients to
-// average first), the forward runs under bf16 autocast (fp16's loss
-// scaling unscales gradients first; without autocast there is no cast to
-// save) and every listed parameter is a dense fp32 tensor on the one CUDA
-// device; elsewhere they cast (one kernel per group each way) and leave
-// the update to the optimizer. What the model lists is checked: parameters
-// of its module, each once.
-std::vector<torch::Tensor> CellRun::OfferWorkingCopies(const LoadedPlugin& plugin) {
-  std::vector<torch::Tensor> params = model_->module().parameters();
-  if (plugin.descriptor->abi_minor < 5) return params;
+// plugins of SDK 1.5+), and the optimizer their updates inside the
+// backward (mixed-precision SGD, mixed_precision.h; it takes them where it
+// is SGD with `overlap` and every listed parameter is a dense fp32 tensor
+// on the one CUDA device). Offered only where the cell has one rank (no
+// gradients to average first) and the forward runs under bf16 autocast
+// (fp16's loss scaling unscales gradients first; without autocast there is
+// no cast to save); elsewhere the copies cast (one kernel per group each
+// way) and the optimizer's Step() updates every parameter. What the model
+// lists is checked: parameters of its module, each once.
+void CellRun::OfferWorkingCopies(const LoadedPlugin& plugin) {
+  if (plugin.descriptor->abi_minor < 5) return;
+  const std::vector<torch::Tensor> params = model_->module().parameters();
   copies_ = std::make_unique<MixedPrecision>();
   std::vector<std::vector<torch::Tensor>> groups;
   const std::string who = "model '" + s_.model.name + "'";
@@ -300,17 +300,8 @@ std::vector<torch::Tensor> CellRun::OfferWorkingCopies(const LoadedPlugin& plugi
       }
     }
   }
-  const protocol::OptimizerSettings& o = s_.training.optimizer;
-  std::optional<SgdArithmetic> sgd;
-  if (o.name == "sgd" && o.overlap && !collective_ && settings_.amp == sdk::Amp::kBf16 &&
-      MixedPrecision::UpdatesApply(groups))
-    sgd = SgdArithmetic{o.lr, o.momentum, o.weight_decay, o.nesterov};
-  copies_->Adopt(std::move(groups), sgd);
-  if (!copies_->Updates()) return params;
-  std::vector<torch::Tensor> left;
-  for (const torch::Tensor& p : params)
-    if (listed.count(p.unsafeGetTensorImpl()) == 0) left.push_back(p);
-  return left;
+  copies_->Adopt(std::move(groups));
+  if (!collective_ && settings_.amp == sdk::Amp::kBf16) optimizer_->UpdateInBackward(*copies_);
 }
 
 // A diagnostic's file name without its extension: NAME-cellN in the

@@ -1,7 +1,8 @@
 // The worker's optimizers against LibTorch's own: SGD (momentum, weight
 // decay, Nesterov) step by step, on the CPU (the multi-tensor form) and, where
 // a GPU is present, on CUDA (PyTorch's fused kernel, buffers started at zero);
-// and `overlap`, which outside a captured CUDA step changes nothing.
+// and `overlap`, which outside a captured CUDA step changes nothing, and
+// which alone lets SGD take working copies' updates into the backward.
 #include "optimizer.h"
 
 #include <gtest/gtest.h>
@@ -122,6 +123,35 @@ TEST(Optimizer, AdamwFollowsTheLearningRateItIsGiven) {
   optimizer->Step();
   EXPECT_EQ(w[0].item<double>(), 1.0);
   EXPECT_EQ(w[1].item<double>(), -2.0);
+}
+
+// Only SGD with `overlap` takes working copies' updates into the backward,
+// and only where the copies can run them (CUDA kernels, dense fp32 CUDA
+// parameters): elsewhere the copies only cast, and Step() updates every
+// parameter.
+TEST(Optimizer, OnlySgdWithOverlapTakesTheWorkingCopiesUpdates) {
+  struct Case {
+    const char* name;
+    bool overlap;
+  };
+  for (const Case& c : {Case{"sgd", false}, Case{"sgd", true}, Case{"adam", true}, Case{"adamw", true}}) {
+    protocol::OptimizerSettings settings;
+    settings.name = c.name;
+    settings.overlap = c.overlap;
+    std::vector<torch::Tensor> params = Params(torch::kCPU);
+    const auto optimizer = MakeOptimizer(settings, params);
+    MixedPrecision copies;
+    copies.Adopt({{params[0], params[2]}});
+    const std::string what = std::string(c.name) + (c.overlap ? " with overlap" : "");
+    EXPECT_FALSE(optimizer->UpdateInBackward(copies)) << what;
+    EXPECT_FALSE(copies.Updates()) << what;
+    std::vector<torch::Tensor> before;
+    for (const auto& p : params) before.push_back(p.detach().clone());
+    SetGradients(params, 0);
+    optimizer->Step();
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_FALSE(torch::equal(params[i].detach(), before[i])) << what << ": parameter " << i << " not updated";
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -28,7 +29,7 @@ using trainbench::worker::MixedPrecision;
 // One group of `weights` through the working copies (casts), for a forward.
 std::vector<torch::Tensor> CastWeights(const std::vector<torch::Tensor>& weights, at::ScalarType type) {
   MixedPrecision copies;
-  copies.Adopt({weights}, std::nullopt);
+  copies.Adopt({weights});
   copies.BeginForward();
   return copies.Group(0, type);
 }
@@ -166,7 +167,7 @@ TEST(WorkingCopiesCastGraph, ReplaysInACudaGraph) {
 TEST(WorkingCopies, WhatAModelMayAsk) {
   const std::vector<torch::Tensor> cpu{torch::randn({4, 4}).requires_grad_(), torch::randn({3}).requires_grad_()};
   MixedPrecision copies;
-  copies.Adopt({cpu, {}}, std::nullopt);
+  copies.Adopt({cpu, {}});
   EXPECT_FALSE(copies.Updates());
   EXPECT_EQ(copies.Groups(), 2u);
   EXPECT_EQ(copies.Parameters().size(), 2u);
@@ -179,8 +180,11 @@ TEST(WorkingCopies, WhatAModelMayAsk) {
   EXPECT_THROW(copies.Group(0, torch::kDouble), std::invalid_argument);
   EXPECT_FALSE(MixedPrecision::UpdatesApply({cpu}));
   EXPECT_FALSE(MixedPrecision::UpdatesApply({}));
-  MixedPrecision sgd;
-  EXPECT_THROW(sgd.Adopt({cpu}, trainbench::worker::SgdArithmetic{0.1, 0.9, 0, false}), std::invalid_argument);
+  EXPECT_FALSE(copies.CanUpdate());
+  EXPECT_THROW(copies.UpdateWith(std::make_shared<const trainbench::worker::SgdArithmetic>(
+                   trainbench::worker::SgdArithmetic{0.1, 0.9, 0, false})),
+               std::invalid_argument);
+  EXPECT_FALSE(copies.Updates());
 }
 
 }  // namespace

@@ -13,11 +13,13 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "mixed_precision.h"
+#include "optimizer.h"
 
 namespace {
 
@@ -48,6 +50,12 @@ void ReferenceStep(torch::Tensor& p, torch::Tensor& buf, const torch::Tensor& gr
                    : buf.to(torch::kDouble);
   }
   p = (pd - s.lr * g).to(torch::kFloat);
+}
+
+// `groups` adopted, their updates in the backward with `s`'s arithmetic.
+void Adopt(MixedPrecision& sgd, const std::vector<std::vector<torch::Tensor>>& groups, const SgdSettings& s) {
+  sgd.Adopt(groups);
+  sgd.UpdateWith(std::make_shared<const SgdSettings>(s));
 }
 
 double MaxRelative(const torch::Tensor& a, const torch::Tensor& b) {
@@ -107,7 +115,7 @@ void ExpectUpdatesAsSgd(const SgdSettings& settings, std::optional<at::ScalarTyp
       }
   }
   MixedPrecision sgd;
-  sgd.Adopt(groups, settings);
+  Adopt(sgd, groups, settings);
   if (!captured) {
     for (const auto& step : grads) Step(sgd, groups.size(), cast, step);
   } else {
@@ -174,7 +182,7 @@ TEST(MixedPrecisionSgd, MakesACopyAgainWhereItsWeightChangedInPlace) {
   torch::manual_seed(4);
   std::vector<std::vector<torch::Tensor>> groups = Groups();
   MixedPrecision sgd;
-  sgd.Adopt(groups, SgdSettings{0.1, 0.9, 0, false});
+  Adopt(sgd, groups, SgdSettings{0.1, 0.9, 0, false});
   Step(sgd, groups.size(), at::kBFloat16, StepGradients(groups, 1, at::kBFloat16)[0]);
   torch::NoGradGuard no_grad;
   groups[1][1].mul_(-3);  // anything but the update's kernel: its version counter moves
@@ -194,7 +202,7 @@ TEST(MixedPrecisionSgd, ABackwardAfterTheObjectIsGoneStillUpdates) {
   std::vector<torch::Tensor> outputs, upstream, expected;
   {
     MixedPrecision sgd;
-    sgd.Adopt(groups, settings);
+    Adopt(sgd, groups, settings);
     sgd.BeginForward();
     for (size_t g = 0; g < groups.size(); ++g) {
       const std::vector<torch::Tensor> w = sgd.Group(g, at::kBFloat16);
@@ -217,6 +225,52 @@ TEST(MixedPrecisionSgd, ABackwardAfterTheObjectIsGoneStillUpdates) {
     }
 }
 
+// The optimizer owns the updates it hands to the working copies: its
+// learning rate reaches them (a step at lr 0 changes nothing, the next at
+// 0.1 is SGD's), and its Step() updates only the parameters it kept.
+TEST(MixedPrecisionSgd, TheOptimizerOwnsTheUpdatesInTheBackward) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(11);
+  std::vector<std::vector<torch::Tensor>> groups = Groups();
+  const torch::Tensor kept = torch::randn({6, 4}, torch::TensorOptions(torch::kCUDA)).requires_grad_();
+  std::vector<torch::Tensor> all{kept};
+  for (const auto& group : groups) all.insert(all.end(), group.begin(), group.end());
+  trainbench::protocol::OptimizerSettings o;
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  o.overlap = true;
+  const auto optimizer = trainbench::worker::MakeOptimizer(o, all);
+  MixedPrecision copies;
+  copies.Adopt(groups);
+  ASSERT_TRUE(optimizer->UpdateInBackward(copies));
+  EXPECT_TRUE(copies.Updates());
+  std::vector<torch::Tensor> expected, buffers;
+  for (const torch::Tensor& w : all) {
+    expected.push_back(w.detach().clone());
+    buffers.push_back(torch::zeros_like(w.detach()));
+  }
+  const auto grads = StepGradients(groups, 2, at::kBFloat16);
+  for (int step = 0; step < 2; ++step) {
+    const double lr = step == 0 ? 0.0 : 0.1;
+    optimizer->SetLearningRate(lr);
+    const torch::Tensor kept_grad = torch::randn(kept.sizes(), kept.options());
+    Step(copies, groups.size(), at::kBFloat16, grads[step]);
+    kept.mutable_grad() = kept_grad;
+    optimizer->Step();
+    const SgdSettings s{lr, o.momentum, o.weight_decay, o.nesterov};
+    ReferenceStep(expected[0], buffers[0], kept_grad, s);
+    size_t k = 1;
+    for (const auto& group : grads[step])
+      for (const auto& g : group) {
+        ReferenceStep(expected[k], buffers[k], g.to(torch::kFloat), s);
+        ++k;
+      }
+    torch::cuda::synchronize();
+    for (size_t i = 0; i < all.size(); ++i)
+      EXPECT_LE(MaxRelative(all[i].detach(), expected[i]), 1e-6) << "step " << step << ", weight " << i;
+  }
+}
+
 TEST(MixedPrecisionSgd, RefusesWeightsItCannotUpdate) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const SgdSettings s{0.1, 0.9, 0, false};
@@ -225,7 +279,9 @@ TEST(MixedPrecisionSgd, RefusesWeightsItCannotUpdate) {
        {torch::zeros({4}), torch::zeros({4}, cuda.dtype(torch::kHalf)), torch::zeros({4, 4}, cuda).narrow(1, 0, 2)}) {
     MixedPrecision sgd;
     EXPECT_FALSE(MixedPrecision::UpdatesApply({{w}})) << w.options();
-    EXPECT_THROW(sgd.Adopt({{w}}, s), std::invalid_argument) << w.options();
+    sgd.Adopt({{w}});
+    EXPECT_FALSE(sgd.CanUpdate()) << w.options();
+    EXPECT_THROW(sgd.UpdateWith(std::make_shared<const SgdSettings>(s)), std::invalid_argument) << w.options();
   }
 }
 

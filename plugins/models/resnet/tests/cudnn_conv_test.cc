@@ -668,9 +668,10 @@ TEST(OptimizerOverlap, UpdatesACapturedResNetStepAsAfterItsBackward) {
 
 // A ResNet on CUDA reading its convolutions' weights through the worker's
 // working copies (sdk::Model::UseWorkingCopies, host/worker/mixed_precision.h)
-// as the worker offers them under bf16 autocast: with `take`,
-// mixed-precision SGD inside the backward, the worker's optimizer for the
-// rest; else the copies' casts and the optimizer for everything.
+// as the worker offers them under bf16 autocast: with `take`, the worker's
+// optimizer hands the copies' parameters to mixed-precision SGD inside the
+// backward and updates the rest itself; else the copies' casts and the
+// optimizer for everything.
 struct SgdRun {
   std::unique_ptr<trainbench::worker::MixedPrecision> copies;  // outlives the model
   std::unique_ptr<sdk::Model> model;
@@ -686,22 +687,19 @@ SgdRun MakeSgdRun(bool bottleneck, bool take, double lr) {
   run.params = run.model->module().parameters();
   trainbench::protocol::OptimizerSettings settings;
   settings.lr = lr;
+  run.optimizer = trainbench::worker::MakeOptimizer(settings, run.params);
   run.copies = std::make_unique<MixedPrecision>();
   std::vector<std::vector<torch::Tensor>> groups;
   EXPECT_TRUE(run.model->UseWorkingCopies(run.copies.get(), &groups).ok());
-  std::optional<trainbench::worker::SgdArithmetic> sgd;
-  if (take && MixedPrecision::UpdatesApply(groups))
-    sgd = trainbench::worker::SgdArithmetic{settings.lr, settings.momentum, settings.weight_decay, false};
-  run.copies->Adopt(groups, sgd);
-  std::vector<torch::Tensor> taken, left;
+  run.copies->Adopt(groups);
+  if (take) run.optimizer->UpdateInBackward(*run.copies);
+  std::vector<torch::Tensor> taken;
   if (run.copies->Updates()) taken = run.copies->Parameters();
   for (const auto& p : run.params) {
     bool in = false;
     for (const auto& t : taken) in = in || t.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
     run.taken.push_back(in);
-    if (!in) left.push_back(p);
   }
-  run.optimizer = trainbench::worker::MakeOptimizer(settings, left);
   return run;
 }
 
