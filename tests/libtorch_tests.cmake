@@ -74,6 +74,15 @@ trainbench_test_plugin(gpu_stand_in fixtures/gpu_stand_in.cc)
 trainbench_test_plugin(acme_npu fixtures/gpu_stand_in.cc)
 target_compile_definitions(acme_npu PRIVATE FIXTURE_DEVICE_NAME="acme_npu")
 
+# Where LibTorch has no CUDA (no cuda plugin): the cuda plugin's schema alone,
+# in a folder of its own, for the docs' table of its options
+# (Docs.TablesAreWhatTrainbenchPrints).
+if(NOT TARGET cuda)
+  set(TRAINBENCH_CUDA_SCHEMA_DIR ${PROJECT_BINARY_DIR}/tests/cuda_schema)
+  trainbench_add_plugin(cuda_schema SOURCES fixtures/cuda_schema_plugin.cc OUTPUT_DIRECTORY ${TRAINBENCH_CUDA_SCHEMA_DIR})
+  target_include_directories(cuda_schema PRIVATE ${PROJECT_SOURCE_DIR}/plugins/devices/cuda)
+endif()
+
 # The GPU tests and benchmarks below (built where they can run: CUDA builds),
 # for the GPU compile check elsewhere.
 trainbench_gpu_sources(
