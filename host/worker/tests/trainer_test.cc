@@ -7,6 +7,8 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -22,6 +24,19 @@ namespace {
 using testing::PluginFile;
 
 // A SimpleCNN or ResNet18 cell on the CPU, on synthetic images.
+// A plugin loaded once and kept for the test program's life, to read its
+// options' defaults (as the host does): unloading a plugin with CUDA kernels
+// and loading it again in one process (RunInProcess loads its own) left
+// CUDA's lazy loading a stale kernel now and then ("named symbol not
+// found" at the next launch, 2 runs in 6 on an H100); a worker loads each
+// plugin once.
+const LoadedPlugin& KeptPlugin(const std::filesystem::path& path) {
+  static auto* kept = new std::map<std::filesystem::path, LoadedPlugin>;  // never unloaded, not even at exit
+  auto it = kept->find(path);
+  if (it == kept->end()) it = kept->emplace(path, LoadPlugin(path)).first;
+  return it->second;
+}
+
 CellSpec SmallCell(const std::string& model, int64_t image_size) {
   CellSpec spec;
   spec.protocol = protocol::kProtocolVersion;
@@ -34,8 +49,9 @@ CellSpec SmallCell(const std::string& model, int64_t image_size) {
     spec.model.options.update(
         {{"stem", "cifar"}, {"image_size", image_size}, {"fused_batchnorm", true}, {"cudnn_engine_cache", true}});
   }
-  spec.model.options = testing::WithDefaults(LoadPlugin(PluginFile(model)), spec.model.options);  // as the host does
+  spec.model.options = testing::WithDefaults(KeptPlugin(PluginFile(model)), spec.model.options);  // as the host does
   spec.device = {"cpu", PluginFile("cpu").string(), {{"threads", 1}, {"channels_last", false}}};
+  spec.device.options = testing::WithDefaults(KeptPlugin(PluginFile("cpu")), spec.device.options);
   spec.dataset.kind = "synthetic";
   spec.dataset.train_size = 64;
   spec.dataset.test_size = 32;
@@ -140,7 +156,7 @@ TEST(Trainer, RunningOutOfDeviceMemoryEndsTheCellInOneLineThatSaysWhatToLower) {
   CellSpec spec = SmallCell("simple_cnn", 32);
   const std::string fixture = (testing::TestPluginDir() / "libtrainbench_faulty_model.so").string();
   spec.model = {"faulty_model", fixture, {{"fault", "out_of_memory"}}};
-  spec.model.options = testing::WithDefaults(LoadPlugin(fixture), spec.model.options);
+  spec.model.options = testing::WithDefaults(KeptPlugin(fixture), spec.model.options);
   const auto [code, events] = RunInProcess(spec);
   EXPECT_EQ(code, 1);
   ASSERT_FALSE(events.empty());
@@ -222,7 +238,7 @@ TEST(Trainer, ACapturedResNetStepSaysWhetherItsCaptureReusedCrossStreamMemory) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   CellSpec spec = SmallCell("resnet18", 32);
   spec.device = {"cuda", PluginFile("cuda").string(), {{"amp", "bf16"}, {"channels_last", true}, {"cuda_graph", true}}};
-  spec.device.options = testing::WithDefaults(LoadPlugin(PluginFile("cuda")), spec.device.options);
+  spec.device.options = testing::WithDefaults(KeptPlugin(PluginFile("cuda")), spec.device.options);
   const auto [code, events] = RunInProcess(spec);
   ASSERT_EQ(code, 0);
   ASSERT_TRUE(std::holds_alternative<protocol::Result>(events.back()));
@@ -259,7 +275,7 @@ CellSpec FaultyCell(const std::string& fault, const std::string& fixture = "faul
   CellSpec spec = SmallCell("simple_cnn", 32);
   const std::filesystem::path plugin = testing::TestPluginDir() / ("libtrainbench_" + fixture + ".so");
   spec.model = {fixture, plugin.string(), {{"fault", fault}}};
-  spec.model.options = testing::WithDefaults(LoadPlugin(plugin), spec.model.options);
+  spec.model.options = testing::WithDefaults(KeptPlugin(plugin), spec.model.options);
   return spec;
 }
 
