@@ -14,6 +14,12 @@
 # each side would take for a difference between them).
 # Both sides: synthetic CIFAR-shaped data, SGD momentum 0.9, the whole step;
 # trainbench also augments each epoch's batches (outside the timed steps).
+# Both keep freed memory in the process: trainbench's cpu device by its
+# keep_freed_memory option (default on), PyTorch's process by the same glibc
+# settings through the environment (MALLOC_TRIM_THRESHOLD_,
+# MALLOC_MMAP_THRESHOLD_; PYTORCH_GLIBC_DEFAULTS=1 leaves them out): without
+# them either side runs up to 2.7x slower, by the allocation history of its
+# process rather than by its kernels.
 # Needs PyTorch and torchvision for Python (Debian: python3-torch
 # python3-torchvision, the same 1.13.1 as libtorch-dev).
 set -euo pipefail
@@ -49,7 +55,9 @@ YAML
 }
 
 python_side() {  # DIR: plain PyTorch's figures
-  python3 "$HERE/pytorch_cpu_reference.py" --batches $BATCHES --models $MODELS --steps "$STEPS" --warmup 3 \
+  local malloc=(MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_MMAP_THRESHOLD_=33554432)
+  [ "${PYTORCH_GLIBC_DEFAULTS:-0}" = 1 ] && malloc=()
+  env "${malloc[@]}" python3 "$HERE/pytorch_cpu_reference.py" --batches $BATCHES --models $MODELS --steps "$STEPS" --warmup 3 \
     --repeats "$REPEATS" --threads "$THREADS" --out "$1/pytorch.json"
 }
 

@@ -35,6 +35,7 @@ measurement: {warmup_steps: 2, progress_interval_seconds: 0.5}
   EXPECT_GE(cpu["step_seconds_p90"].get<double>(), cpu["step_seconds_median"].get<double>());
   EXPECT_EQ(cpu["steps"], 3 * (2000 / 50));
   EXPECT_GT(cpu["hardware"]["threads_used"].get<int>(), 0);
+  EXPECT_EQ(cpu["hardware"]["keep_freed_memory"], true) << cpu["hardware"];  // the cpu device's default, applied
   const json& cuda = r["cells"][1];
   if (cuda["status"] == "skipped") {
     EXPECT_FALSE(cuda["reason"].get<std::string>().empty());
@@ -50,6 +51,30 @@ measurement: {warmup_steps: 2, progress_interval_seconds: 0.5}
   EXPECT_FALSE(r["system"]["torch_version"].get<std::string>().empty());
   EXPECT_TRUE(fs::exists(dir_ / "out" / "results.csv"));
   EXPECT_NE(o.output.find("samples/s"), std::string::npos);  // the closing table
+}
+
+// The cpu device's keep_freed_memory (glibc's malloc settings for the
+// worker process) is an option like any other: declared, recorded as asked
+// in the cell's config and as applied in its hardware.
+TEST_F(EndToEnd, TheCpuDeviceRecordsWhetherItKeptFreedMemory) {
+  const std::string config = Config(R"(name: malloc
+models: [simple_cnn]
+devices:
+  - {plugin: cpu, label: kept, options: {threads: 1}}
+  - {plugin: cpu, label: glibc, options: {threads: 1, keep_freed_memory: false}}
+training: {epochs: 1, batch_size: 100}
+measurement: {warmup_steps: 1, max_steps: 3, baseline: kept}
+)");
+  const Outcome o = Trainbench("run " + config + " --out " + (dir_ / "out").string() + Plugins());
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const json cells = Results()["cells"];
+  ASSERT_EQ(cells.size(), 2u);
+  for (const json& cell : cells) {
+    const bool kept = cell["device"] == "kept";
+    EXPECT_EQ(cell["status"], "ok") << cell;
+    EXPECT_EQ(cell["hardware"]["keep_freed_memory"], kept) << cell["hardware"];
+    EXPECT_EQ(cell["config"]["device"]["options"]["keep_freed_memory"], kept) << cell["config"];
+  }
 }
 
 // Headless: --log-format json makes every line of stderr one JSON object
