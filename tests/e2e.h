@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "environment.h"  // host/supervisor: the variables a run records
 #include "test_env.h"
 #include "trainbench/sdk/abi.h"
 
@@ -70,6 +71,10 @@ class EndToEnd : public ::testing::Test {
                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    // The settings a run records start unset (the machine's shell may set
+    // some, OPENBLAS_CORETYPE for one): each test sets what it checks.
+    const nlohmann::json recorded = RecordedEnvironment();
+    for (const auto& [name, value] : recorded.items()) ::unsetenv(name.c_str());
     // Tests run side by side: each has a machine-wide benchmark lock of its own.
     ::setenv("TRAINBENCH_MACHINE_LOCK", (dir_ / "machine.lock").c_str(), 1);
   }

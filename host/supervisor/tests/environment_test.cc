@@ -87,6 +87,9 @@ TEST(Environment, ASettingIsCheckedWhenItIsRead) {
 }
 
 TEST(Environment, OnlyTheVariablesThatCanChangeAFigureAreRecorded) {
+  // From none (the machine's shell may set some, OPENBLAS_CORETYPE for one).
+  const nlohmann::json recorded = RecordedEnvironment();
+  for (const auto& [name, value] : recorded.items()) ::unsetenv(name.c_str());
   const ScopedEnv rapl("TRAINBENCH_POWERCAP_ROOT", "/tmp/rapl");
   const ScopedEnv lock("TRAINBENCH_MACHINE_LOCK", "/tmp/x.lock");
   const ScopedEnv empty("TRAINBENCH_NVML_LIBRARY", "");
