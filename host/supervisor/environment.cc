@@ -117,6 +117,13 @@ const std::vector<OutsideVariable>& OutsideVariables() {
       {"LD_PRELOAD", false, "libraries put in front of the process's own (an allocator such as jemalloc)"},
       {"MALLOC_CONF", false, "jemalloc's configuration"},
       {"MALLOC_ARENA_MAX", false, "glibc malloc's arenas"},
+      {"MALLOC_TRIM_THRESHOLD_", false,
+       "glibc malloc's heap trimming (freed memory faulted in again each step; the cpu device's keep_freed_memory sets "
+       "it in the worker)"},
+      {"MALLOC_MMAP_THRESHOLD_", false, "glibc malloc's size from which blocks are mmapped"},
+      {"MALLOC_MMAP_MAX_", false, "glibc malloc's most mmapped blocks"},
+      {"MALLOC_TOP_PAD_", false, "glibc malloc's padding of its heap"},
+      {"GLIBC_TUNABLES", false, "glibc's tunables, its malloc's among them"},
       {"CUDA_LAUNCH_BLOCKING", false, "CUDA kernels launched synchronously"},
       {"CUDA_MODULE_LOADING", false, "CUDA's lazy or eager loading of kernels"},
       {"CUDA_DEVICE_MAX_CONNECTIONS", false, "CUDA's hardware work queues"},
