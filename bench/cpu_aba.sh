@@ -10,11 +10,12 @@
 # cell (default 10, after 3 warm-up steps), BENCH_THREADS (default: all
 # logical cores), ABA_STEPS (default "base head base head").
 set -euo pipefail
-# Both builds' processes keep freed memory (glibc's settings, as the cpu
-# device's keep_freed_memory sets them): a tree from before that option
-# otherwise runs up to 2.7x slower or faster by its process's allocation
-# history, which hides any difference of its kernels.
-export MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_MMAP_THRESHOLD_=33554432
+# Both builds' processes keep freed memory (bench/glibc_malloc.sh): a tree
+# from before the cpu device's keep_freed_memory otherwise runs faster or
+# slower by its process's allocation history, which hides any difference of
+# its kernels.
+source "$(dirname "$0")/glibc_malloc.sh"
+export "${KEEP_FREED_MEMORY_ENV[@]}"
 BASE=${1:?base build dir}; HEAD=${2:?head build dir}; OUT=${3:?out dir}
 MODELS=${BENCH_MODELS:-simple_cnn resnet18 resnet50}
 STEPS=${BENCH_STEPS:-10}; THREADS=${BENCH_THREADS:-$(nproc)}; BS=128

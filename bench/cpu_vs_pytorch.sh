@@ -16,10 +16,8 @@
 # trainbench also augments each epoch's batches (outside the timed steps).
 # Both keep freed memory in the process: trainbench's cpu device by its
 # keep_freed_memory option (default on), PyTorch's process by the same glibc
-# settings through the environment (MALLOC_TRIM_THRESHOLD_,
-# MALLOC_MMAP_THRESHOLD_; PYTORCH_GLIBC_DEFAULTS=1 leaves them out): without
-# them either side runs up to 2.7x slower, by the allocation history of its
-# process rather than by its kernels.
+# settings through the environment (bench/glibc_malloc.sh;
+# PYTORCH_GLIBC_DEFAULTS=1 leaves them out).
 # Needs PyTorch and torchvision for Python (Debian: python3-torch
 # python3-torchvision, the same 1.13.1 as libtorch-dev).
 set -euo pipefail
@@ -28,6 +26,7 @@ BATCHES=${*:-128}
 MODELS=${BENCH_MODELS:-simple_cnn resnet18 resnet50}
 STEPS=${BENCH_STEPS:-10}; REPEATS=${BENCH_REPEATS:-3}; THREADS=${BENCH_THREADS:-$(nproc)}
 HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/glibc_malloc.sh"
 python3 -c "import torch, torchvision" 2>/dev/null || {
   echo "bench/cpu_vs_pytorch.sh: $(command -v python3) cannot import torch and torchvision; install them" \
        "(Debian: apt-get install python3-torch python3-torchvision) or put a python3 that has them first on PATH" >&2
@@ -55,7 +54,7 @@ YAML
 }
 
 python_side() {  # DIR: plain PyTorch's figures
-  local malloc=(MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_MMAP_THRESHOLD_=33554432)
+  local malloc=("${KEEP_FREED_MEMORY_ENV[@]}")
   [ "${PYTORCH_GLIBC_DEFAULTS:-0}" = 1 ] && malloc=()
   env "${malloc[@]}" python3 "$HERE/pytorch_cpu_reference.py" --batches $BATCHES --models $MODELS --steps "$STEPS" --warmup 3 \
     --repeats "$REPEATS" --threads "$THREADS" --out "$1/pytorch.json"

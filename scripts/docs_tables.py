@@ -13,9 +13,10 @@ results files (paths relative to the page), and a block opened by
 markdown NAME...` prints of those plugins (their option tables, from their
 schemas), and a block opened by `<!-- bench raw/FILE.md -->` the table a
 bench script wrote (bench/gpu_memory.sh's memory-TAG.md, bench/aba.py's
-output), committed beside the page, as it wrote it. This rewrites every block; with --check it changes nothing and
-fails, naming the page and block, where one differs (the tests
-Docs.TablesAreWhatTrainbenchPrints and Docs.ATableEditedByHandIsFound).
+output), committed beside the page, as it wrote it. This rewrites every
+block; with --check it changes nothing and fails, naming the page and
+block, where one differs (the tests Docs.TablesAreWhatTrainbenchPrints,
+Docs.ATableEditedByHandIsFound and Docs.ABenchTableEditedByHandIsFound).
 
     scripts/docs_tables.py PATH/TO/trainbench [--check] [--docs DIR] [--plugin-dir DIR]...
 

@@ -29,8 +29,9 @@ using trainbench::sdk::Status;
 // preloaded jemalloc or TCMalloc reuses it (PyTorch's CPU performance
 // guide). On 2 cores, SimpleCNN fp32 NCHW at batch 128 on one thread ran at
 // 320-550 samples/s with glibc's defaults, depending on the process's
-// allocation history, and 850-900 with them set. Returns whether glibc took
-// both settings.
+// allocation history, and 850-900 with them set. bench/glibc_malloc.sh
+// gives processes without this option (plain PyTorch, older trees) the same
+// settings. Returns whether glibc took both settings.
 bool KeepFreedMemory() {
   constexpr int kMaxMmapThreshold = 32 << 20;
   const bool trim = mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1;
